@@ -1,0 +1,32 @@
+# A newcomer needs two commands: `make demo` and `make test`. Both create .venv when it is missing.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test bench lint clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(BIN)/python -m bench.demo
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m ruff check tilesim tiling kernels tests bench
+	$(BIN)/python -m pytest -q
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python -m pytest bench -q --benchmark-enable --benchmark-columns=median,mean,stddev,rounds
+
+clean:
+	rm -rf $(VENV) .pytest_cache .benchmarks
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,41 @@
+"""Host-side helpers every op API shares: numpy arrays to GM tensors and back, and ``out=`` checking."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from tilesim.cast import KIND_BF16, KIND_FP16
+from tilesim.errors import invalid
+from tiling.common import BF16, FP16, FP32, dtype_name
+
+NUMPY_DTYPE = {FP32: np.dtype(np.float32), FP16: np.dtype(np.float16), BF16: np.dtype(ml_dtypes.bfloat16)}
+KIND = {FP32: 0, FP16: KIND_FP16, BF16: KIND_BF16}
+
+
+def to_gm(a: Any) -> np.ndarray:
+    """A flat, C-contiguous view (a copy only when needed) as the kernel reads it: fp32 as float32, fp16 and
+    bf16 as their uint16 bits. The caller's array is never written."""
+    arr = np.ascontiguousarray(a).reshape(-1)
+    return arr.view(np.uint16) if dtype_name(arr) in (FP16, BF16) else arr
+
+
+def output(out: Any, index: int, name: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """``out[index]`` checked against the shape and dtype the op writes, or a new array."""
+    if out is None or out[index] is None:
+        return np.empty(shape, NUMPY_DTYPE[dtype])
+    o = out[index]
+    if not isinstance(o, np.ndarray) or tuple(o.shape) != tuple(shape) or dtype_name(o) != dtype:
+        raise invalid(name, f"out array must be a numpy array of shape {list(shape)} and dtype {dtype}, got "
+                            f"{getattr(o, 'shape', None)} {getattr(o, 'dtype', type(o).__name__)}")
+    if not o.flags.c_contiguous or not o.flags.writeable:
+        raise invalid(name, "out array must be C-contiguous and writeable")
+    return o
+
+
+def gm_out(a: np.ndarray) -> np.ndarray:
+    """The flat device view of an output array (writes land in ``a``)."""
+    flat = a.reshape(-1)
+    return flat.view(np.uint16) if flat.dtype.itemsize == 2 else flat

@@ -1,0 +1,174 @@
+"""Casts between fp32 and the 16-bit float formats, as bit manipulation that Numba compiles.
+
+Numba on the CPU has neither float16 nor bfloat16, so b16 values travel as uint16 bits. The round modes are the
+Ascend ``RoundMode`` ones; CAST_NONE narrows like CAST_RINT (round to nearest, ties to even), which is what the
+NPU does for fp32 to fp16 and what ``numpy``/``ml_dtypes`` do. Widening (b16 to fp32) is exact.
+Overflow follows IEEE 754 for each direction: modes that round away from zero give inf, the others the largest
+finite value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+# Ascend C RoundMode, in the enum's order.
+CAST_NONE = 0
+CAST_RINT = 1
+CAST_FLOOR = 2
+CAST_CEIL = 3
+CAST_ROUND = 4
+CAST_TRUNC = 5
+CAST_ODD = 6
+ROUND_MODES = {"CAST_NONE": CAST_NONE, "CAST_RINT": CAST_RINT, "CAST_FLOOR": CAST_FLOOR, "CAST_CEIL": CAST_CEIL,
+               "CAST_ROUND": CAST_ROUND, "CAST_TRUNC": CAST_TRUNC, "CAST_ODD": CAST_ODD}
+
+# The 16-bit formats a kernel can hold in GM and UB.
+KIND_FP16 = 1
+KIND_BF16 = 2
+
+
+@njit(cache=True, inline="always")
+def _round_shift(mag, shift, mode, neg):
+    """``mag >> shift`` rounded by ``mode``; mag < 2**25 and shift >= 1."""
+    if shift > 40:
+        shift = 40
+    q = mag >> shift
+    rem = mag & ((np.int64(1) << shift) - 1)
+    half = np.int64(1) << (shift - 1)
+    if mode == CAST_RINT or mode == CAST_NONE:
+        if rem > half or (rem == half and (q & 1) == 1):
+            q += 1
+    elif mode == CAST_ROUND:
+        if rem >= half:
+            q += 1
+    elif mode == CAST_FLOOR:
+        if neg and rem != 0:
+            q += 1
+    elif mode == CAST_CEIL:
+        if (not neg) and rem != 0:
+            q += 1
+    elif mode == CAST_ODD:
+        if rem != 0:
+            q |= 1
+    return q
+
+
+@njit(cache=True, inline="always")
+def _overflows_to_inf(mode, neg):
+    if mode == CAST_FLOOR:
+        return neg
+    if mode == CAST_CEIL:
+        return not neg
+    return mode == CAST_RINT or mode == CAST_NONE or mode == CAST_ROUND
+
+
+@njit(cache=True)
+def f32_bits_to_bf16(u, mode):
+    """fp32 bits (uint32 as int64) to bf16 bits. NaN becomes 0x7FC0 / 0xFFC0, as in ml_dtypes."""
+    u = np.int64(u) & 0xFFFFFFFF
+    sign = (u >> 16) & 0x8000
+    a = u & 0x7FFFFFFF
+    if a > 0x7F800000:
+        return np.uint16(sign | 0x7FC0)
+    if a == 0x7F800000:
+        return np.uint16(sign | 0x7F80)
+    q = _round_shift(a, 16, mode, sign != 0)
+    if q >= 0x7F80 and not _overflows_to_inf(mode, sign != 0):
+        q = 0x7F7F
+    return np.uint16(sign | q)
+
+
+@njit(cache=True)
+def f32_bits_to_fp16(u, mode):
+    """fp32 bits (uint32 as int64) to fp16 bits, bit-identical to numpy's ``astype(float16)`` (NaN included)."""
+    u = np.int64(u) & 0xFFFFFFFF
+    sign = (u >> 16) & 0x8000
+    a = u & 0x7FFFFFFF
+    neg = sign != 0
+    if a > 0x7F800000:  # NaN keeps its top payload bits and stays a NaN, as numpy does
+        q = 0x7C00 | ((a & 0x7FFFFF) >> 13)
+        return np.uint16(sign | (q + 1 if q == 0x7C00 else q))
+    if a == 0x7F800000:
+        return np.uint16(sign | 0x7C00)
+    e = a >> 23
+    if e < 113:  # below the smallest normal fp16 (2**-14): subnormal result, in units of 2**-24
+        if e == 0:
+            m = a & 0x7FFFFF
+            e = 1
+        else:
+            m = (a & 0x7FFFFF) | 0x800000
+        q = _round_shift(m, 126 - e, mode, neg)
+    else:
+        q = _round_shift(a - (112 << 23), 13, mode, neg)
+    if q >= 0x7C00:
+        q = 0x7C00 if _overflows_to_inf(mode, neg) else 0x7BFF
+    return np.uint16(sign | q)
+
+
+@njit(cache=True, inline="always")
+def bf16_to_f32_bits(h):
+    return np.uint32(np.uint32(h) << 16)
+
+
+@njit(cache=True)
+def fp16_to_f32_bits(h):
+    h = np.uint32(h)
+    sign = (h & 0x8000) << 16
+    e = (h >> 10) & 0x1F
+    m = h & 0x3FF
+    if e == 0:
+        if m == 0:
+            return np.uint32(sign)
+        # subnormal: m * 2**-24 is exact in fp32
+        f = np.float32(m) * np.float32(5.9604644775390625e-08)
+        return np.uint32(np.array([f]).view(np.uint32)[0] | sign)
+    if e == 31:
+        return np.uint32(sign | 0x7F800000 | (m << 13))
+    return np.uint32(sign | ((e + 112) << 23) | (m << 13))
+
+
+@njit(cache=True, inline="always")
+def b16_to_f32_bits(h, kind):
+    if kind == KIND_BF16:
+        return bf16_to_f32_bits(h)
+    return fp16_to_f32_bits(h)
+
+
+@njit(cache=True, inline="always")
+def f32_bits_to_b16(u, kind, mode):
+    if kind == KIND_BF16:
+        return f32_bits_to_bf16(u, mode)
+    return f32_bits_to_fp16(u, mode)
+
+
+@njit(cache=True, parallel=True)
+def _narrow(src_bits, dst, kind, mode):
+    for i in prange(src_bits.size):
+        dst[i] = f32_bits_to_b16(src_bits[i], kind, mode)
+
+
+@njit(cache=True, parallel=True)
+def _widen(src, dst_bits, kind):
+    for i in prange(src.size):
+        dst_bits[i] = b16_to_f32_bits(src[i], kind)
+
+
+def _kind(name: str) -> int:
+    return {"bfloat16": KIND_BF16, "float16": KIND_FP16}[name]
+
+
+def narrow(x: np.ndarray, to: str, mode: int = CAST_RINT) -> np.ndarray:
+    """fp32 array to ``to`` ("bfloat16" or "float16") bits (uint16), rounded by ``mode``: the compiled cast."""
+    src = np.ascontiguousarray(x, dtype=np.float32).reshape(-1).view(np.uint32)
+    out = np.empty(src.size, np.uint16)
+    _narrow(src, out, _kind(to), mode)
+    return out.reshape(np.shape(x))
+
+
+def widen(bits: np.ndarray, frm: str) -> np.ndarray:
+    """``frm`` bits (uint16) to fp32, exactly: the compiled cast."""
+    src = np.ascontiguousarray(bits, dtype=np.uint16).reshape(-1)
+    out = np.empty(src.size, np.uint32)
+    _widen(src, out, _kind(frm))
+    return out.view(np.float32).reshape(np.shape(bits))

@@ -1,0 +1,121 @@
+"""The per-core device context every primitive takes, the counters it feeds and the checked-mode records.
+
+``Core`` is built inside the per-core body (never before a ``prange``: Numba drops writes through views taken
+there). Counters are int64 rows per core; checked mode writes the first violation of each core into ``err`` and
+counts the rest, and the host turns them into a :class:`tilesim.CheckError` after the launch.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+from numba import njit
+
+from .ub import LocalTensor
+
+Core = namedtuple("Core", ["idx", "block_num", "ub", "plan", "cnt", "err", "checks"])
+GlobalTensor = namedtuple("GlobalTensor", ["tag", "data"])
+
+# Counter columns.
+MTE2_BYTES = 0  # GM to UB, bytes read from GM
+MTE2_XFERS = 1
+MTE2_PAD_BYTES = 2  # zero fill DataCopyPad wrote to reach 32 B
+MTE3_BYTES = 3  # UB to GM, bytes written to GM
+MTE3_XFERS = 4
+ATOMIC_BYTES = 5  # of MTE3_BYTES, those written with atomic add
+VEC_BINARY = 6  # 256 B repeats, by instruction class
+VEC_SCALAR = 7
+VEC_UNARY = 8
+VEC_DIV = 9
+VEC_REDUCE = 10
+VEC_CAST = 11
+VEC_DUP = 12
+SCALAR_ACCESS = 13  # GetValue / SetValue
+N_COUNTERS = 14
+COUNTER_NAMES = ["mte2_bytes", "mte2_transfers", "mte2_pad_bytes", "mte3_bytes", "mte3_transfers", "atomic_bytes",
+                 "vec_binary", "vec_scalar", "vec_unary", "vec_div", "vec_reduce", "vec_cast", "vec_dup",
+                 "scalar_access"]
+
+# Checked-mode violations: err row = (kind, buffer or GM tag, offset, bytes, extra, count).
+ERR_DATACOPY_LEN = 1
+ERR_UB_OOB = 2
+ERR_GM_OOB = 3
+ERR_UB_ALIGN = 4
+N_ERR = 6
+
+
+@njit(cache=True, inline="always")
+def make_core(idx, block_num, arena, plan, cnt, err, checks):
+    return Core(idx, block_num, arena[idx], plan, cnt[idx], err[idx], checks)
+
+
+@njit(cache=True)
+def report(core, kind, tag, offset, nbytes, extra):
+    """Record a violation; the first one of a core is kept whole, the rest are counted."""
+    e = core.err
+    if e[5] == 0:
+        e[0] = kind
+        e[1] = tag
+        e[2] = offset
+        e[3] = nbytes
+        e[4] = extra
+    e[5] += 1
+
+
+@njit(cache=True, inline="always")
+def slot(core, buf, k):
+    """LocalTensor of slot ``k`` of plan buffer ``buf`` (a queue's ping-pong slot is ``k % buffer_num``)."""
+    p = core.plan
+    return LocalTensor(buf, p[buf, 0] + (k % p[buf, 2]) * p[buf, 1])
+
+
+@njit(cache=True, inline="always")
+def at(t, nbytes):
+    """``tensor[k]`` of Ascend C, in bytes: the same buffer, ``nbytes`` further on."""
+    return LocalTensor(t.buf, t.addr + nbytes)
+
+
+@njit(cache=True)
+def ub_ok(core, t, nbytes):
+    """In checked mode: the access ``[addr, addr + nbytes)`` lies inside one slot of the tensor's buffer."""
+    if not core.checks:
+        return True
+    p = core.plan
+    start = p[t.buf, 0]
+    size = p[t.buf, 1]
+    k = (t.addr - start) // size if t.addr >= start else -1
+    if k < 0 or k >= p[t.buf, 2] or t.addr + nbytes > start + (k + 1) * size or nbytes < 0:
+        report(core, ERR_UB_OOB, t.buf, t.addr - start, nbytes, size)
+        return False
+    return True
+
+
+@njit(cache=True)
+def gm_ok(core, g, off, n):
+    if not core.checks:
+        return True
+    if off < 0 or n < 0 or off + n > g.data.size:
+        report(core, ERR_GM_OOB, g.tag, off * g.data.itemsize, n * g.data.itemsize, g.data.size * g.data.itemsize)
+        return False
+    return True
+
+
+@njit(cache=True, inline="always")
+def f32(core, t, n):
+    return core.ub[t.addr:t.addr + 4 * n].view(np.float32)
+
+
+@njit(cache=True, inline="always")
+def u16(core, t, n):
+    return core.ub[t.addr:t.addr + 2 * n].view(np.uint16)
+
+
+@njit(cache=True, inline="always")
+def u32(core, t, n):
+    return core.ub[t.addr:t.addr + 4 * n].view(np.uint32)
+
+
+@njit(cache=True, inline="always")
+def repeats(nbytes):
+    return (nbytes + 255) // 256

@@ -1,0 +1,55 @@
+"""aclnn status codes and the errors tilesim raises.
+
+The codes are the ones in CANN's ``op_errno.h``: a caller that prototypes host code here sees the same numbers
+it will see from the real ``aclnn*GetWorkspaceSize``.
+"""
+
+from __future__ import annotations
+
+ACLNN_SUCCESS = 0
+ACLNN_ERR_PARAM_NULLPTR = 161001
+ACLNN_ERR_PARAM_INVALID = 161002
+ACLNN_ERR_RUNTIME_ERROR = 361001
+ACLNN_ERR_INNER = 561000
+ACLNN_ERR_INNER_INFERSHAPE_ERROR = 561001
+ACLNN_ERR_INNER_TILING_ERROR = 561002
+
+
+class AclnnError(ValueError):
+    """An error with an aclnn status code in ``.status``; the message names the parameter and the rule."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"[{status}] {message}")
+        self.status = status
+        self.message = message
+
+
+class UbOverflowError(AclnnError):
+    """A UB plan that does not fit the core's Unified Buffer (a tiling error, 561002)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ACLNN_ERR_INNER_TILING_ERROR, message)
+
+
+class CheckError(AclnnError):
+    """A violation found by checked mode while a kernel ran (on the NPU: an exception at run time, 361001).
+
+    ``.reports`` holds every violation of the run, one line each; the message shows the first and a count.
+    """
+
+    def __init__(self, reports: list[str]) -> None:
+        more = f" (and {len(reports) - 1} more)" if len(reports) > 1 else ""
+        super().__init__(ACLNN_ERR_RUNTIME_ERROR, reports[0] + more)
+        self.reports = reports
+
+
+def null_error(param: str) -> AclnnError:
+    return AclnnError(ACLNN_ERR_PARAM_NULLPTR, f"{param} must not be None (nullptr)")
+
+
+def invalid(param: str, rule: str) -> AclnnError:
+    return AclnnError(ACLNN_ERR_PARAM_INVALID, f"{param}: {rule}")
+
+
+def tiling_error(param: str, rule: str) -> AclnnError:
+    return AclnnError(ACLNN_ERR_INNER_TILING_ERROR, f"{param}: {rule}")

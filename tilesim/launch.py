@@ -1,0 +1,175 @@
+"""Host side of a kernel launch: per-core arenas and counters, the workspace, atomic targets, the run report.
+
+A kernel module writes its own ``@njit(parallel=True)`` launcher (``for phase: for core in prange(block_dim)``:
+a SyncAll between phases) and calls :func:`prepare` before and :func:`finish` after it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+from numba import njit
+
+from .device import (COUNTER_NAMES, ERR_DATACOPY_LEN, ERR_GM_OOB, ERR_UB_ALIGN, ERR_UB_OOB, N_COUNTERS, N_ERR)
+from .errors import CheckError
+from .soc import SocSpec
+from .ub import UbPlan
+
+_POISON = 0xFF  # never-written UB reads as NaN (fp32 and b16), as stale UB would read as garbage
+
+_arenas: dict[int, np.ndarray] = {}
+_lock = threading.Lock()
+
+
+def arena(soc: SocSpec, block_dim: int) -> np.ndarray:
+    """The per-core UB arenas, ``[block_dim, ub_size]`` uint8, kept across launches like the real UB."""
+    with _lock:
+        a = _arenas.get(soc.ub_size)
+        if a is None or a.shape[0] < block_dim:
+            a = np.full((max(block_dim, soc.core_num_aiv), soc.ub_size), _POISON, np.uint8)
+            _arenas[soc.ub_size] = a
+        return a
+
+
+@dataclass
+class Launch:
+    """What one launch needs on the host, and what it reports afterwards."""
+
+    op: str
+    soc: SocSpec
+    tiling: Any
+    plan: UbPlan
+    block_dim: int
+    checks: bool
+    gm_names: list[str]
+    arena: np.ndarray = field(init=False)
+    plan_array: np.ndarray = field(init=False)
+    counters: np.ndarray = field(init=False)
+    err: np.ndarray = field(init=False)
+    t0: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.arena = arena(self.soc, self.block_dim)
+        self.plan_array = self.plan.as_array()
+        self.counters = np.zeros((self.block_dim, N_COUNTERS), np.int64)
+        self.err = np.zeros((self.block_dim, N_ERR), np.int64)
+        self.t0 = time.perf_counter()
+
+
+def prepare(op: str, soc: SocSpec, tiling: Any, plan: UbPlan, block_dim: int, checks: bool,
+            gm_names: list[str]) -> Launch:
+    return Launch(op, soc, tiling, plan, block_dim, checks, gm_names)
+
+
+def workspace(size: int) -> np.ndarray:
+    """A GM workspace of ``size`` bytes (untouched pages cost nothing until a kernel writes them)."""
+    return np.empty(size, np.uint8)
+
+
+class AtomicTarget:
+    """A GM fp32 tensor that several cores atomic-add into: one shadow row per core, merged in core order."""
+
+    def __init__(self, block_dim: int, n: int) -> None:
+        self.shadow = np.zeros((block_dim, n), np.float32)
+
+    def merge_into(self, target: np.ndarray) -> None:
+        _merge_rows(self.shadow, target)
+
+
+@njit(cache=True)
+def _merge_rows(shadow, target):
+    for c in range(shadow.shape[0]):
+        for k in range(target.size):
+            target[k] += shadow[c, k]
+
+
+def _describe(kind: int, where: str, offset: int, nbytes: int, extra: int) -> str:
+    if kind == ERR_DATACOPY_LEN:
+        return f"DataCopy of {nbytes} B into/from {where} at offset {offset}: not a whole number of 32 B blocks"
+    if kind == ERR_UB_ALIGN:
+        return f"DataCopy at UB offset {offset} of {where}: address not 32 B aligned"
+    if kind == ERR_UB_OOB:
+        return (f"UB access of {nbytes} B at offset {offset} of {where} leaves the LocalTensor "
+                f"(slot of {extra} B)")
+    if kind == ERR_GM_OOB:
+        return f"GM access of {nbytes} B at byte offset {offset} of {where} outside the tensor ({extra} B)"
+    return f"violation {kind} at {where}"
+
+
+def finish(launch: Launch, workspace_size: int = 0) -> RunReport:
+    """Turn the launch's records into a report (kept by :func:`capture`); raise CheckError on violations."""
+    wall = time.perf_counter() - launch.t0
+    names = launch.plan.names()
+    reports = []
+    for c in range(launch.block_dim):
+        kind, tag, off, nb, extra, count = (int(v) for v in launch.err[c])
+        if count:
+            where = (f"UB buffer {names[tag]}" if kind in (ERR_UB_OOB, ERR_UB_ALIGN, ERR_DATACOPY_LEN)
+                     else f"GM tensor {launch.gm_names[tag]}")
+            more = f" ({count - 1} more on this core)" if count > 1 else ""
+            reports.append(f"{launch.op}: core {c}: " + _describe(kind, where, off, nb, extra) + more)
+    rep = RunReport(op=launch.op, soc=launch.soc.name, tiling=launch.tiling, ub_plan=launch.plan,
+                    block_dim=launch.block_dim, counters=launch.counters, workspace_size=workspace_size,
+                    checks=launch.checks, wall_s=wall)
+    for sink in _sinks():
+        sink.append(rep)
+    if reports:
+        raise CheckError(reports)
+    return rep
+
+
+@dataclass
+class RunReport:
+    """One kernel launch: its tiling, UB plan (with offsets), per-core counters, wall time."""
+
+    op: str
+    soc: str
+    tiling: Any
+    ub_plan: UbPlan
+    block_dim: int
+    counters: np.ndarray  # [block_dim, N_COUNTERS]
+    workspace_size: int
+    checks: bool
+    wall_s: float
+
+    def counter(self, name: str) -> np.ndarray:
+        """Per-core values of one counter (see ``tilesim.device.COUNTER_NAMES``)."""
+        return self.counters[:, COUNTER_NAMES.index(name)]
+
+    def total(self, name: str) -> int:
+        return int(self.counter(name).sum())
+
+    def __str__(self) -> str:
+        t = self.tiling
+        lines = [f"{self.op} on {self.soc}: block_dim {self.block_dim}, tiling_key {getattr(t, 'tiling_key', '-')}, "
+                 f"workspace {self.workspace_size} B, checks {'on' if self.checks else 'off'}, "
+                 f"wall {self.wall_s * 1e3:.2f} ms",
+                 "UB plan:", self.ub_plan.table(), "counters (total / max core):"]
+        for i, n in enumerate(COUNTER_NAMES):
+            col = self.counters[:, i]
+            if col.any():
+                lines.append(f"  {n:<16}{int(col.sum()):>14}{int(col.max()):>14}")
+        return "\n".join(lines)
+
+
+_local = threading.local()
+
+
+def _sinks() -> list[list[RunReport]]:
+    return getattr(_local, "sinks", [])
+
+
+@contextmanager
+def capture() -> Iterator[list[RunReport]]:
+    """Collect the :class:`RunReport` of every launch in the block: ``with tilesim.capture() as runs: ...``."""
+    runs: list[RunReport] = []
+    _local.sinks = _sinks() + [runs]
+    try:
+        yield runs
+    finally:
+        _local.sinks = [s for s in _sinks() if s is not runs]

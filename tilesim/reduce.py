@@ -1,0 +1,94 @@
+"""Reductions in the NPU's summation order.
+
+``whole_reduce_sum`` is vcadd (WholeReduceSum): within one 256 B repeat the lanes are summed as an
+adjacent-pair binary tree, masked lanes counting as 0. The norm kernels' helpers (norm_common/reduce_common.h)
+build on it: ``reduce_sum_half_interval`` folds a row onto its head by halves before the last vcadd, and
+``reduce_sum_multi_n`` accumulates 64-lane chunks of every row before one vcadd per row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .device import VEC_BINARY, VEC_DUP, VEC_REDUCE, f32, repeats, ub_ok
+from .ub import LocalTensor
+
+LANES = 64  # fp32 lanes in one 256 B repeat
+
+
+@njit(cache=True, inline="always")
+def _tree64(v, count):
+    """Adjacent-pair tree over ``v[0:count]`` (count <= 64), the other lanes 0."""
+    buf = np.zeros(LANES, np.float32)
+    buf[:count] = v[:count]
+    w = LANES
+    while w > 1:
+        w //= 2
+        for i in range(w):
+            buf[i] = buf[2 * i] + buf[2 * i + 1]
+    return buf[0]
+
+
+@njit(cache=True)
+def whole_reduce_sum(core, t, count):
+    """vcadd over ``count`` <= 64 fp32 lanes of ``t``; returns the sum."""
+    if not ub_ok(core, t, 4 * count):
+        return np.float32(0)
+    core.cnt[VEC_REDUCE] += 1
+    return _tree64(f32(core, t, count), count)
+
+
+@njit(cache=True)
+def reduce_sum_half_interval(core, t, count):
+    """ReduceSumHalfInterval: sum of ``t[0:count]``, computed in place (``t`` is clobbered).
+
+    Above 64 elements, the part past the largest power of two is added onto the head, then the body is halved
+    onto itself down to 64 lanes, then one vcadd.
+    """
+    if count <= LANES:
+        return whole_reduce_sum(core, t, count)
+    if not ub_ok(core, t, 4 * count):
+        return np.float32(0)
+    v = f32(core, t, count)
+    body = 1
+    while body * 2 <= count:
+        body *= 2
+    tail = count - body
+    if tail > 0:
+        for i in range(tail):
+            v[i] = v[i] + v[body + i]
+        core.cnt[VEC_BINARY] += repeats(4 * tail)
+    while body > LANES:
+        body //= 2
+        for i in range(body):
+            v[i] = v[i] + v[body + i]
+        core.cnt[VEC_BINARY] += repeats(4 * body)
+    return whole_reduce_sum(core, t, LANES)
+
+
+@njit(cache=True)
+def reduce_sum_multi_n(core, dst, src, tmp, rows, cols, cols_align):
+    """ReduceSumMultiN: ``dst[r] = sum(src[r, 0:cols])`` for rows of pitch ``cols_align``; ``tmp`` holds
+    rows x 64 lane accumulators (chunks added in column order, the tail chunk on its first lanes only)."""
+    if not (ub_ok(core, dst, 4 * rows) and ub_ok(core, src, 4 * rows * cols_align)
+            and ub_ok(core, tmp, 4 * rows * LANES)):
+        return
+    acc = f32(core, tmp, rows * LANES)
+    s = f32(core, src, rows * cols_align)
+    d = f32(core, dst, rows)
+    acc[:] = np.float32(0)
+    core.cnt[VEC_DUP] += repeats(4 * rows * LANES)
+    full = cols // LANES
+    for k in range(full + 1):
+        w = LANES if k < full else cols - full * LANES
+        if w == 0:
+            break
+        for r in range(rows):
+            a = r * LANES
+            b = r * cols_align + k * LANES
+            for i in range(w):
+                acc[a + i] = acc[a + i] + s[b + i]
+        core.cnt[VEC_BINARY] += rows
+    for r in range(rows):
+        d[r] = whole_reduce_sum(core, LocalTensor(tmp.buf, tmp.addr + 4 * r * LANES), LANES)

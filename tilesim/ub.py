@@ -1,0 +1,84 @@
+"""The Unified Buffer: the host-side plan (TPipe.InitBuffer) and the device-side LocalTensor.
+
+A plan places named buffers, each ``buffer_num`` slots of ``nbytes`` rounded up to 32 B, one after another at
+32 B-aligned offsets, as TPipe does. A plan that does not fit the SoC's UB raises :class:`UbOverflowError`
+naming every buffer. On the device a LocalTensor is ``(buf, addr)``: the plan row that owns it and a byte address
+in the core's arena; typed views of the arena are taken per access, so aliases (a b16 tensor in the upper half of
+an fp32 buffer, ReinterpretCast) are real aliasing.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import UbOverflowError
+
+BLOCK = 32
+
+LocalTensor = namedtuple("LocalTensor", ["buf", "addr"])
+
+
+def align_up(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+@dataclass
+class UbBuffer:
+    name: str
+    offset: int
+    nbytes: int  # one slot, rounded up to 32 B
+    buffer_num: int
+
+    @property
+    def total(self) -> int:
+        return self.nbytes * self.buffer_num
+
+
+@dataclass
+class UbPlan:
+    """TPipe.InitBuffer for one kernel: ``add`` buffers, then ``check`` them against ``capacity``."""
+
+    capacity: int
+    buffers: list[UbBuffer] = field(default_factory=list)
+
+    def add(self, name: str, nbytes: int, buffer_num: int = 1) -> int:
+        """Place ``buffer_num`` slots of ``nbytes``; returns the buffer's index (its id on the device)."""
+        if nbytes <= 0 or buffer_num <= 0:
+            raise ValueError(f"UB buffer {name}: nbytes and buffer_num must be positive, got {nbytes}, {buffer_num}")
+        self.buffers.append(UbBuffer(name, self.used, align_up(int(nbytes), BLOCK), int(buffer_num)))
+        return len(self.buffers) - 1
+
+    @property
+    def used(self) -> int:
+        return sum(b.total for b in self.buffers)
+
+    @property
+    def free(self) -> int:
+        """UB left after the plan: what the framework can hand out as temporaries (PopStackBuffer)."""
+        return max(self.capacity - self.used, 0)
+
+    def check(self) -> UbPlan:
+        if self.used > self.capacity:
+            rows = "; ".join(f"{b.name} {b.buffer_num} x {b.nbytes} B = {b.total} B" for b in self.buffers)
+            raise UbOverflowError(f"UB plan needs {self.used} B but the core has {self.capacity} B "
+                                  f"(over by {self.used - self.capacity} B): {rows}")
+        return self
+
+    def as_array(self) -> np.ndarray:
+        """int64 rows (offset, slot bytes, slots) for the device."""
+        a = np.zeros((max(len(self.buffers), 1), 3), np.int64)
+        for i, b in enumerate(self.buffers):
+            a[i] = (b.offset, b.nbytes, b.buffer_num)
+        return a
+
+    def names(self) -> list[str]:
+        return [b.name for b in self.buffers]
+
+    def table(self) -> str:
+        lines = [f"  {'buffer':<14}{'offset':>8}{'slot B':>9}{'slots':>6}{'total B':>9}"]
+        lines += [f"  {b.name:<14}{b.offset:>8}{b.nbytes:>9}{b.buffer_num:>6}{b.total:>9}" for b in self.buffers]
+        lines.append(f"  used {self.used} of {self.capacity} B ({100 * self.used / self.capacity:.1f} %)")
+        return "\n".join(lines)

@@ -1,0 +1,170 @@
+"""Vector instructions on fp32 LocalTensors (Add, Sub, Mul, Div, Muls, Adds, Exp, Sqrt, Duplicate, BroadCast,
+Cast, GetValue/SetValue). Each counts its 256 B repeats by class. In-place forms (dst is a source) are fine;
+every op reads element k before it writes element k.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .cast import b16_to_f32_bits, f32_bits_to_b16
+from .device import (SCALAR_ACCESS, VEC_BINARY, VEC_CAST, VEC_DIV, VEC_DUP, VEC_SCALAR, VEC_UNARY, f32, repeats,
+                     u16, u32, ub_ok)
+
+
+@njit(cache=True, inline="always")
+def _ok3(core, a, b, c, n):
+    return ub_ok(core, a, 4 * n) and ub_ok(core, b, 4 * n) and ub_ok(core, c, 4 * n)
+
+
+@njit(cache=True)
+def add(core, dst, a, b, n):
+    if not _ok3(core, dst, a, b, n):
+        return
+    d, x, y = f32(core, dst, n), f32(core, a, n), f32(core, b, n)
+    for i in range(n):
+        d[i] = x[i] + y[i]
+    core.cnt[VEC_BINARY] += repeats(4 * n)
+
+
+@njit(cache=True)
+def sub(core, dst, a, b, n):
+    if not _ok3(core, dst, a, b, n):
+        return
+    d, x, y = f32(core, dst, n), f32(core, a, n), f32(core, b, n)
+    for i in range(n):
+        d[i] = x[i] - y[i]
+    core.cnt[VEC_BINARY] += repeats(4 * n)
+
+
+@njit(cache=True)
+def mul(core, dst, a, b, n):
+    if not _ok3(core, dst, a, b, n):
+        return
+    d, x, y = f32(core, dst, n), f32(core, a, n), f32(core, b, n)
+    for i in range(n):
+        d[i] = x[i] * y[i]
+    core.cnt[VEC_BINARY] += repeats(4 * n)
+
+
+@njit(cache=True)
+def div(core, dst, a, b, n):
+    if not _ok3(core, dst, a, b, n):
+        return
+    d, x, y = f32(core, dst, n), f32(core, a, n), f32(core, b, n)
+    for i in range(n):
+        d[i] = x[i] / y[i]
+    core.cnt[VEC_DIV] += repeats(4 * n)
+
+
+@njit(cache=True)
+def muls(core, dst, a, s, n):
+    if not (ub_ok(core, dst, 4 * n) and ub_ok(core, a, 4 * n)):
+        return
+    d, x = f32(core, dst, n), f32(core, a, n)
+    v = np.float32(s)
+    for i in range(n):
+        d[i] = x[i] * v
+    core.cnt[VEC_SCALAR] += repeats(4 * n)
+
+
+@njit(cache=True)
+def adds(core, dst, a, s, n):
+    if not (ub_ok(core, dst, 4 * n) and ub_ok(core, a, 4 * n)):
+        return
+    d, x = f32(core, dst, n), f32(core, a, n)
+    v = np.float32(s)
+    for i in range(n):
+        d[i] = x[i] + v
+    core.cnt[VEC_SCALAR] += repeats(4 * n)
+
+
+@njit(cache=True)
+def exp(core, dst, a, n):
+    if not (ub_ok(core, dst, 4 * n) and ub_ok(core, a, 4 * n)):
+        return
+    d, x = f32(core, dst, n), f32(core, a, n)
+    for i in range(n):
+        d[i] = np.exp(x[i])
+    core.cnt[VEC_UNARY] += repeats(4 * n)
+
+
+@njit(cache=True)
+def sqrt(core, dst, a, n):
+    if not (ub_ok(core, dst, 4 * n) and ub_ok(core, a, 4 * n)):
+        return
+    d, x = f32(core, dst, n), f32(core, a, n)
+    for i in range(n):
+        d[i] = np.sqrt(x[i])
+    core.cnt[VEC_UNARY] += repeats(4 * n)
+
+
+@njit(cache=True)
+def duplicate(core, dst, value, n):
+    if not ub_ok(core, dst, 4 * n):
+        return
+    f32(core, dst, n)[:] = np.float32(value)
+    core.cnt[VEC_DUP] += repeats(4 * n)
+
+
+@njit(cache=True)
+def broadcast_col(core, dst, src, rows, cols):
+    """BroadCast [rows, 1] to [rows, cols] (DIM_D): ``dst[r, :] = src[r]``."""
+    if not (ub_ok(core, dst, 4 * rows * cols) and ub_ok(core, src, 4 * rows)):
+        return
+    d, s = f32(core, dst, rows * cols), f32(core, src, rows)
+    for r in range(rows):
+        d[r * cols:(r + 1) * cols] = s[r]
+    core.cnt[VEC_DUP] += repeats(4 * rows * cols)
+
+
+@njit(cache=True)
+def broadcast_row(core, dst, src, rows, cols):
+    """BroadCast [1, cols] to [rows, cols] (DIM_N): ``dst[r, :] = src``."""
+    if not (ub_ok(core, dst, 4 * rows * cols) and ub_ok(core, src, 4 * cols)):
+        return
+    d, s = f32(core, dst, rows * cols), f32(core, src, cols)
+    for r in range(rows):
+        d[r * cols:(r + 1) * cols] = s
+    core.cnt[VEC_DUP] += repeats(4 * rows * cols)
+
+
+@njit(cache=True)
+def cast_to_f32(core, dst, src, n, kind):
+    """Cast b16 (``kind``: fp16 or bf16 bits) to fp32, exactly. ``src`` may be the upper half of ``dst``'s
+    buffer (the kernels' in-place widening): element k is read before any write can reach it."""
+    if not (ub_ok(core, dst, 4 * n) and ub_ok(core, src, 2 * n)):
+        return
+    d, s = u32(core, dst, n), u16(core, src, n)
+    for i in range(n):
+        d[i] = b16_to_f32_bits(s[i], kind)
+    core.cnt[VEC_CAST] += repeats(4 * n)
+
+
+@njit(cache=True)
+def cast_from_f32(core, dst, src, n, kind, mode):
+    """Cast fp32 to b16 bits with RoundMode ``mode``; ``dst`` may be ``src`` reinterpreted (in place)."""
+    if not (ub_ok(core, dst, 2 * n) and ub_ok(core, src, 4 * n)):
+        return
+    d, s = u16(core, dst, n), u32(core, src, n)
+    for i in range(n):
+        d[i] = f32_bits_to_b16(s[i], kind, mode)
+    core.cnt[VEC_CAST] += repeats(4 * n)
+
+
+@njit(cache=True)
+def get_value(core, t, k):
+    """LocalTensor.GetValue(k) on fp32: a scalar read of UB."""
+    if not ub_ok(core, t, 4 * (k + 1)):
+        return np.float32(0)
+    core.cnt[SCALAR_ACCESS] += 1
+    return f32(core, t, k + 1)[k]
+
+
+@njit(cache=True)
+def set_value(core, t, k, v):
+    if not ub_ok(core, t, 4 * (k + 1)):
+        return
+    core.cnt[SCALAR_ACCESS] += 1
+    f32(core, t, k + 1)[k] = np.float32(v)
