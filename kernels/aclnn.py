@@ -1,1 +1,108 @@
+"""The two-phase aclnn form: ``<op>_get_workspace_size(...)`` returns ``(status, workspace_size, executor)``,
+then ``<op>(workspace, workspace_size, executor, stream)`` returns a status, as ``aclnn<Op>GetWorkspaceSize``
+and ``aclnn<Op>`` do, so host code prototyped here maps line by line to aclnn. Errors never raise: the status
+says what failed and :func:`get_recent_err_msg` (``aclGetRecentErrMsg``) says why.
+"""
 
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from tilesim.errors import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ACLNN_SUCCESS, AclnnError, invalid,
+                            null_error, tiling_error)
+from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
+from tiling.common import FP32, dtype_name, shape_of
+from tiling.rms_norm_grad import rms_norm_grad as rms_norm_grad_tiling
+from tiling.rms_norm_grad import ub_plan as rms_norm_grad_ub_plan
+
+from . import rms_norm_grad as _rms_norm_grad
+
+_recent = [""]
+
+
+@dataclass
+class Executor:
+    """aclOpExecutor: the validated call, ready to run on a workspace."""
+
+    op: str
+    workspace_size: int
+    run: Callable[[np.ndarray | None], None]
+    tiling: Any
+
+
+def get_recent_err_msg() -> str:
+    """aclGetRecentErrMsg: the message of the last failed call ("" when none failed)."""
+    return _recent[0]
+
+
+def _fail(e: AclnnError) -> int:
+    _recent[0] = e.message
+    return e.status
+
+
+def _check_output(name: str, o: Any, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    if o is None:
+        raise null_error(name)
+    if dtype_name(o) != dtype:
+        raise invalid(name, f"dtype {dtype_name(o)} must be {dtype}")
+    if shape_of(o) != shape:
+        raise tiling_error(name, f"shape {list(shape_of(o))} must be {list(shape)}")
+    if not isinstance(o, np.ndarray) or not o.flags.c_contiguous or not o.flags.writeable:
+        raise invalid(name, "must be a C-contiguous, writeable numpy array")
+    return o
+
+
+def rms_norm_grad_get_workspace_size(dy: Any, x: Any, rstd: Any, gamma: Any, dx_out: Any, dgamma_out: Any, *,
+                                     soc: str | SocSpec = DEFAULT_SOC,
+                                     deterministic: bool = False) -> tuple[int, int, Executor | None]:
+    """aclnnRmsNormGradGetWorkspaceSize: ``(status, workspace_size, executor)``."""
+    try:
+        spec = get_soc(soc)
+        t = rms_norm_grad_tiling(dy, x, rstd, gamma, soc=spec, deterministic=deterministic)
+        dx = _check_output("dxOut", dx_out, shape_of(dy), dtype_name(dy))
+        dgamma = _check_output("dgammaOut", dgamma_out, shape_of(gamma), FP32)
+        rms_norm_grad_ub_plan(t, spec).check()
+    except AclnnError as e:
+        return _fail(e), 0, None
+
+    def run(ws: np.ndarray | None) -> None:
+        _rms_norm_grad.run(t, spec, dy, x, rstd, gamma, dx, dgamma, ws, _rms_norm_grad.checks_default(None))
+
+    _recent[0] = ""
+    return ACLNN_SUCCESS, t.workspace_size, Executor("rms_norm_grad", t.workspace_size, run, t)
+
+
+def _execute(op: str, workspace: Any, workspace_size: int, executor: Executor | None) -> int:
+    if executor is None:
+        return _fail(null_error("executor"))
+    if executor.op != op:
+        return _fail(invalid("executor", f"made for {executor.op}, not {op}"))
+    need = executor.workspace_size
+    if need:
+        if workspace is None:
+            return _fail(null_error("workspace"))
+        ws = np.asarray(workspace)
+        if ws.dtype != np.uint8 or ws.ndim != 1 or workspace_size < need or ws.size < need:
+            return _fail(AclnnError(ACLNN_ERR_PARAM_INVALID, f"workspace: needs a 1-D uint8 array of at least {need} "
+                                                             f"B (workspaceSize {workspace_size}, array "
+                                                             f"{ws.dtype} {ws.shape})"))
+    else:
+        ws = None
+    try:
+        executor.run(ws)
+    except AclnnError as e:
+        return _fail(e)
+    _recent[0] = ""
+    return ACLNN_SUCCESS
+
+
+def rms_norm_grad(workspace: Any, workspace_size: int, executor: Executor | None, stream: Any = None) -> int:
+    """aclnnRmsNormGrad: runs the executor on ``workspace``; returns the status."""
+    return _execute("rms_norm_grad", workspace, workspace_size, executor)
+
+
+__all__ = ["ACLNN_ERR_PARAM_NULLPTR", "Executor", "get_recent_err_msg", "rms_norm_grad",
+           "rms_norm_grad_get_workspace_size"]

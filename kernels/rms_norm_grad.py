@@ -127,7 +127,7 @@ def _final_deterministic(core, t, ws, dgamma):
         w = min(LANES, d - col0)
         pitch = (w * 4 + 31) // 32 * 32
         data_copy_pad(core, rows, ws, col0, bd, w, cva, 0)
-        duplicate(core, acc, 0.0, LANES)
+        duplicate(core, acc, 0.0, pitch // 4)
         for b in range(bd):
             add(core, acc, acc, at(rows, b * pitch), pitch // 4)
         data_copy_pad_out(core, dgamma, col0, acc, 1, w, w)

@@ -1,6 +1,6 @@
 """tilesim: the Ascend AI Core (vector core) execution model for tiled kernels, on the CPU, with Numba."""
 
-from . import cast, datamove, device, reduce, vector
+from . import cast, datamove, device, precision, reduce, vector
 from .device import COUNTER_NAMES, Core, GlobalTensor
 from .errors import (ACLNN_ERR_INNER_TILING_ERROR, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR,
                      ACLNN_ERR_RUNTIME_ERROR, ACLNN_SUCCESS, AclnnError, CheckError, UbOverflowError)
@@ -12,5 +12,5 @@ __all__ = [
     "ACLNN_ERR_INNER_TILING_ERROR", "ACLNN_ERR_PARAM_INVALID", "ACLNN_ERR_PARAM_NULLPTR", "ACLNN_ERR_RUNTIME_ERROR",
     "ACLNN_SUCCESS", "AclnnError", "AtomicTarget", "COUNTER_NAMES", "CheckError", "Core", "DEFAULT_SOC",
     "GlobalTensor", "LocalTensor", "RunReport", "SocSpec", "UbOverflowError", "UbPlan", "capture", "cast",
-    "datamove", "device", "get_soc", "list_socs", "reduce", "vector",
+    "datamove", "device", "get_soc", "list_socs", "precision", "reduce", "vector",
 ]

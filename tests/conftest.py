@@ -1,0 +1,41 @@
+"""Shared test helpers: inputs the way the op sees them, and shape-only stand-ins for tiling tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+
+
+@dataclass
+class Spec:
+    """Anything with ``.shape`` and ``.dtype``: what a tiling needs, with no data."""
+
+    shape: tuple
+    dtype: object
+
+
+def rms_inputs(rng: np.random.Generator, shape: tuple, n_gamma: int = 1, dtype: str = "float32",
+               gamma_dtype: str = "float32", offset: float = 0.0, eps: float = 1e-6, rstd_from_x: bool = True):
+    """dy, x, rstd and gamma; gamma covers the last ``n_gamma`` axes. rstd is the forward's 1/sqrt(mean(x^2)+eps),
+    or, with ``rstd_from_x=False``, drawn independently in [0.5, 2] as Ascend's TTK cases draw it."""
+    dt, gdt = DTYPES[dtype], DTYPES[gamma_dtype]
+    x = (offset + rng.uniform(-2, 2, shape)).astype(dt)
+    dy = rng.uniform(-2, 2, shape).astype(dt)
+    gshape = shape[len(shape) - n_gamma:]
+    gamma = rng.uniform(-1.5, 1.5, gshape).astype(gdt)
+    lead = shape[:len(shape) - n_gamma]
+    x64 = x.astype(np.float64).reshape(int(np.prod(lead, dtype=np.int64)), -1)
+    rstd = (1.0 / np.sqrt(np.mean(x64 * x64, axis=1) + eps)).astype(np.float32).reshape(lead)
+    if not rstd_from_x:
+        rstd = rng.uniform(0.5, 2, rstd.shape).astype(np.float32)
+    return dy, x, rstd, gamma
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(20261121)
