@@ -6,13 +6,21 @@ says what failed and :func:`get_recent_err_msg` (``aclGetRecentErrMsg``) says wh
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from tilesim.errors import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ACLNN_SUCCESS, AclnnError, invalid,
-                            null_error, tiling_error)
+from tilesim.errors import (
+    ACLNN_ERR_PARAM_INVALID,
+    ACLNN_ERR_PARAM_NULLPTR,
+    ACLNN_SUCCESS,
+    AclnnError,
+    invalid,
+    null_error,
+    tiling_error,
+)
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tiling.common import FP32, dtype_name, shape_of
 from tiling.rms_norm_grad import rms_norm_grad as rms_norm_grad_tiling
@@ -64,6 +72,7 @@ def rms_norm_grad_get_workspace_size(dy: Any, x: Any, rstd: Any, gamma: Any, dx_
         t = rms_norm_grad_tiling(dy, x, rstd, gamma, soc=spec, deterministic=deterministic)
         dx = _check_output("dxOut", dx_out, shape_of(dy), dtype_name(dy))
         dgamma = _check_output("dgammaOut", dgamma_out, shape_of(gamma), FP32)
+        _rms_norm_grad.check_supported(t)
         rms_norm_grad_ub_plan(t, spec).check()
     except AclnnError as e:
         return _fail(e), 0, None

@@ -21,14 +21,43 @@ from numba import njit, prange
 from tilesim.cast import CAST_NONE, CAST_RINT, KIND_BF16
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
 from tilesim.device import GlobalTensor, at, make_core, slot
+from tilesim.errors import tiling_error
 from tilesim.launch import AtomicTarget, finish, prepare, workspace
 from tilesim.reduce import reduce_sum_half_interval, reduce_sum_multi_n
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tilesim.vector import (add, broadcast_col, broadcast_row, cast_from_f32, cast_to_f32, duplicate, get_value,
-                            mul, muls, set_value, sub)
+from tilesim.vector import (
+    add,
+    broadcast_col,
+    broadcast_row,
+    cast_from_f32,
+    cast_to_f32,
+    duplicate,
+    get_value,
+    mul,
+    muls,
+    set_value,
+    sub,
+)
 from tiling.common import FP32, dtype_name, shape_of
-from tiling.rms_norm_grad import (DGAMMA, DX, DY, GAMMA, MEAN, MEAN_TMP, RSTD, ROW_FACTOR_SPLIT_D, SMALL_D_THRESHOLD,
-                                  SPLIT_N, SYS_WORKSPACE, TMP, TMP_MEAN, X, RmsNormGradTiling, check_tiling, ub_plan)
+from tiling.rms_norm_grad import (
+    DGAMMA,
+    DX,
+    DY,
+    GAMMA,
+    MEAN,
+    MEAN_TMP,
+    ROW_FACTOR_SPLIT_D,
+    RSTD,
+    SMALL_D_THRESHOLD,
+    SPLIT_N,
+    SYS_WORKSPACE,
+    TMP,
+    TMP_MEAN,
+    RmsNormGradTiling,
+    X,
+    check_tiling,
+    ub_plan,
+)
 from tiling.rms_norm_grad import rms_norm_grad as make_tiling
 
 from .common import KIND, gm_out, output, to_gm
@@ -271,9 +300,18 @@ def checks_default(checks: bool | None) -> bool:
     return os.environ.get("TILESIM_CHECKS", "") not in ("", "0") if checks is None else bool(checks)
 
 
+def check_supported(t: RmsNormGradTiling) -> None:
+    """The kernels here are the non-chunked ones; the chunked deterministic split-D (inputs >= 500 MiB on 910B)
+    would need a workspace layout tilesim does not emulate yet, so it is refused rather than run out of bounds."""
+    if t.need_chunk:
+        raise tiling_error("deterministic", f"the chunked deterministic split-D kernel (need_chunk, chunk_size "
+                                            f"{t.chunk_size}) is not emulated by tilesim yet")
+
+
 def run(t: RmsNormGradTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, rstd: np.ndarray, gamma: np.ndarray,
         dx: np.ndarray, dgamma: np.ndarray, ws: np.ndarray, checks: bool) -> None:
     """Launch the kernel on arrays already validated: the device part of the op (``aclnnRmsNormGrad``)."""
+    check_supported(t)
     plan = ub_plan(t, spec).check()
     launch = prepare("rms_norm_grad", spec, t, plan, t.block_dim, checks, GM_NAMES)
     kind, gkind = KIND[dtype_name(dy)], KIND[dtype_name(gamma)]
@@ -308,6 +346,7 @@ def rms_norm_grad(dy: Any, x: Any, rstd: Any, gamma: Any, *, soc: str | SocSpec 
     if tiling is not None:
         check_tiling(tiling, official.row, official.col, official.data_type, spec)
         t = tiling
+    check_supported(t)
     ub_plan(t, spec).check()
     dx = output(out, 0, "dx", shape_of(dy), dtype_name(dy))
     dgamma = output(out, 1, "dgamma", shape_of(gamma), FP32)

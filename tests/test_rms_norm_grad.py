@@ -132,7 +132,7 @@ def test_checked_mode_runs_clean_and_agrees(rng):
             args = rms_inputs(rng, shape, 1, dtype)
             fast = kernels.rms_norm_grad(*args, deterministic=det)
             checked = kernels.rms_norm_grad(*args, deterministic=det, checks=True)
-            for a, b in zip(fast, checked):
+            for a, b in zip(fast, checked, strict=True):
                 np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
 
 
@@ -143,7 +143,7 @@ def test_out_arrays_are_written_and_inputs_untouched(rng):
     dgamma = np.zeros(200, np.float32)
     rdx, rdg = kernels.rms_norm_grad(*args, out=(dx, dgamma))
     assert rdx is dx and rdg is dgamma and np.any(dgamma != 0)
-    for a, c in zip(args, copies):
+    for a, c in zip(args, copies, strict=True):
         np.testing.assert_array_equal(a.view(np.uint8), c.view(np.uint8))
 
 

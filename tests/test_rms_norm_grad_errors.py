@@ -108,3 +108,17 @@ def test_aclnn_two_phase():
     assert aclnn.rms_norm_grad_get_workspace_size(*GOOD.values(), dx, dgamma[:32])[0] == 561002
     st, ws, ex = aclnn.rms_norm_grad_get_workspace_size(*GOOD.values(), dx, dgamma, deterministic=True)
     assert st == 0 and ws == 16 * 1024 * 1024 + (64 + 8) * 4 * 4 and ex.tiling.fixed_output == 1
+
+
+def test_chunked_deterministic_tiling_is_refused_not_run():
+    class Spec:  # 48 x 2**21 fp32 (768 MiB): the tiling chunks; no data is needed to see the refusal
+        def __init__(self, shape):
+            self.shape, self.dtype = shape, np.dtype(np.float32)
+
+    from kernels.rms_norm_grad import check_supported
+    from tiling import rms_norm_grad as make
+
+    t = make(Spec((48, 2 ** 21)), Spec((48, 2 ** 21)), Spec((48,)), Spec((2 ** 21,)), deterministic=True)
+    with pytest.raises(AclnnError) as e:
+        check_supported(t)
+    assert e.value.status == 561002 and "chunk" in e.value.message

@@ -2,8 +2,16 @@
 
 from . import cast, datamove, device, precision, reduce, vector
 from .device import COUNTER_NAMES, Core, GlobalTensor
-from .errors import (ACLNN_ERR_INNER_TILING_ERROR, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR,
-                     ACLNN_ERR_RUNTIME_ERROR, ACLNN_SUCCESS, AclnnError, CheckError, UbOverflowError)
+from .errors import (
+    ACLNN_ERR_INNER_TILING_ERROR,
+    ACLNN_ERR_PARAM_INVALID,
+    ACLNN_ERR_PARAM_NULLPTR,
+    ACLNN_ERR_RUNTIME_ERROR,
+    ACLNN_SUCCESS,
+    AclnnError,
+    CheckError,
+    UbOverflowError,
+)
 from .launch import AtomicTarget, RunReport, capture
 from .soc import DEFAULT_SOC, SocSpec, get_soc, list_socs
 from .ub import LocalTensor, UbPlan

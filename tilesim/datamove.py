@@ -9,8 +9,19 @@ from __future__ import annotations
 
 from numba import njit
 
-from .device import (ATOMIC_BYTES, ERR_DATACOPY_LEN, ERR_UB_ALIGN, MTE2_BYTES, MTE2_PAD_BYTES, MTE2_XFERS,
-                     MTE3_BYTES, MTE3_XFERS, gm_ok, report, ub_ok)
+from .device import (
+    ATOMIC_BYTES,
+    ERR_DATACOPY_LEN,
+    ERR_UB_ALIGN,
+    MTE2_BYTES,
+    MTE2_PAD_BYTES,
+    MTE2_XFERS,
+    MTE3_BYTES,
+    MTE3_XFERS,
+    gm_ok,
+    report,
+    ub_ok,
+)
 from .ub import BLOCK
 
 

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 from numba import njit
 
-from .device import (COUNTER_NAMES, ERR_DATACOPY_LEN, ERR_GM_OOB, ERR_UB_ALIGN, ERR_UB_OOB, N_COUNTERS, N_ERR)
+from .device import COUNTER_NAMES, ERR_DATACOPY_LEN, ERR_GM_OOB, ERR_UB_ALIGN, ERR_UB_OOB, N_COUNTERS, N_ERR
 from .errors import CheckError
 from .soc import SocSpec
 from .ub import UbPlan

@@ -9,8 +9,20 @@ import numpy as np
 from numba import njit
 
 from .cast import b16_to_f32_bits, f32_bits_to_b16
-from .device import (SCALAR_ACCESS, VEC_BINARY, VEC_CAST, VEC_DIV, VEC_DUP, VEC_SCALAR, VEC_UNARY, f32, repeats,
-                     u16, u32, ub_ok)
+from .device import (
+    SCALAR_ACCESS,
+    VEC_BINARY,
+    VEC_CAST,
+    VEC_DIV,
+    VEC_DUP,
+    VEC_SCALAR,
+    VEC_UNARY,
+    f32,
+    repeats,
+    u16,
+    u32,
+    ub_ok,
+)
 
 
 @njit(cache=True, inline="always")

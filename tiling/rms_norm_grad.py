@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tilesim.errors import AclnnError, invalid, tiling_error, ACLNN_ERR_INNER_TILING_ERROR
+from tilesim.errors import ACLNN_ERR_INNER_TILING_ERROR, AclnnError, invalid, tiling_error
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan
 
@@ -276,9 +276,6 @@ def check_tiling(t: RmsNormGradTiling, rows: int, cols: int, data_type: int, soc
                                   f"{t.block_factor}, block_dim {t.block_dim}, core_calc_tail {t.core_calc_tail})")
     if t.ub_factor < 1:
         raise bad("ub_factor", f"{t.ub_factor} must be at least 1")
-    if t.need_chunk:
-        raise bad("need_chunk", "the chunked deterministic split-D kernel (inputs of 500 MiB and more) is not "
-                                "emulated by tilesim yet")
     loops = [(t.ub_calc_loop, t.ub_calc_num, t.ub_calc_tail, t.block_factor if t.tiling_key == SPLIT_N else cols)]
     if t.core_calc_tail:
         loops.append((t.ub_calc_tail_loop, t.ub_calc_tail_num, t.ub_calc_tail_tail,
