@@ -1,0 +1,137 @@
+"""RmsNormGrad [4096, 4096] on this CPU, side by side: tilesim's tiled kernel, the untiled numpy reference, torch
+autograd, and the host's memory bandwidth (the triad probe).
+
+``make bench`` (``pytest bench --benchmark-enable``) times them; plain ``pytest bench`` (benchmarks disabled by
+the project's addopts) runs each body once, as a smoke test. Every benchmark stores in ``extra_info`` the bytes
+the op must move and, when timed, the effective GB/s at the median; ``bench/conftest.py`` prints the summary
+and writes ``bench/results.json``.
+
+Bytes an RmsNormGrad must move: read dy, x (N x D of the dtype), rstd (N fp32) and gamma (D of gamma's dtype);
+write dx (N x D of the dtype) and dgamma (D fp32). Workspace and cross-core partial sums are not counted.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numba
+import numpy as np
+import pytest
+import torch
+
+import kernels
+from bench.bandwidth import make_arrays, triad, triad_bytes
+from tilesim.precision import compare
+
+N, D = 4096, 4096
+EPS = 1e-6
+DTYPES = {"fp32": np.dtype(np.float32), "bf16": np.dtype(ml_dtypes.bfloat16)}
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+PROBE_MIB = 256
+
+
+def group(dtype: str) -> str:
+    return f"rms_norm_grad {dtype} [{N}, {D}]"
+
+
+# One benchmark group per dtype, so pytest-benchmark's table puts tilesim, numpy and torch side by side.
+PARAMS = [pytest.param(name, id=name, marks=pytest.mark.benchmark(group=group(name))) for name in DTYPES]
+
+
+@functools.cache
+def inputs(dtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(dy, x, rstd, gamma): x ~ U(-2, 2) and dy ~ N(0, 1) in the dtype, rstd from the rounded x in fp32,
+    gamma ~ U(0.5, 1.5) fp32."""
+    rng = np.random.default_rng(2024)
+    dt = DTYPES[dtype]
+    x = rng.uniform(-2.0, 2.0, (N, D)).astype(np.float32).astype(dt)
+    dy = rng.standard_normal((N, D), dtype=np.float32).astype(dt)
+    x32 = x.astype(np.float32)
+    rstd = (1.0 / np.sqrt(np.mean(x32 * x32, axis=1) + np.float32(EPS))).astype(np.float32)
+    gamma = rng.uniform(0.5, 1.5, D).astype(np.float32)
+    return dy, x, rstd, gamma
+
+
+def op_bytes(dy: np.ndarray, x: np.ndarray, rstd: np.ndarray, gamma: np.ndarray) -> int:
+    """Bytes the op must move: read dy, x, rstd, gamma; write dx (dy's dtype) and dgamma (fp32)."""
+    return dy.nbytes + x.nbytes + rstd.nbytes + gamma.nbytes + dy.nbytes + gamma.size * 4
+
+
+def record(benchmark, op: str, dtype: str, nbytes: int, timed: str) -> None:
+    """Fill ``extra_info``; called after the benchmark ran, so the median is known when timing was enabled."""
+    info = benchmark.extra_info
+    info.update(op=op, dtype=dtype, shape=[N, D], bytes=nbytes, timed=timed)
+    if benchmark.stats is not None:  # None when benchmarks are disabled
+        median = benchmark.stats.stats.median
+        info["median_s"] = median
+        info["gbs"] = nbytes / median / 1e9
+
+
+@pytest.mark.parametrize("dtype", PARAMS)
+def test_tilesim(benchmark, dtype):
+    """kernels.rms_norm_grad on the default SoC, checks off, into preallocated outputs."""
+    dy, x, rstd, gamma = inputs(dtype)
+    dx, dgamma = np.empty_like(dy), np.empty(D, np.float32)
+    out = (dx, dgamma)
+    kernels.rms_norm_grad(dy, x, rstd, gamma, checks=False, out=out)  # warm-up: compile / load the Numba cache
+    benchmark(kernels.rms_norm_grad, dy, x, rstd, gamma, checks=False, out=out)
+    record(benchmark, "tilesim", dtype, op_bytes(dy, x, rstd, gamma),
+           "kernels.rms_norm_grad(..., checks=False, out=(dx, dgamma)): validation, tiling, launch")
+    golden_dx, _ = kernels.reference.rms_norm_grad(dy[:64], x[:64], rstd[:64], gamma)  # the timed run was right
+    precision = compare(dx[:64], golden_dx)
+    assert precision.ok, f"dx: {precision}"
+
+
+@pytest.mark.parametrize("dtype", PARAMS)
+def test_numpy_reference(benchmark, dtype):
+    """kernels.reference.rms_norm_grad: untiled float64 numpy (casts in and out included)."""
+    dy, x, rstd, gamma = inputs(dtype)
+    benchmark(kernels.reference.rms_norm_grad, dy, x, rstd, gamma)
+    record(benchmark, "numpy float64", dtype, op_bytes(dy, x, rstd, gamma),
+           "kernels.reference.rms_norm_grad (float64, untiled)")
+
+
+@pytest.mark.parametrize("dtype", PARAMS)
+def test_torch_autograd(benchmark, dtype):
+    """torch.nn.functional.rms_norm forward once (eps 1e-6, weight in the input's dtype so torch takes its
+    native path), then only the backward is timed: ``torch.autograd.grad(y, (x, w), dy, retain_graph=True)``,
+    which computes dx and dweight from the saved graph."""
+    dy_np, x_np, rstd, gamma = inputs(dtype)
+    tdt = TORCH_DTYPES[dtype]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        x = torch.from_numpy(x_np.astype(np.float32)).to(tdt).requires_grad_(True)
+        w = torch.from_numpy(gamma).to(tdt).requires_grad_(True)
+        dy = torch.from_numpy(dy_np.astype(np.float32)).to(tdt)
+        y = torch.nn.functional.rms_norm(x, (D,), w, eps=EPS)
+
+        def backward():
+            return torch.autograd.grad(y, (x, w), dy, retain_graph=True)
+
+        backward()  # warm-up
+        dx, dw = benchmark(backward)
+    finally:
+        torch.set_num_threads(threads)
+    record(benchmark, "torch autograd", dtype, op_bytes(dy_np, x_np, rstd, gamma),
+           "torch.autograd.grad(y, (x, w), dy, retain_graph=True) after one rms_norm forward, 2 threads")
+    assert dx.dtype == tdt and dx.shape == (N, D) and dw.shape == (D,)
+
+
+@pytest.mark.benchmark(group="memory bandwidth")
+def test_bandwidth_probe(benchmark):
+    """The STREAM triad a = b + s * c over 3 x 256 MiB float32 on all Numba threads: 2 reads + 1 write counted."""
+    a, b, c = make_arrays(PROBE_MIB)
+    s = np.float32(3.0)
+    prev = numba.get_num_threads()
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    try:
+        triad(a, b, c, s)  # warm-up: compile / load the cache, fault in the pages
+        benchmark(triad, a, b, c, s)
+    finally:
+        numba.set_num_threads(prev)
+    record(benchmark, "bandwidth probe", "fp32", triad_bytes(a),
+           f"triad a[i] = b[i] + s*c[i], 3 x {PROBE_MIB} MiB, {numba.config.NUMBA_NUM_THREADS} threads")
+    benchmark.extra_info["shape"] = [a.size]
+    assert a[0] == np.float32(7.0) and a[-1] == np.float32(7.0)
