@@ -200,8 +200,32 @@ def _split_n(core, t, phase, dy, x, rstd, gamma, dx, dgamma, ws, shadow, kind, g
 
 
 @njit(cache=True)
+def _gamma_tile(core, t, j, gamma, gkind):
+    """Split-D column tile ``j``: its width, width rounded to 32 B, first column; gamma loaded and widened."""
+    uf = t.ub_factor
+    w = t.ub_calc_tail if (j == t.ub_calc_loop - 1 and t.ub_calc_tail != 0) else uf
+    align = 8 if t.data_type == 0 else 16
+    wa = (w + align - 1) // align * align
+    gam = slot(core, GAMMA, 0)
+    _load(core, gam, gamma, j * uf, 1, w, gkind, uf)
+    _widen(core, gam, wa, gkind, uf)
+    return w, wa, j * uf
+
+
+@njit(cache=True)
+def _xy_row(core, t, k, off, w, wa, x, dy, kind):
+    """Split-D CopyIn of one row's x and dy tile into queue slot ``k``, widened to fp32."""
+    xl, dyl, dxl = slot(core, X, k), slot(core, DY, k), slot(core, DX, k)
+    _load(core, xl, x, off, 1, w, kind, t.ub_factor)
+    _load(core, dyl, dy, off, 1, w, kind, t.ub_factor)
+    _widen(core, xl, wa, kind, t.ub_factor)
+    _widen(core, dyl, wa, kind, t.ub_factor)
+    return xl, dyl, dxl
+
+
+@njit(cache=True)
 def _split_d(core, t, phase, dy, x, rstd, gamma, dx, dgamma, ws, shadow, kind, gkind, mode):
-    c, d, cva, uf = core.idx, t.col, t.col_val_align, t.ub_factor
+    c, d, cva = core.idx, t.col, t.col_val_align
     det = t.fixed_output == 1
     if phase == 0:  # zero what the atomic adds land in, then SyncAll
         if det:
@@ -213,12 +237,11 @@ def _split_d(core, t, phase, dy, x, rstd, gamma, dx, dgamma, ws, shadow, kind, g
         _final_deterministic(core, t, ws, dgamma)
         return
     acc, acc_off = (ws, c * cva) if det else (shadow, c * d)
-    align = 8 if kind == 0 else 16
     rows = t.core_calc_tail if (t.core_calc_tail and c == t.block_dim - 1) else t.block_factor
     row0 = c * t.block_factor
     rs, mean, mtmp = slot(core, RSTD, 0), slot(core, MEAN, 0), slot(core, MEAN_TMP, 0)
     gam, dgam = slot(core, GAMMA, 0), slot(core, DGAMMA, 0)
-    loop, tailc = t.ub_calc_loop, t.ub_calc_tail
+    loop = t.ub_calc_loop
     k = 0
     for b in range((rows + ROW_FACTOR_SPLIT_D - 1) // ROW_FACTOR_SPLIT_D):
         r0 = row0 + b * ROW_FACTOR_SPLIT_D
@@ -226,21 +249,13 @@ def _split_d(core, t, phase, dy, x, rstd, gamma, dx, dgamma, ws, shadow, kind, g
         data_copy_pad(core, rs, rstd, r0, 1, n, n, 0)
         duplicate(core, mean, 0.0, n)
         for j in range(loop):  # pass 1: dgamma partials and the row sums of dy * g * x * rstd
-            w = tailc if (j == loop - 1 and tailc != 0) else uf
-            wa = (w + align - 1) // align * align
-            col0 = j * uf
-            _load(core, gam, gamma, col0, 1, w, gkind, uf)
-            _widen(core, gam, wa, gkind, uf)
+            w, wa, col0 = _gamma_tile(core, t, j, gamma, gkind)
             duplicate(core, dgam, 0.0, wa)
             for i in range(n):
-                xl, dyl, dxl = slot(core, X, k), slot(core, DY, k), slot(core, DX, k)
+                xl, dyl, dxl = _xy_row(core, t, k, (r0 + i) * d + col0, w, wa, x, dy, kind)
                 k += 1
-                _load(core, xl, x, (r0 + i) * d + col0, 1, w, kind, uf)
-                _load(core, dyl, dy, (r0 + i) * d + col0, 1, w, kind, uf)
                 rv = get_value(core, rs, i)
-                _widen(core, xl, wa, kind, uf)
                 muls(core, xl, xl, rv, wa)
-                _widen(core, dyl, wa, kind, uf)
                 mul(core, dxl, dyl, xl, wa)
                 add(core, dgam, dgam, dxl, wa)
                 mul(core, dxl, dxl, gam, wa)
@@ -249,22 +264,14 @@ def _split_d(core, t, phase, dy, x, rstd, gamma, dx, dgamma, ws, shadow, kind, g
             add(core, mean, mean, mtmp, n)
         muls(core, mean, mean, t.avg_factor, n)
         for j in range(loop):  # pass 2: dx
-            w = tailc if (j == loop - 1 and tailc != 0) else uf
-            wa = (w + align - 1) // align * align
-            col0 = j * uf
-            _load(core, gam, gamma, col0, 1, w, gkind, uf)
-            _widen(core, gam, wa, gkind, uf)
+            w, wa, col0 = _gamma_tile(core, t, j, gamma, gkind)
             for i in range(n):
-                xl, dyl, dxl = slot(core, X, k), slot(core, DY, k), slot(core, DX, k)
+                xl, dyl, dxl = _xy_row(core, t, k, (r0 + i) * d + col0, w, wa, x, dy, kind)
                 k += 1
-                _load(core, xl, x, (r0 + i) * d + col0, 1, w, kind, uf)
-                _load(core, dyl, dy, (r0 + i) * d + col0, 1, w, kind, uf)
                 rv = get_value(core, rs, i)
                 mv = get_value(core, mean, i)
-                _widen(core, xl, wa, kind, uf)
                 muls(core, xl, xl, rv, wa)
                 muls(core, xl, xl, mv, wa)
-                _widen(core, dyl, wa, kind, uf)
                 mul(core, dxl, dyl, gam, wa)
                 sub(core, dxl, dxl, xl, wa)
                 muls(core, dxl, dxl, rv, wa)
