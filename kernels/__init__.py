@@ -1,6 +1,7 @@
 """Device kernels and their op API: numpy in, numpy out, run on the emulated AI Core."""
 
 from . import aclnn, reference
+from .group_norm_backward import group_norm_backward
 from .rms_norm_grad import rms_norm_grad
 
-__all__ = ["aclnn", "reference", "rms_norm_grad"]
+__all__ = ["aclnn", "group_norm_backward", "reference", "rms_norm_grad"]

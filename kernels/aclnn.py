@@ -23,9 +23,12 @@ from tilesim.errors import (
 )
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tiling.common import FP32, dtype_name, shape_of
+from tiling.group_norm_backward import check_args as group_norm_backward_check_args
+from tiling.group_norm_backward import group_norm_backward as group_norm_backward_tiling
 from tiling.rms_norm_grad import rms_norm_grad as rms_norm_grad_tiling
 from tiling.rms_norm_grad import ub_plan as rms_norm_grad_ub_plan
 
+from . import group_norm_backward as _group_norm_backward
 from . import rms_norm_grad as _rms_norm_grad
 
 _recent = [""]
@@ -113,5 +116,42 @@ def rms_norm_grad(workspace: Any, workspace_size: int, executor: Executor | None
     return _execute("rms_norm_grad", workspace, workspace_size, executor)
 
 
-__all__ = ["ACLNN_ERR_PARAM_NULLPTR", "Executor", "get_recent_err_msg", "rms_norm_grad",
-           "rms_norm_grad_get_workspace_size"]
+def group_norm_backward_get_workspace_size(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: Any, N: int,  # noqa: N803
+                                           C: int, HxW: int, group: int, output_mask: Any, grad_input: Any,  # noqa: N803
+                                           grad_gamma_out: Any, grad_beta_out: Any, *,
+                                           soc: str | SocSpec = DEFAULT_SOC) -> tuple[int, int, Executor | None]:
+    """aclnnGroupNormBackwardGetWorkspaceSize: ``(status, workspace_size, executor)``. Outputs whose mask bit is
+    false may be None. Empty inputs succeed with workspace 0 and an executor that computes nothing; on SoCs
+    that decompose the op the workspace the l0 ops use is not modelled (0)."""
+    outputs = (grad_input, grad_gamma_out, grad_beta_out)
+    try:
+        spec = get_soc(soc)
+        group_norm_backward_check_args(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, outputs,
+                                       spec)
+        mask = tuple(bool(m) for m in output_mask)
+        names = ("gradInput", "gradGammaOut", "gradBetaOut")
+        res = [_check_output(names[i], outputs[i], shape_of(outputs[i]), dtype_name(grad_out)) if mask[i] else None
+               for i in range(3)]
+        t = None
+        if N * C * HxW and spec.arch == 220:
+            t = group_norm_backward_tiling(grad_out, input, mean, rstd, gamma, N, C, HxW, group, mask, soc=spec)
+    except AclnnError as e:
+        return _fail(e), 0, None
+
+    def run(ws: np.ndarray | None) -> None:
+        if N * C * HxW:
+            _group_norm_backward.execute(t, spec, grad_out, input, mean, rstd, gamma, N, C, HxW, group, mask, res,
+                                         ws, _rms_norm_grad.checks_default(None))
+
+    size = t.workspace_size if t is not None else 0
+    _recent[0] = ""
+    return ACLNN_SUCCESS, size, Executor("group_norm_backward", size, run, t)
+
+
+def group_norm_backward(workspace: Any, workspace_size: int, executor: Executor | None, stream: Any = None) -> int:
+    """aclnnGroupNormBackward: runs the executor on ``workspace``; returns the status."""
+    return _execute("group_norm_backward", workspace, workspace_size, executor)
+
+
+__all__ = ["ACLNN_ERR_PARAM_NULLPTR", "Executor", "get_recent_err_msg", "group_norm_backward",
+           "group_norm_backward_get_workspace_size", "rms_norm_grad", "rms_norm_grad_get_workspace_size"]

@@ -24,3 +24,22 @@ def rms_norm_grad(dy: Any, x: Any, rstd: Any, gamma: Any) -> tuple[np.ndarray, n
     dx = r * (dy2 * g2 - xh * m)
     dgamma = np.sum(dy2 * xh, axis=0)
     return dx.reshape(np.shape(x)), dgamma.reshape(np.shape(gamma))
+
+
+def group_norm_backward(dy: Any, x: Any, mean: Any, rstd: Any, gamma: Any, N: int, C: int, HxW: int,  # noqa: N803
+                        group: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GroupNorm backward in float64 with centred x̂ = (x − mean)·rstd and γ inside the group sums:
+    ``dx = rstd·(γ·dy − Σγ·dy/D − x̂·Σγ·dy·x̂/D)`` over each (n, g) group of D = (C/G)·HxW elements,
+    ``dgamma = Σ_{n,hw} dy·x̂``, ``dbeta = Σ_{n,hw} dy``. gamma None means ones."""
+    cg = C // group
+    d = _f64(dy).reshape(N, group, cg, HxW)
+    xx = _f64(x).reshape(N, group, cg, HxW)
+    m = _f64(mean).reshape(N, group, 1, 1)
+    r = _f64(rstd).reshape(N, group, 1, 1)
+    g = np.ones((group, cg)) if gamma is None else _f64(gamma).reshape(group, cg)
+    xhat = (xx - m) * r
+    sdy, sdyx = d.sum(-1), (d * xhat).sum(-1)
+    c1 = (g * sdy).sum(-1)[..., None, None] / (cg * HxW)
+    c2 = (g * sdyx).sum(-1)[..., None, None] / (cg * HxW)
+    dx = r * (g[..., None] * d - c1 - xhat * c2)
+    return dx.reshape(np.shape(x)), sdyx.sum(0).reshape(C), sdy.sum(0).reshape(C)

@@ -63,32 +63,34 @@ def data_copy_out(core, dst, dst_off, src, n):
 
 
 @njit(cache=True)
-def data_copy_pad(core, dst, src, src_off, rows, row_len, src_stride, pad_value):
+def data_copy_pad(core, dst, src, src_off, rows, row_len, src_stride, pad_value, dst_gap=0):
     """DataCopyPad GM to UB: ``rows`` rows of ``row_len`` elements, ``src_stride`` elements apart in GM.
 
     In UB each row starts on a 32 B boundary and is filled up to it with ``pad_value`` (isPad with paddingValue),
-    so the rows land ``align_up(row_len * itemsize, 32)`` bytes apart.
+    then ``dst_gap`` further 32 B blocks are skipped (DataCopyExtParams.dstStride), so the rows land
+    ``align_up(row_len * itemsize, 32) + 32 * dst_gap`` bytes apart.
     """
     isz = src.data.itemsize
     row_bytes = row_len * isz
-    pitch = (row_bytes + BLOCK - 1) // BLOCK * BLOCK
+    pitch = (row_bytes + BLOCK - 1) // BLOCK * BLOCK + BLOCK * dst_gap
     if core.checks:
         last = src_off + (rows - 1) * src_stride
-        if not (ub_ok(core, dst, rows * pitch) and gm_ok(core, src, src_off, row_len)
+        if not (ub_ok(core, dst, rows * pitch - BLOCK * dst_gap) and gm_ok(core, src, src_off, row_len)
                 and gm_ok(core, src, last, row_len)):
             return
     per_row = pitch // isz
-    d = core.ub[dst.addr:dst.addr + rows * pitch].view(src.data.dtype)
+    filled = per_row - BLOCK * dst_gap // isz
+    d = core.ub[dst.addr:dst.addr + rows * pitch - BLOCK * dst_gap].view(src.data.dtype)
     s = src.data
     pv = s.dtype.type(pad_value)
     for r in range(rows):
         o = r * per_row
         g = src_off + r * src_stride
         d[o:o + row_len] = s[g:g + row_len]
-        for k in range(row_len, per_row):
+        for k in range(row_len, filled):
             d[o + k] = pv
     core.cnt[MTE2_BYTES] += rows * row_bytes
-    core.cnt[MTE2_PAD_BYTES] += rows * (pitch - row_bytes)
+    core.cnt[MTE2_PAD_BYTES] += rows * (filled * isz - row_bytes)
     core.cnt[MTE2_XFERS] += 1
 
 

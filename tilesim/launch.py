@@ -73,10 +73,14 @@ def workspace(size: int) -> np.ndarray:
 
 
 class AtomicTarget:
-    """A GM fp32 tensor that several cores atomic-add into: one shadow row per core, merged in core order."""
+    """A GM fp32 tensor that several cores atomic-add into, emulated without host data races: ``ways`` shadow
+    rows, merged in row order after the phase. A kernel gives each core its own row (``ways = block_dim``), or,
+    when it knows which adds can meet at one address, a row per class of writer: GroupNormGrad's partials of
+    batch rows 2k and 2k+1 go to rows 0 and 1. Either way the result does not depend on the host thread count.
+    """
 
-    def __init__(self, block_dim: int, n: int) -> None:
-        self.shadow = np.zeros((block_dim, n), np.float32)
+    def __init__(self, ways: int, n: int) -> None:
+        self.shadow = np.zeros((ways, n), np.float32)
 
     def merge_into(self, target: np.ndarray) -> None:
         _merge_rows(self.shadow, target)

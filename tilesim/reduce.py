@@ -92,3 +92,30 @@ def reduce_sum_multi_n(core, dst, src, tmp, rows, cols, cols_align):
         core.cnt[VEC_BINARY] += rows
     for r in range(rows):
         d[r] = whole_reduce_sum(core, LocalTensor(tmp.buf, tmp.addr + 4 * r * LANES), LANES)
+
+
+@njit(cache=True)
+def reduce_sum(core, dst, src, work, count):
+    """ReduceSum (the tensor API with a work tensor): vcadd over each 64-lane repeat of ``src[0:count]`` into
+    ``work``, then vcadd over those partials, level by level, until one value is left; it lands in ``dst[0]``
+    and is returned. ``dst``, ``src`` and ``work`` may be one tensor (partial k only overwrites lanes an earlier
+    repeat has consumed)."""
+    if not (ub_ok(core, src, 4 * count) and ub_ok(core, dst, 4)):
+        return np.float32(0)
+    if count <= LANES:
+        s = whole_reduce_sum(core, src, count)
+    else:
+        level = src
+        while count > 1:
+            parts = (count + LANES - 1) // LANES
+            if not ub_ok(core, work, 4 * parts):
+                return np.float32(0)
+            w = f32(core, work, parts)
+            for k in range(parts):
+                w[k] = whole_reduce_sum(core, LocalTensor(level.buf, level.addr + 4 * k * LANES),
+                                        min(LANES, count - k * LANES))
+            level = work
+            count = parts
+        s = f32(core, work, 1)[0]
+    f32(core, dst, 1)[0] = s
+    return s

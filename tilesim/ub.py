@@ -43,17 +43,30 @@ class UbPlan:
 
     capacity: int
     buffers: list[UbBuffer] = field(default_factory=list)
+    region: int = 0  # index of the first buffer placed since the last reset
 
     def add(self, name: str, nbytes: int, buffer_num: int = 1) -> int:
-        """Place ``buffer_num`` slots of ``nbytes``; returns the buffer's index (its id on the device)."""
-        if nbytes <= 0 or buffer_num <= 0:
-            raise ValueError(f"UB buffer {name}: nbytes and buffer_num must be positive, got {nbytes}, {buffer_num}")
-        self.buffers.append(UbBuffer(name, self.used, align_up(int(nbytes), BLOCK), int(buffer_num)))
+        """Place ``buffer_num`` slots of ``nbytes``; returns the buffer's index (its id on the device).
+
+        ``nbytes`` 0 reserves the id without UB: a kernel whose buffer ids are fixed across its modes gives the
+        buffers a mode does not allocate 0 bytes."""
+        if nbytes < 0 or buffer_num <= 0:
+            raise ValueError(f"UB buffer {name}: nbytes must be >= 0 and buffer_num positive, got {nbytes}, "
+                             f"{buffer_num}")
+        offset = sum(b.total for b in self.buffers[self.region:])
+        self.buffers.append(UbBuffer(name, offset, align_up(int(nbytes), BLOCK), int(buffer_num)))
         return len(self.buffers) - 1
+
+    def reset(self) -> UbPlan:
+        """TPipe.Reset: the buffers added from now on are placed from offset 0 again, over the earlier ones
+        (a kernel's second stage reusing the UB of its first)."""
+        self.region = len(self.buffers)
+        return self
 
     @property
     def used(self) -> int:
-        return sum(b.total for b in self.buffers)
+        """The high-water mark: the largest end offset of any buffer."""
+        return max((b.offset + b.total for b in self.buffers), default=0)
 
     @property
     def free(self) -> int:
@@ -62,7 +75,8 @@ class UbPlan:
 
     def check(self) -> UbPlan:
         if self.used > self.capacity:
-            rows = "; ".join(f"{b.name} {b.buffer_num} x {b.nbytes} B = {b.total} B" for b in self.buffers)
+            rows = "; ".join(f"{b.name} {b.buffer_num} x {b.nbytes} B = {b.total} B at {b.offset}"
+                             for b in self.buffers if b.nbytes)
             raise UbOverflowError(f"UB plan needs {self.used} B but the core has {self.capacity} B "
                                   f"(over by {self.used - self.capacity} B): {rows}")
         return self
@@ -79,6 +93,7 @@ class UbPlan:
 
     def table(self) -> str:
         lines = [f"  {'buffer':<14}{'offset':>8}{'slot B':>9}{'slots':>6}{'total B':>9}"]
-        lines += [f"  {b.name:<14}{b.offset:>8}{b.nbytes:>9}{b.buffer_num:>6}{b.total:>9}" for b in self.buffers]
+        lines += [f"  {b.name:<14}{b.offset:>8}{b.nbytes:>9}{b.buffer_num:>6}{b.total:>9}" for b in self.buffers
+                  if b.nbytes]
         lines.append(f"  used {self.used} of {self.capacity} B ({100 * self.used / self.capacity:.1f} %)")
         return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Vector instructions on fp32 LocalTensors (Add, Sub, Mul, Div, Muls, Adds, Exp, Sqrt, Duplicate, BroadCast,
+"""Vector instructions on fp32 LocalTensors (Add, Sub, Mul, Div, Muls, Adds, Exp, Sqrt, Copy, Duplicate, BroadCast,
 Cast, GetValue/SetValue). Each counts its 256 B repeats by class. In-place forms (dst is a source) are fine;
 every op reads element k before it writes element k.
 """
@@ -109,6 +109,15 @@ def sqrt(core, dst, a, n):
     d, x = f32(core, dst, n), f32(core, a, n)
     for i in range(n):
         d[i] = np.sqrt(x[i])
+    core.cnt[VEC_UNARY] += repeats(4 * n)
+
+
+@njit(cache=True)
+def copy(core, dst, src, n):
+    """Copy: UB to UB through the vector unit, ``n`` fp32 elements."""
+    if not (ub_ok(core, dst, 4 * n) and ub_ok(core, src, 4 * n)):
+        return
+    f32(core, dst, n)[:] = f32(core, src, n)
     core.cnt[VEC_UNARY] += repeats(4 * n)
 
 

@@ -1,0 +1,360 @@
+"""GroupNormGrad host tiling: ``op_host/group_norm_grad_tiling.cpp`` of hicann/ops-nn (the non-regbase
+GroupNormGradTiling), reproduced field for field, plus the UB plans of its kernel and the checks of
+``aclnnGroupNormBackward`` (``op_host/op_api/aclnn_group_norm_backward.cpp``) in their order.
+
+Tasks are the N·G (batch, group) pairs, split over the vector cores. A task's UB mode depends on what fits:
+5 when HxW = 1; 0 the whole group resident; 1 one channel at a time; 2 two channels at a time (double buffer);
+3 a channel split into HxW chunks. dgamma/dbeta are reduced over N in a second stage whose plan (castEleNum,
+the cores it uses, coreBatchParts) the tiling also computes.
+
+Free choices a user may override: ``core_num`` (cores the tasks are split over), ``ub_mode`` (any mode whose
+buffers fit, instead of the first that does) and ``mode3_capacity`` (elements per HxW chunk in mode 3, a multiple
+of 8 blocks); every other field is derived from them as the official code derives it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tilesim.errors import invalid, null_error, tiling_error
+from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
+from tilesim.ub import UbPlan
+
+from .common import BF16, FP16, FP32, align_up, ceil_div, dtype_name, numel, shape_of
+
+MODE_0, MODE_1, MODE_2, MODE_3, MODE_5 = 0, 1, 2, 3, 5
+UB_MODES = (MODE_0, MODE_1, MODE_2, MODE_3, MODE_5)
+DTYPE_MODE = {FP32: 0, FP16: 1, BF16: 2}
+DETERMINISTIC_KEY = 10  # tiling key = dtype mode + 10 when N > 2
+UPPER_CARRYING_LIMIT = 8000  # C/G rounded up to a block, in elements
+MAX_C_SIZE = 240000
+RESERVE_SPACE = 1024
+UB_COPIES = 3  # dy, x and the HxW temporary
+EIGHT_BLOCK = 8
+STEP_SIZE = 64  # castEleNum granularity
+SPLIT_COUNT = 2  # batch rows per workspace row, and halves of the fp32 stage 2
+SYS_WORKSPACE = 16 * 1024 * 1024  # GetLibApiWorkSpaceSize on DAV_2201
+FLOAT_BYTES = 4
+MAX_DIMS = 8
+
+
+@dataclass(frozen=True)
+class GroupNormBackwardTiling:
+    """GroupNormGradTilingData (official names in snake_case; its ``Tiling_key`` field is ``ub_mode`` here) plus
+    ``tiling_key`` (the kernel template: dtype mode + 10 when deterministic), ``block_dim`` (coreNumUsed),
+    ``dtype`` and ``workspace_size`` (bytes, the library's 16 MiB included)."""
+
+    ub_mode: int
+    n: int
+    c: int
+    hxw: int
+    g: int
+    nxg: int
+    c_g: int
+    task_num_per_core: int
+    task_num_per_tail_core: int
+    tail_core: int
+    mode1_ub_cap_c_num: int
+    mode1_ub_iter_c_num: int
+    mode1_ub_tail_c_num: int
+    mode2_ub_capacity_ele: int
+    mode2_ub_iteration_num: int
+    mode2_ub_tail_num: int
+    work_space_size: int
+    stage2_core_used: int
+    cast_ele_num: int
+    tail_cast_num: int
+    core_batch_parts: int
+    core_batch_parts_tail_repeat: int
+    repeat_time4_stage2: int
+    dx_is_require: bool
+    dgamma_is_require: bool
+    dbeta_is_require: bool
+    tiling_key: int
+    block_dim: int
+    dtype: str
+    workspace_size: int
+
+    @property
+    def deterministic(self) -> bool:
+        """The two-stage reduction over N (selected by N > 2, not by the global deterministic flag)."""
+        return self.tiling_key >= DETERMINISTIC_KEY
+
+    def tasks_of_core(self, core: int) -> tuple[int, int]:
+        """(first task, task count) of a core: the first ``tail_core`` cores take one task more."""
+        if core < self.tail_core:
+            return core * self.task_num_per_core, self.task_num_per_core
+        return core * self.task_num_per_tail_core + self.tail_core, self.task_num_per_tail_core
+
+
+def elements_per_block(dtype: str) -> int:
+    return 8 if dtype == FP32 else 16
+
+
+def dtype_bytes(dtype: str) -> int:
+    """UB bytes per element: fp32 4; b16 6 (a staging buffer in T plus the fp32 buffer computed on)."""
+    return 4 if dtype == FP32 else 6
+
+
+def check_args(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: Any, n: int, c: int, hxw: int, group: int,
+               output_mask: Any, outputs: tuple[Any, Any, Any] | None, soc: SocSpec) -> None:
+    """CheckParams of aclnnGroupNormBackward, in its order. None inputs are 161001; everything else, a null or
+    wrong-length mask and a required output missing included, is 161002 (the code's codes; the doc says 161001
+    for the mask). ``outputs`` is (gradInput, gradGammaOut, gradBetaOut) of the two-phase form, or None when
+    the op allocates them."""
+    for name, t in (("gradOut", grad_out), ("input", input), ("mean", mean), ("rstd", rstd)):
+        if t is None:
+            raise null_error(name)
+    if output_mask is None:
+        raise invalid("outputMask", "must not be null")
+    mask = tuple(bool(m) for m in output_mask)
+    if len(mask) != 3:
+        raise invalid("outputMask", f"length must be 3, got {len(mask)}")
+    out_names = ("gradInput", "gradGammaOut", "gradBetaOut")
+    if outputs is not None:
+        for i in range(3):
+            if mask[i] and outputs[i] is None:
+                raise invalid(out_names[i], f"must not be null when outputMask[{i}] is true")
+    t = dtype_name(grad_out)
+    allowed = (FP32, FP16, BF16) if soc.supports_bf16 else (FP32, FP16)
+    if t not in allowed:
+        raise invalid("gradOut", f"dtype {t} not supported on {soc.name}; supported: {', '.join(allowed)}")
+    named = [("input", input), ("mean", mean), ("rstd", rstd), ("gamma", gamma)]
+    if outputs is not None:
+        named += [(out_names[i], outputs[i]) for i in range(3) if mask[i]]
+    for name, a in named:
+        if a is not None and dtype_name(a) != t:
+            raise invalid(name, f"dtype {dtype_name(a)} must equal gradOut's dtype {t}")
+    if group <= 0:
+        raise invalid("group", f"must be greater than 0, got {group}")
+    if c % group != 0:
+        raise invalid("C", f"must be divisible by group: C = {c}, group = {group}")
+    if soc.arch == 220:
+        if c // group > UPPER_CARRYING_LIMIT:
+            raise invalid("group", f"C / group = {c // group} must not exceed {UPPER_CARRYING_LIMIT} on {soc.name}")
+        if c > MAX_C_SIZE:
+            raise invalid("C", f"must not exceed {MAX_C_SIZE} on {soc.name}, got {c}")
+    s_dy = shape_of(grad_out)
+    if len(s_dy) > MAX_DIMS:
+        raise invalid("gradOut", f"rank {len(s_dy)} must not exceed {MAX_DIMS}")
+    for name, a, want, rule in (("gradOut", grad_out, n * c * hxw, "N * C * HxW"),
+                                ("input", input, n * c * hxw, "N * C * HxW"),
+                                ("mean", mean, n * group, "N * group"), ("rstd", rstd, n * group, "N * group")):
+        if numel(shape_of(a)) != want:
+            raise invalid(name, f"numel {numel(shape_of(a))} must equal {rule} = {want}")
+    if gamma is not None and numel(shape_of(gamma)) != c:
+        raise invalid("gamma", f"numel {numel(shape_of(gamma))} must equal C = {c}")
+    if outputs is not None:
+        s_g = shape_of(gamma) if gamma is not None else (c,)
+        for i, want in enumerate((shape_of(input), s_g, s_g)):
+            if mask[i] and shape_of(outputs[i]) != want:
+                raise invalid(out_names[i], f"shape {list(shape_of(outputs[i]))} must be {list(want)}")
+
+
+def _stage1(c_g: int, hxw: int, dtype: str, ub: int, ub_mode: int | None, mode3_capacity: int | None) -> dict:
+    """CalStage1TilingInfo: the UB capacities, the mode, and mode 3's HxW chunks."""
+    epb, db = elements_per_block(dtype), dtype_bytes(dtype)
+    reserve = RESERVE_SPACE + align_up(c_g, epb) * db * UB_COPIES
+    extra = 0 if (hxw % EIGHT_BLOCK == 0 or c_g == 1) else 2 * align_up(hxw, epb) * FLOAT_BYTES
+    cap0 = 0 if ub < reserve + extra else (ub - reserve - extra) // (align_up(c_g * hxw, epb) * db * UB_COPIES)
+    cap1 = (ub - reserve) // (align_up(hxw, epb) * db * UB_COPIES)
+    iter1 = tail1 = 0
+    if cap1 > 0:
+        iter1 = ceil_div(c_g, cap1)
+        tail1 = cap1 if iter1 * cap1 == c_g else c_g - (iter1 - 1) * cap1
+    if hxw == 1:
+        official = MODE_5
+    elif cap0 > 0:
+        official = MODE_0
+    elif cap1 == 1:
+        official = MODE_1
+    elif cap1 > 1:
+        official = MODE_2
+    else:
+        official = MODE_3
+    mode = official if ub_mode is None else ub_mode
+    if mode not in UB_MODES:
+        raise invalid("ub_mode", f"must be one of {UB_MODES}, got {mode}")
+    if (mode == MODE_5) != (hxw == 1):
+        raise tiling_error("ub_mode", "mode 5 is the mode for HxW = 1, and only for it" +
+                           f" (HxW = {hxw}, ub_mode {mode})")
+    if mode == MODE_0 and cap0 < 1:
+        raise tiling_error("ub_mode", f"mode 0 keeps a whole group ({c_g} x {hxw}) in UB: it does not fit")
+    if mode == MODE_1 and cap1 < 1:
+        raise tiling_error("ub_mode", f"mode 1 keeps one channel ({hxw} elements) in UB: it does not fit")
+    if mode == MODE_2 and cap1 < 2:
+        raise tiling_error("ub_mode", f"mode 2 keeps two channels ({hxw} elements each) in UB: they do not fit")
+    cap_ele = it3 = tail3 = 0
+    if mode == MODE_3:
+        cap_max = (ub - reserve) // (db * UB_COPIES) // (epb * EIGHT_BLOCK) * (epb * EIGHT_BLOCK)
+        cap_ele = cap_max if mode3_capacity is None else mode3_capacity
+        if cap_ele <= 0 or cap_ele % (epb * EIGHT_BLOCK) or cap_ele > cap_max:
+            raise tiling_error("mode3_capacity", f"must be a positive multiple of {epb * EIGHT_BLOCK} elements up "
+                                                 f"to {cap_max}, got {cap_ele}")
+        it3 = ceil_div(hxw, cap_ele)
+        tail3 = cap_ele if hxw == it3 * cap_ele else hxw - (it3 - 1) * cap_ele
+    elif mode3_capacity is not None:
+        raise invalid("mode3_capacity", f"applies to ub_mode 3 only (ub_mode is {mode})")
+    return dict(ub_mode=mode, mode1_ub_cap_c_num=cap1, mode1_ub_iter_c_num=iter1, mode1_ub_tail_c_num=tail1,
+                mode2_ub_capacity_ele=cap_ele, mode2_ub_iteration_num=it3, mode2_ub_tail_num=tail3)
+
+
+def _stage2(n: int, c: int, used: int, dtype: str, det: bool, ub: int) -> dict:
+    """CalStage2TilingInfo: the reduction over N and the workspace. The official code logs and carries on when
+    castEleNum or coreBatchParts come out 0 (its Init status is ignored); here that is a tiling error."""
+    f = dict(work_space_size=0, stage2_core_used=0, cast_ele_num=0, tail_cast_num=0, core_batch_parts=0,
+             core_batch_parts_tail_repeat=0, repeat_time4_stage2=0, user_ws=0)
+    avail = (ub - RESERVE_SPACE) // SPLIT_COUNT
+    if det:
+        f["work_space_size"] = ceil_div(n, SPLIT_COUNT) * c
+        if dtype == FP32:
+            if used // SPLIT_COUNT == 0:
+                raise tiling_error("core_num", f"the deterministic fp32 stage 2 splits the batch rows over two "
+                                               f"halves of the cores and needs at least 2 cores, got {used}")
+            cast = align_up(ceil_div(c, used // SPLIT_COUNT), STEP_SIZE)
+            avail -= cast * FLOAT_BYTES
+            counts = ceil_div(ceil_div(n, SPLIT_COUNT), SPLIT_COUNT)
+        else:
+            cast = align_up(ceil_div(c, used), STEP_SIZE)
+            avail -= cast * (FLOAT_BYTES + 2)
+            counts = ceil_div(n, SPLIT_COUNT)
+        parts = min(max(avail, 0) // (cast * FLOAT_BYTES), counts)
+        if parts == 0:
+            raise tiling_error("C", f"stage 2 needs {cast} channels x 4 B per row in UB beside its sums, but only "
+                                    f"{max(avail, 0)} B are left of {ub} B (C = {c}, {used} cores)")
+        f.update(cast_ele_num=cast, core_batch_parts=parts,
+                 core_batch_parts_tail_repeat=parts if counts % parts == 0 else counts % parts,
+                 repeat_time4_stage2=ceil_div(counts, parts))
+    elif dtype != FP32:
+        cast = align_up(ceil_div(c, used), STEP_SIZE)
+        f.update(cast_ele_num=cast, work_space_size=c)
+    if f["cast_ele_num"]:
+        s2 = ceil_div(c, f["cast_ele_num"])
+        f.update(stage2_core_used=s2, tail_cast_num=c if s2 == 1 else c - (s2 - 1) * f["cast_ele_num"])
+    f["user_ws"] = SPLIT_COUNT * f["work_space_size"] * FLOAT_BYTES
+    return f
+
+
+def group_norm_backward(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: Any, N: int, C: int,  # noqa: N803
+                        HxW: int, group: int, output_mask: Any = (True, True, True), *,  # noqa: N803
+                        soc: str | SocSpec = DEFAULT_SOC, core_num: int | None = None, ub_mode: int | None = None,
+                        mode3_capacity: int | None = None) -> GroupNormBackwardTiling:
+    """The official GroupNormGrad TilingData for these arguments (checked as aclnnGroupNormBackward checks them),
+    or a consistent alternative with ``core_num``, ``ub_mode`` or ``mode3_capacity`` overridden.
+
+    Inputs need only ``.shape`` and ``.dtype``; gamma may be None. Raises AclnnError: 161001/161002 for what
+    aclnn refuses, 561002 for what the tiling refuses (HxW = 0, C/G beyond 8000 elements, an override that
+    does not fit).
+    """
+    spec = get_soc(soc)
+    check_args(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, None, spec)
+    mask = tuple(bool(m) for m in output_mask)
+    dtype = dtype_name(grad_out)
+    if HxW == 0 or N == 0 or C == 0:
+        raise tiling_error("input", f"empty input (N = {N}, C = {C}, HxW = {HxW}): N * G and HxW must not be 0 "
+                                    "(aclnn returns before tiling for empty tensors)")
+    c_g = C // group
+    epb = elements_per_block(dtype)
+    if align_up(c_g, epb) > UPPER_CARRYING_LIMIT:
+        raise tiling_error("group", f"C / group = {c_g} rounds up to {align_up(c_g, epb)} elements, over the "
+                                    f"kernel's carrying capacity {UPPER_CARRYING_LIMIT}")
+    cores = spec.core_num_aiv if core_num is None else int(core_num)
+    if cores <= 0:
+        raise invalid("core_num", f"must be positive, got {cores}")
+    nxg = N * group
+    tpc = ceil_div(nxg, cores)
+    used = ceil_div(nxg, tpc)
+    tail_tpc, tail_core = tpc, used
+    if nxg % used:
+        tail_tpc, tail_core = tpc - 1, nxg % used
+    det = N > 2
+    s1 = _stage1(c_g, HxW, dtype, spec.ub_size, ub_mode, mode3_capacity)
+    s2 = _stage2(N, C, used, dtype, det, spec.ub_size)
+    user_ws = s2.pop("user_ws")
+    t = GroupNormBackwardTiling(
+        n=N, c=C, hxw=HxW, g=group, nxg=nxg, c_g=c_g, task_num_per_core=tpc, task_num_per_tail_core=tail_tpc,
+        tail_core=tail_core, **s1, **s2, dx_is_require=mask[0], dgamma_is_require=mask[1],
+        dbeta_is_require=mask[2], tiling_key=DTYPE_MODE[dtype] + DETERMINISTIC_KEY * det, block_dim=used,
+        dtype=dtype, workspace_size=SYS_WORKSPACE + user_ws)
+    ub_plan(t, spec).check()
+    return t
+
+
+def check_tiling(t: GroupNormBackwardTiling, official: GroupNormBackwardTiling, soc: SocSpec) -> None:
+    """A hand-made tiling must describe the same problem as the official one, give every task to exactly one
+    core, and have the UB mode, chunks, stage-2 plan and workspace its own choices imply (561002 otherwise)."""
+    for f in ("n", "c", "hxw", "g", "nxg", "c_g", "dtype", "dx_is_require", "dgamma_is_require",
+              "dbeta_is_require", "tiling_key"):
+        if getattr(t, f) != getattr(official, f):
+            raise tiling_error(f, f"is {getattr(t, f)!r} but these arguments give {getattr(official, f)!r}")
+    if t.block_dim <= 0:
+        raise tiling_error("block_dim", f"must be positive, got {t.block_dim}")
+    seen = []
+    for core in range(t.block_dim):
+        first, count = t.tasks_of_core(core)
+        seen.extend(range(first, first + count))
+    if sorted(seen) != list(range(t.nxg)):
+        raise tiling_error("task_num_per_core", f"task_num_per_core {t.task_num_per_core}, task_num_per_tail_core "
+                                                f"{t.task_num_per_tail_core}, tail_core {t.tail_core} over "
+                                                f"{t.block_dim} cores must cover the {t.nxg} tasks exactly once")
+    want = _stage1(t.c_g, t.hxw, t.dtype, soc.ub_size, t.ub_mode,
+                   t.mode2_ub_capacity_ele if t.ub_mode == MODE_3 else None)
+    want |= _stage2(t.n, t.c, t.block_dim, t.dtype, t.deterministic, soc.ub_size)
+    want["workspace_size"] = SYS_WORKSPACE + want.pop("user_ws")
+    for f, v in want.items():
+        if getattr(t, f) != v:
+            raise tiling_error(f, f"is {getattr(t, f)} but ub_mode {t.ub_mode} on {t.block_dim} cores gives {v}")
+    ub_plan(t, soc).check()
+
+
+# UB buffer ids, the same in every mode (a mode leaves out what it does not use).
+BUFFERS = ["dy", "dy_T", "x", "x_T", "temp_x", "temp_dy", "gamma", "gamma_T", "dgamma_T", "dbeta_T", "dgamma",
+           "dbeta", "temp_hxw", "s2_dgamma_sum", "s2_dbeta_sum", "s2_dgamma_rows", "s2_dbeta_rows", "s2_dgamma_T",
+           "s2_dbeta_T"]
+(DY, DY_T, X, X_T, TEMP_X, TEMP_DY, GAMMA, GAMMA_T, DGAMMA_T, DBETA_T, DGAMMA, DBETA, TEMP_HXW, S2_DGAMMA_SUM,
+ S2_DBETA_SUM, S2_DGAMMA_ROWS, S2_DBETA_ROWS, S2_DGAMMA_T, S2_DBETA_T) = range(len(BUFFERS))
+
+
+def ub_plan(t: GroupNormBackwardTiling, soc: SocSpec) -> UbPlan:
+    """Init_Unified_Buffer of the kernel for the tiling's mode, then (after pipe.Reset) the stage-2 buffers.
+
+    Every id of :data:`BUFFERS` gets a row, in that order, so the device can index by id; a buffer the mode does
+    not allocate gets 0 bytes.
+    """
+    b16 = t.dtype != FP32
+    epb = elements_per_block(t.dtype)
+    sz = {}
+    if t.ub_mode == MODE_0:
+        main, nbuf = align_up(t.c_g * t.hxw, epb), 1
+        if not (t.hxw % EIGHT_BLOCK == 0 or t.c_g == 1):
+            sz[TEMP_X] = sz[TEMP_DY] = (align_up(t.hxw, epb) * 4, 1)
+    elif t.ub_mode in (MODE_1, MODE_2):
+        main, nbuf = align_up(t.hxw, epb), 2 if t.ub_mode == MODE_2 else 1
+    elif t.ub_mode == MODE_3:
+        main, nbuf = align_up(t.mode2_ub_capacity_ele, epb), 1
+    else:
+        main, nbuf = align_up(t.c_g, epb), 1
+    cg = align_up(t.c_g, epb)
+    sz[DY] = sz[X] = sz[TEMP_HXW] = (main * 4, nbuf)
+    sz[GAMMA] = sz[DGAMMA] = sz[DBETA] = (cg * 4, 1)
+    if b16:
+        sz[DY_T] = sz[X_T] = (main * 2, 1)
+        sz[GAMMA_T] = sz[DGAMMA_T] = sz[DBETA_T] = (cg * 2, 1)
+    stage2 = {}
+    cast = t.cast_ele_num
+    if t.deterministic:
+        stage2[S2_DGAMMA_SUM] = stage2[S2_DBETA_SUM] = (cast * 4, 1)
+        stage2[S2_DGAMMA_ROWS] = stage2[S2_DBETA_ROWS] = (t.core_batch_parts * cast * 4, 1)
+        if b16:
+            stage2[S2_DGAMMA_T] = stage2[S2_DBETA_T] = (cast * 2, 1)
+    elif b16 and t.n != 1:
+        stage2[S2_DGAMMA_ROWS] = stage2[S2_DBETA_ROWS] = (cast * 4, 1)
+        stage2[S2_DGAMMA_T] = stage2[S2_DBETA_T] = (cast * 2, 1)
+    plan = UbPlan(soc.ub_size)
+    for i, name in enumerate(BUFFERS):
+        if i == S2_DGAMMA_SUM:
+            plan.reset()
+        nbytes, nb = (stage2 if i >= S2_DGAMMA_SUM else sz).get(i, (0, 0))
+        plan.add(name, nbytes, nb or 1)
+    return plan
