@@ -513,12 +513,18 @@ def decomposed(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np.ndarray
 
     The ReduceSums accumulate in fp32 (numpy's pairwise order, not the TBE ops' own) and round once.
     """
-    dt = dy.dtype
     cg = c // group
-    f32 = np.float32
     dy3, x3 = dy.reshape(n, c, hxw), x.reshape(n, c, hxw)
     m_c = np.repeat(mean.reshape(n, group), cg, axis=1)[:, :, None]
     r_c = np.repeat(rstd.reshape(n, group), cg, axis=1)[:, :, None]
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # inf and NaN are what the NPU gives
+        return _decomposed_ops(dy3, x3, mean, rstd, gamma, m_c, r_c, n, c, hxw, group, mask, dy.shape)
+
+
+def _decomposed_ops(dy3: np.ndarray, x3: np.ndarray, mean: np.ndarray, rstd: np.ndarray, gamma: np.ndarray,
+                    m_c: np.ndarray, r_c: np.ndarray, n: int, c: int, hxw: int, group: int,
+                    mask: tuple[bool, bool, bool], shape: tuple[int, ...]) -> tuple[Any, Any, Any]:
+    dt, f32, cg = dy3.dtype, np.float32, c // group
     dx = dgamma = dbeta = None
     if mask[0]:
         dyg = (dy3 * gamma.reshape(1, c, 1)).astype(dt)
@@ -531,7 +537,7 @@ def decomposed(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np.ndarray
         m = f32(cg * hxw)
         diff_scale = np.sum(g_dy * xc * invstd, axis=1, dtype=f32, keepdims=True)
         diff_offset = np.sum(g_dy, axis=1, dtype=f32, keepdims=True)
-        dx = (invstd * (g_dy - diff_offset / m - xc * invstd * diff_scale / m)).astype(dt).reshape(dy.shape)
+        dx = (invstd * (g_dy - diff_offset / m - xc * invstd * diff_scale / m)).astype(dt).reshape(shape)
     if mask[1]:
         xhat = ((x3 - m_c).astype(dt) * r_c).astype(dt)
         prod = (dy3 * xhat).astype(dt)
