@@ -23,7 +23,7 @@ from tilesim.datamove import data_copy, data_copy_out, data_copy_pad, data_copy_
 from tilesim.device import COUNTER_NAMES, GlobalTensor, at, make_core, slot
 from tilesim.launch import arena, finish, prepare
 from tilesim.precision import assert_close
-from tilesim.reduce import reduce_sum_half_interval, whole_reduce_sum
+from tilesim.reduce import reduce_sum, reduce_sum_half_interval, whole_reduce_sum
 from tilesim.soc import MIB, get_soc, list_socs
 from tilesim.ub import BLOCK, UbPlan, align_up
 from tilesim.vector import adds, cast_from_f32, cast_to_f32, muls
@@ -59,10 +59,23 @@ def test_ub_plan_offsets_are_aligned_and_sequential():
     assert plan.names() == [s[0] for s in sizes]
 
 
-@pytest.mark.parametrize("nbytes, k", [(0, 1), (-32, 1), (32, 0)])
+@pytest.mark.parametrize("nbytes, k", [(-32, 1), (32, 0)])
 def test_ub_plan_rejects_empty_buffers(nbytes, k):
     with pytest.raises(ValueError):
         UbPlan(1024).add("bad", nbytes, k)
+
+
+def test_ub_plan_zero_bytes_reserves_an_id_and_reset_reuses_the_ub():
+    plan = UbPlan(1024)
+    assert plan.add("a", 100) == 0 and plan.add("unused", 0) == 1 and plan.add("b", 64) == 2
+    assert [b.offset for b in plan.buffers] == [0, 128, 128] and plan.used == 192
+    plan.reset()  # TPipe.Reset: a second stage starts from offset 0 again
+    assert plan.add("c", 500, 2) == 3
+    assert plan.buffers[3].offset == 0 and plan.used == 1024 and plan.check() is plan
+    plan.add("d", 32)
+    with pytest.raises(tilesim.UbOverflowError, match="d 1 x 32 B = 32 B at 1024"):
+        plan.check()
+    assert "unused" not in plan.table()
 
 
 def test_ub_plan_that_fits_exactly_passes():
@@ -453,6 +466,8 @@ def _reduce_core(c, block_dim, arena_, plan, cnt, err, checks, src, counts, out)
     t = slot(core, 0, 0)
     n = counts[c]
     data_copy_pad(core, t, GlobalTensor(0, src), c * STRIDE, 1, n, n, 0)
+    out[c, 2] = reduce_sum(core, t, t, t, n)  # in place, as GroupNormGrad calls it
+    data_copy_pad(core, t, GlobalTensor(0, src), c * STRIDE, 1, n, n, 0)
     if n <= 64:
         out[c, 1] = whole_reduce_sum(core, t, n)
     out[c, 0] = reduce_sum_half_interval(core, t, n)
@@ -491,6 +506,14 @@ def py_half_interval(v: list) -> np.float32:
     return py_tree64(v[:64])
 
 
+def py_reduce_sum(v: list) -> np.float32:
+    """ReduceSum: vcadd per 64-lane repeat, then vcadd over those partials, level by level."""
+    v = [np.float32(a) for a in v]
+    while len(v) > 1:
+        v = [py_tree64(v[k:k + 64]) for k in range(0, len(v), 64)]
+    return v[0]
+
+
 def test_reductions_follow_the_documented_order():
     rng = np.random.default_rng(2024)
     # a wide dynamic range, so that the summation order shows in the last bits
@@ -500,7 +523,7 @@ def test_reductions_follow_the_documented_order():
     plan.add("row", 4 * STRIDE)
     plan.check()
     launch = prepare("reduce", SOC, None, plan, len(COUNTS), True, ["src"])
-    out = np.full((len(COUNTS), 2), np.nan, np.float32)
+    out = np.full((len(COUNTS), 3), np.nan, np.float32)
     _reduce_launch(len(COUNTS), launch.arena, launch.plan_array, launch.counters, launch.err, True,
                    src.reshape(-1), np.array(COUNTS, np.int64), out)
     finish(launch)
@@ -509,6 +532,8 @@ def test_reductions_follow_the_documented_order():
         row = src[c, :n].tolist()
         want = py_half_interval(row)
         assert out[c, 0].view(np.uint32) == want.view(np.uint32), (n, out[c, 0], want)
+        levels = py_reduce_sum(row)
+        assert out[c, 2].view(np.uint32) == levels.view(np.uint32), (n, out[c, 2], levels)
         if n <= 64:
             w64 = py_tree64(row)
             assert out[c, 1].view(np.uint32) == w64.view(np.uint32), (n, out[c, 1], w64)
