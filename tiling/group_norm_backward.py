@@ -260,8 +260,8 @@ def group_norm_backward(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: 
         raise tiling_error("group", f"C / group = {c_g} rounds up to {align_up(c_g, epb)} elements, over the "
                                     f"kernel's carrying capacity {UPPER_CARRYING_LIMIT}")
     cores = spec.core_num_aiv if core_num is None else int(core_num)
-    if cores <= 0:
-        raise invalid("core_num", f"must be positive, got {cores}")
+    if not 1 <= cores <= spec.core_num_aiv:
+        raise tiling_error("core_num", f"{cores} must be in [1, {spec.core_num_aiv}] (GetCoreNumAiv of {spec.name})")
     nxg = N * group
     tpc = ceil_div(nxg, cores)
     used = ceil_div(nxg, tpc)
@@ -288,8 +288,11 @@ def check_tiling(t: GroupNormBackwardTiling, official: GroupNormBackwardTiling, 
               "dbeta_is_require", "tiling_key"):
         if getattr(t, f) != getattr(official, f):
             raise tiling_error(f, f"is {getattr(t, f)!r} but these arguments give {getattr(official, f)!r}")
-    if t.block_dim <= 0:
-        raise tiling_error("block_dim", f"must be positive, got {t.block_dim}")
+    if not 1 <= t.block_dim <= soc.core_num_aiv:
+        raise tiling_error("block_dim", f"{t.block_dim} must be in [1, {soc.core_num_aiv}] (the vector cores of "
+                                        f"{soc.name}: SyncAll needs every block resident)")
+    if t.ub_mode not in UB_MODES:
+        raise tiling_error("ub_mode", f"must be one of {UB_MODES}, got {t.ub_mode}")
     seen = []
     for core in range(t.block_dim):
         first, count = t.tasks_of_core(core)
