@@ -1,9 +1,10 @@
-"""``make demo``: RmsNormGrad on the emulated Ascend910B1, both of its kernels, in one table.
+"""``make demo``: RmsNormGrad (both of its kernels) and GroupNormBackward on the emulated Ascend910B1, in one table.
 
 Runs ``kernels.rms_norm_grad`` on [4096, 4096] bf16 (split-N: whole rows per UB tile) and on [64, 12288] fp32
-(split-D: rows too long for the UB, cut into column tiles) with realistic inputs, and prints, per run, the
-tiling the host chose, the UB plan's size, the bytes the data movers carried, the error of dx against untiled
-float64 math under Ascend's precision standard, and the wall time on this CPU.
+(split-D: rows too long for the UB, cut into column tiles), and ``kernels.group_norm_backward`` on
+[32, 512, 64·64] with 32 groups in fp32 and bf16, with realistic inputs, and prints, per run, the tiling the host
+chose, the UB plan's size, the bytes the data movers carried, the error of dx against untiled float64 math under
+Ascend's precision standard, and the wall time on this CPU.
 
     python -m bench.demo
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ml_dtypes
@@ -22,9 +24,10 @@ import tilesim
 from tilesim.precision import compare
 
 EPS = 1e-6
+GN_EPS = 1e-5  # torch.nn.GroupNorm's default, for the forward's rstd
+GN_GROUPS = 32
 REPEATS = 5
 SPLIT = {1: "split-N", 2: "split-D"}
-CASES = [((4096, 4096), "bf16"), ((64, 12288), "fp32")]
 DTYPES = {"fp32": np.dtype(np.float32), "bf16": np.dtype(ml_dtypes.bfloat16)}
 
 
@@ -41,27 +44,73 @@ def make_inputs(shape: tuple[int, int], dtype: str, seed: int = 0) -> tuple[np.n
     return dy, x, rstd, gamma
 
 
-def run_case(shape: tuple[int, int], dtype: str) -> dict[str, Any]:
+def make_gn_inputs(shape: tuple[int, int, int], dtype: str, groups: int, seed: int = 0) -> tuple[np.ndarray, ...]:
+    """dy ~ N(0, 1) and x ~ U(-2, 2) of shape [N, C, HxW]; mean and rstd = 1 / sqrt(var + 1e-5) over each
+    (n, group) of the rounded x, [N, groups] (what the forward GroupNorm saves); gamma ~ U(0.5, 1.5); all in
+    ``dtype``, as aclnnGroupNormBackward requires."""
+    rng = np.random.default_rng(seed)
+    dt = DTYPES[dtype]
+    x = rng.uniform(-2.0, 2.0, shape).astype(np.float32).astype(dt)
+    dy = rng.standard_normal(shape, dtype=np.float32).astype(dt)
+    xg = x.astype(np.float32).reshape(shape[0], groups, -1)
+    mean = xg.mean(axis=-1, dtype=np.float64).astype(np.float32).astype(dt)
+    rstd = (1.0 / np.sqrt(xg.var(axis=-1, dtype=np.float64) + GN_EPS)).astype(np.float32).astype(dt)
+    gamma = rng.uniform(0.5, 1.5, shape[1]).astype(np.float32).astype(dt)
+    return dy, x, mean, rstd, gamma
+
+
+def rms_norm_grad_case(shape: tuple[int, int], dtype: str) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
+    """kernels.rms_norm_grad on ``shape``: (call(out=None) -> outputs, golden dx, shape label)."""
     dy, x, rstd, gamma = make_inputs(shape, dtype)
+
+    def call(out: Any = None) -> Any:
+        return kernels.rms_norm_grad(dy, x, rstd, gamma, out=out)
+
+    return call, lambda: kernels.reference.rms_norm_grad(dy, x, rstd, gamma)[0], "x".join(map(str, shape))
+
+
+def group_norm_backward_case(shape: tuple[int, int, int], dtype: str,
+                             groups: int = GN_GROUPS) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
+    """kernels.group_norm_backward on [N, C, HxW] with ``groups`` groups: (call, golden dx, shape label)."""
+    args = (*make_gn_inputs(shape, dtype, groups), *shape, groups)
+
+    def call(out: Any = None) -> Any:
+        return kernels.group_norm_backward(*args, out=out)
+
+    return call, lambda: kernels.reference.group_norm_backward(*args)[0], f"{'x'.join(map(str, shape))} G={groups}"
+
+
+CASES = [(rms_norm_grad_case, (4096, 4096), "bf16"), (rms_norm_grad_case, (64, 12288), "fp32"),
+         (group_norm_backward_case, (32, 512, 64 * 64), "fp32"), (group_norm_backward_case, (32, 512, 64 * 64), "bf16")]
+
+
+def tiling_key(op: str, t: Any) -> str:
+    """The tiling key and what it selects: RmsNormGrad's split, GroupNormGrad's UB mode and reduction."""
+    if op == "group_norm_backward":
+        return f"{t.tiling_key} UB mode {t.ub_mode}{', det' if t.deterministic else ''}"
+    return f"{t.tiling_key} {SPLIT.get(t.tiling_key, '?')}"
+
+
+def run_case(make: Callable[..., Any], shape: tuple[int, ...], dtype: str) -> dict[str, Any]:
+    call, golden, label = make(shape, dtype)
     with tilesim.capture() as runs:
         t0 = time.perf_counter()
-        dx, dgamma = kernels.rms_norm_grad(dy, x, rstd, gamma)  # compiles, or loads the Numba cache
+        outs = call()  # compiles, or loads the Numba cache
         first = time.perf_counter() - t0
     report = runs[-1]
     times = []
     for _ in range(REPEATS):
         t0 = time.perf_counter()
-        kernels.rms_norm_grad(dy, x, rstd, gamma, out=(dx, dgamma))
+        call(out=outs)
         times.append(time.perf_counter() - t0)
-    golden_dx, _ = kernels.reference.rms_norm_grad(dy, x, rstd, gamma)
-    p = compare(dx, golden_dx)
+    p = compare(outs[0], golden())
     t = report.tiling
     return {
         "op": report.op,
-        "shape": "x".join(map(str, shape)),
+        "shape": label,
         "dtype": dtype,
         "SoC": report.soc,
-        "tiling key": f"{t.tiling_key} {SPLIT.get(t.tiling_key, '?')}",
+        "tiling key": tiling_key(report.op, t),
         "block_dim": str(report.block_dim),
         "UB used/cap B": f"{report.ub_plan.used}/{report.ub_plan.capacity}",
         "MTE2 bytes": f"{report.total('mte2_bytes'):,}",
@@ -89,12 +138,14 @@ def table(rows: list[dict[str, str]]) -> str:
 
 
 def main() -> None:
-    print(f"tilesim demo: aclnnRmsNormGrad on the emulated {tilesim.DEFAULT_SOC}, checks off\n")
-    rows = [run_case(shape, dtype) for shape, dtype in CASES]
+    print(f"tilesim demo: aclnnRmsNormGrad and aclnnGroupNormBackward on the emulated {tilesim.DEFAULT_SOC}, checks "
+          f"off\n")
+    rows = [run_case(make, shape, dtype) for make, shape, dtype in CASES]
     print(table(rows))
-    print(f"\nUB: per-core UB plan / capacity (bytes); MTE2/MTE3: bytes GM->UB / UB->GM, all cores; dx MARE: max "
-          f"relative error vs float64 math, pass = MERE < T and MARE < limit (10T); first call: with Numba "
-          f"compile/cache load; wall: median of {REPEATS} later calls.")
+    print(f"\nG: groups; det: the deterministic two-stage dgamma/dbeta reduction; UB: per-core UB plan / capacity "
+          f"(bytes); MTE2/MTE3: bytes GM->UB / UB->GM, all cores; dx MARE: max relative error vs float64 math, "
+          f"pass = MERE < T and MARE < limit (10T); first call: with Numba compile/cache load; wall: median of "
+          f"{REPEATS} later calls into the first call's outputs.")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import torch
 
 import kernels
 from bench.bandwidth import make_arrays, triad, triad_bytes
+from bench.record import record
 from tilesim.precision import compare
 
 N, D = 4096, 4096
@@ -58,14 +59,8 @@ def op_bytes(dy: np.ndarray, x: np.ndarray, rstd: np.ndarray, gamma: np.ndarray)
     return dy.nbytes + x.nbytes + rstd.nbytes + gamma.nbytes + dy.nbytes + gamma.size * 4
 
 
-def record(benchmark, op: str, dtype: str, nbytes: int, timed: str) -> None:
-    """Fill ``extra_info``; called after the benchmark ran, so the median is known when timing was enabled."""
-    info = benchmark.extra_info
-    info.update(op=op, dtype=dtype, shape=[N, D], bytes=nbytes, timed=timed)
-    if benchmark.stats is not None:  # None when benchmarks are disabled
-        median = benchmark.stats.stats.median
-        info["median_s"] = median
-        info["gbs"] = nbytes / median / 1e9
+def _record(benchmark, op: str, dtype: str, nbytes: int, timed: str) -> None:
+    record(benchmark, op, dtype, nbytes, timed, shape=[N, D])
 
 
 @pytest.mark.parametrize("dtype", PARAMS)
@@ -76,7 +71,7 @@ def test_tilesim(benchmark, dtype):
     out = (dx, dgamma)
     kernels.rms_norm_grad(dy, x, rstd, gamma, checks=False, out=out)  # warm-up: compile / load the Numba cache
     benchmark(kernels.rms_norm_grad, dy, x, rstd, gamma, checks=False, out=out)
-    record(benchmark, "tilesim", dtype, op_bytes(dy, x, rstd, gamma),
+    _record(benchmark, "tilesim", dtype, op_bytes(dy, x, rstd, gamma),
            "kernels.rms_norm_grad(..., checks=False, out=(dx, dgamma)): validation, tiling, launch")
     golden_dx, _ = kernels.reference.rms_norm_grad(dy[:64], x[:64], rstd[:64], gamma)  # the timed run was right
     precision = compare(dx[:64], golden_dx)
@@ -88,7 +83,7 @@ def test_numpy_reference(benchmark, dtype):
     """kernels.reference.rms_norm_grad: untiled float64 numpy (casts in and out included)."""
     dy, x, rstd, gamma = inputs(dtype)
     benchmark(kernels.reference.rms_norm_grad, dy, x, rstd, gamma)
-    record(benchmark, "numpy float64", dtype, op_bytes(dy, x, rstd, gamma),
+    _record(benchmark, "numpy float64", dtype, op_bytes(dy, x, rstd, gamma),
            "kernels.reference.rms_norm_grad (float64, untiled)")
 
 
@@ -114,7 +109,7 @@ def test_torch_autograd(benchmark, dtype):
         dx, dw = benchmark(backward)
     finally:
         torch.set_num_threads(threads)
-    record(benchmark, "torch autograd", dtype, op_bytes(dy_np, x_np, rstd, gamma),
+    _record(benchmark, "torch autograd", dtype, op_bytes(dy_np, x_np, rstd, gamma),
            "torch.autograd.grad(y, (x, w), dy, retain_graph=True) after one rms_norm forward, 2 threads")
     assert dx.dtype == tdt and dx.shape == (N, D) and dw.shape == (D,)
 
@@ -131,7 +126,7 @@ def test_bandwidth_probe(benchmark):
         benchmark(triad, a, b, c, s)
     finally:
         numba.set_num_threads(prev)
-    record(benchmark, "bandwidth probe", "fp32", triad_bytes(a),
+    _record(benchmark, "bandwidth probe", "fp32", triad_bytes(a),
            f"triad a[i] = b[i] + s*c[i], 3 x {PROBE_MIB} MiB, {numba.config.NUMBA_NUM_THREADS} threads")
     benchmark.extra_info["shape"] = [a.size]
     assert a[0] == np.float32(7.0) and a[-1] == np.float32(7.0)
