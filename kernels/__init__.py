@@ -3,5 +3,6 @@
 from . import aclnn, reference
 from .group_norm_backward import group_norm_backward
 from .rms_norm_grad import rms_norm_grad
+from .swiglu_grad import swiglu_grad
 
-__all__ = ["aclnn", "group_norm_backward", "reference", "rms_norm_grad"]
+__all__ = ["aclnn", "group_norm_backward", "reference", "rms_norm_grad", "swiglu_grad"]

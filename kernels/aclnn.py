@@ -27,9 +27,13 @@ from tiling.group_norm_backward import check_args as group_norm_backward_check_a
 from tiling.group_norm_backward import group_norm_backward as group_norm_backward_tiling
 from tiling.rms_norm_grad import rms_norm_grad as rms_norm_grad_tiling
 from tiling.rms_norm_grad import ub_plan as rms_norm_grad_ub_plan
+from tiling.swiglu_grad import swiglu_grad as swiglu_grad_tiling
+from tiling.swiglu_grad import ub_plan as swiglu_grad_ub_plan
 
 from . import group_norm_backward as _group_norm_backward
 from . import rms_norm_grad as _rms_norm_grad
+from . import swiglu_grad as _swiglu_grad
+from .common import checks_default
 
 _recent = [""]
 
@@ -81,7 +85,7 @@ def rms_norm_grad_get_workspace_size(dy: Any, x: Any, rstd: Any, gamma: Any, dx_
         return _fail(e), 0, None
 
     def run(ws: np.ndarray | None) -> None:
-        _rms_norm_grad.run(t, spec, dy, x, rstd, gamma, dx, dgamma, ws, _rms_norm_grad.checks_default(None))
+        _rms_norm_grad.run(t, spec, dy, x, rstd, gamma, dx, dgamma, ws, checks_default(None))
 
     _recent[0] = ""
     return ACLNN_SUCCESS, t.workspace_size, Executor("rms_norm_grad", t.workspace_size, run, t)
@@ -141,7 +145,7 @@ def group_norm_backward_get_workspace_size(grad_out: Any, input: Any, mean: Any,
     def run(ws: np.ndarray | None) -> None:
         if N * C * HxW:
             _group_norm_backward.execute(t, spec, grad_out, input, mean, rstd, gamma, N, C, HxW, group, mask, res,
-                                         ws, _rms_norm_grad.checks_default(None))
+                                         ws, checks_default(None))
 
     size = t.workspace_size if t is not None else 0
     _recent[0] = ""
@@ -153,5 +157,30 @@ def group_norm_backward(workspace: Any, workspace_size: int, executor: Executor 
     return _execute("group_norm_backward", workspace, workspace_size, executor)
 
 
+def swi_glu_grad_get_workspace_size(y_grad: Any, x: Any, dim: int, out: Any, *,
+                                    soc: str | SocSpec = DEFAULT_SOC) -> tuple[int, int, Executor | None]:
+    """aclnnSwiGluGradGetWorkspaceSize: ``(status, workspace_size, executor)``; the workspace is the tiling's
+    16 MiB, which the kernel does not touch."""
+    try:
+        spec = get_soc(soc)
+        t = swiglu_grad_tiling(y_grad, x, dim, soc=spec)
+        res = _check_output("out", out, shape_of(x), dtype_name(x))
+        swiglu_grad_ub_plan(t, spec).check()
+    except AclnnError as e:
+        return _fail(e), 0, None
+
+    def run(ws: np.ndarray | None) -> None:
+        _swiglu_grad.run(t, spec, y_grad, x, res, ws, checks_default(None))
+
+    _recent[0] = ""
+    return ACLNN_SUCCESS, t.workspace_size, Executor("swi_glu_grad", t.workspace_size, run, t)
+
+
+def swi_glu_grad(workspace: Any, workspace_size: int, executor: Executor | None, stream: Any = None) -> int:
+    """aclnnSwiGluGrad: runs the executor on ``workspace``; returns the status."""
+    return _execute("swi_glu_grad", workspace, workspace_size, executor)
+
+
 __all__ = ["ACLNN_ERR_PARAM_NULLPTR", "Executor", "get_recent_err_msg", "group_norm_backward",
-           "group_norm_backward_get_workspace_size", "rms_norm_grad", "rms_norm_grad_get_workspace_size"]
+           "group_norm_backward_get_workspace_size", "rms_norm_grad", "rms_norm_grad_get_workspace_size",
+           "swi_glu_grad", "swi_glu_grad_get_workspace_size"]

@@ -1,7 +1,9 @@
-"""Host-side helpers every op API shares: numpy arrays to GM tensors and back, and ``out=`` checking."""
+"""Host-side helpers every op API shares: numpy arrays to GM tensors and back, ``out=`` checking, checked mode's
+default."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import ml_dtypes
@@ -39,3 +41,8 @@ def gm_out(a: np.ndarray) -> np.ndarray:
     """The flat device view of an output array (writes land in ``a``)."""
     flat = a.reshape(-1)
     return flat.view(np.uint16) if flat.dtype.itemsize == 2 else flat
+
+
+def checks_default(checks: bool | None) -> bool:
+    """``checks=None`` follows the TILESIM_CHECKS environment variable."""
+    return os.environ.get("TILESIM_CHECKS", "") not in ("", "0") if checks is None else bool(checks)

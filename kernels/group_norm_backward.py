@@ -80,8 +80,7 @@ from tiling.group_norm_backward import (
 )
 from tiling.group_norm_backward import group_norm_backward as make_tiling
 
-from .common import KIND, NUMPY_DTYPE, gm_out, output, to_gm
-from .rms_norm_grad import checks_default
+from .common import KIND, NUMPY_DTYPE, checks_default, gm_out, output, to_gm
 
 LANES = 64
 FOLD_START = 128  # ReduceSum_template folds from 128 repeats of 64 lanes down

@@ -43,3 +43,12 @@ def group_norm_backward(dy: Any, x: Any, mean: Any, rstd: Any, gamma: Any, N: in
     c2 = (g * sdyx).sum(-1)[..., None, None] / (cg * HxW)
     dx = r * (g[..., None] * d - c1 - xhat * c2)
     return dx.reshape(np.shape(x)), sdyx.sum(0).reshape(C), sdy.sum(0).reshape(C)
+
+
+def swiglu_grad(y_grad: Any, x: Any, dim: int = -1) -> np.ndarray:
+    """The gradient of x for y = silu(A)·B in float64, A and B the first and second halves of x along ``dim``:
+    ``dA = dy·B·σ(A)·(1 + A·(1 − σ(A)))``, ``dB = dy·A·σ(A)``, concatenated along ``dim``."""
+    a, b = np.split(_f64(x), 2, axis=dim)
+    dy = _f64(y_grad)
+    s = 0.5 * (1.0 + np.tanh(0.5 * a))  # σ without exp's overflow for large |A|
+    return np.concatenate([dy * b * s * (1.0 + a * (1.0 - s)), dy * a * s], axis=dim)

@@ -10,7 +10,6 @@ row, SyncAll, then 64-column tasks round-robin over the cores add the rows in co
 
 from __future__ import annotations
 
-import os
 from collections import namedtuple
 from dataclasses import fields
 from typing import Any
@@ -60,7 +59,7 @@ from tiling.rms_norm_grad import (
 )
 from tiling.rms_norm_grad import rms_norm_grad as make_tiling
 
-from .common import KIND, gm_out, output, to_gm
+from .common import KIND, checks_default, gm_out, output, to_gm
 
 LANES = 64
 # GM tensor tags, for checked-mode reports.
@@ -300,11 +299,6 @@ def _launch(n_phases, block_dim, arena, plan, cnt, err, checks, t, dy, x, rstd, 
         for c in prange(block_dim):
             _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, rstd, gamma, dx, dgamma, ws,
                   shadow, kind, gkind, mode)
-
-
-def checks_default(checks: bool | None) -> bool:
-    """``checks=None`` follows the TILESIM_CHECKS environment variable."""
-    return os.environ.get("TILESIM_CHECKS", "") not in ("", "0") if checks is None else bool(checks)
 
 
 def check_supported(t: RmsNormGradTiling) -> None:

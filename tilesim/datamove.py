@@ -1,4 +1,5 @@
-"""Data movement between GM and UB: DataCopy, DataCopyPad, InitOutput and the atomic-add copy-out.
+"""Data movement between GM and UB: DataCopy (contiguous or in strided rows), DataCopyPad, InitOutput and the
+atomic-add copy-out.
 
 Kernels move data only through these, so the MTE2/MTE3 byte counts are what the kernel really moves.
 GM tensors are :class:`GlobalTensor` ``(tag, data)`` with a flat array; offsets and lengths are in elements of
@@ -26,11 +27,12 @@ from .ub import BLOCK
 
 
 @njit(cache=True)
-def _datacopy_ok(core, t, nbytes):
+def _datacopy_ok(core, t, nbytes, gap):
+    """A block of ``nbytes`` at ``t`` with ``gap`` bytes to the next one in GM: all whole 32 B blocks."""
     if not core.checks:
         return True
     ok = True
-    if nbytes % BLOCK != 0:
+    if nbytes % BLOCK != 0 or gap % BLOCK != 0:
         report(core, ERR_DATACOPY_LEN, t.buf, t.addr - core.plan[t.buf, 0], nbytes, BLOCK)
         ok = False
     if t.addr % BLOCK != 0:
@@ -40,26 +42,56 @@ def _datacopy_ok(core, t, nbytes):
 
 
 @njit(cache=True)
-def data_copy(core, dst, src, src_off, n):
-    """DataCopy GM to UB: ``n`` elements, a whole number of 32 B blocks (checked mode enforces it)."""
+def data_copy_rows(core, dst, src, src_off, rows, row_len, src_stride):
+    """DataCopy GM to UB with DataCopyParams: ``rows`` blocks (blockCount) of ``row_len`` elements (blockLen),
+    ``src_stride`` elements apart in GM (their starts; srcStride is the gap), packed back to back in UB
+    (dstStride 0). Every length, gap and address is a whole number of 32 B blocks (checked mode enforces it)."""
     isz = src.data.itemsize
-    if not (_datacopy_ok(core, dst, n * isz) and ub_ok(core, dst, n * isz) and gm_ok(core, src, src_off, n)):
-        return
-    d = core.ub[dst.addr:dst.addr + n * isz].view(src.data.dtype)
-    d[:] = src.data[src_off:src_off + n]
-    core.cnt[MTE2_BYTES] += n * isz
+    nbytes = rows * row_len * isz
+    if core.checks:
+        if not (_datacopy_ok(core, dst, row_len * isz, (src_stride - row_len) * isz)
+                and ub_ok(core, dst, nbytes) and gm_ok(core, src, src_off, row_len)
+                and gm_ok(core, src, src_off + (rows - 1) * src_stride, row_len)):
+            return
+    d = core.ub[dst.addr:dst.addr + nbytes].view(src.data.dtype)
+    s = src.data
+    for r in range(rows):
+        g = src_off + r * src_stride
+        d[r * row_len:(r + 1) * row_len] = s[g:g + row_len]
+    core.cnt[MTE2_BYTES] += nbytes
     core.cnt[MTE2_XFERS] += 1
 
 
 @njit(cache=True)
-def data_copy_out(core, dst, dst_off, src, n):
-    """DataCopy UB to GM: ``n`` elements, a whole number of 32 B blocks."""
+def data_copy_rows_out(core, dst, dst_off, src, rows, row_len, dst_stride):
+    """DataCopy UB to GM with DataCopyParams: ``rows`` blocks of ``row_len`` elements read back to back from UB,
+    written ``dst_stride`` elements apart in GM (dstStride is the gap); whole 32 B blocks throughout."""
     isz = dst.data.itemsize
-    if not (_datacopy_ok(core, src, n * isz) and ub_ok(core, src, n * isz) and gm_ok(core, dst, dst_off, n)):
-        return
-    dst.data[dst_off:dst_off + n] = core.ub[src.addr:src.addr + n * isz].view(dst.data.dtype)
-    core.cnt[MTE3_BYTES] += n * isz
+    nbytes = rows * row_len * isz
+    if core.checks:
+        if not (_datacopy_ok(core, src, row_len * isz, (dst_stride - row_len) * isz)
+                and ub_ok(core, src, nbytes) and gm_ok(core, dst, dst_off, row_len)
+                and gm_ok(core, dst, dst_off + (rows - 1) * dst_stride, row_len)):
+            return
+    s = core.ub[src.addr:src.addr + nbytes].view(dst.data.dtype)
+    d = dst.data
+    for r in range(rows):
+        g = dst_off + r * dst_stride
+        d[g:g + row_len] = s[r * row_len:(r + 1) * row_len]
+    core.cnt[MTE3_BYTES] += nbytes
     core.cnt[MTE3_XFERS] += 1
+
+
+@njit(cache=True)
+def data_copy(core, dst, src, src_off, n):
+    """DataCopy GM to UB: ``n`` contiguous elements, a whole number of 32 B blocks."""
+    data_copy_rows(core, dst, src, src_off, 1, n, n)
+
+
+@njit(cache=True)
+def data_copy_out(core, dst, dst_off, src, n):
+    """DataCopy UB to GM: ``n`` contiguous elements, a whole number of 32 B blocks."""
+    data_copy_rows_out(core, dst, dst_off, src, 1, n, n)
 
 
 @njit(cache=True)

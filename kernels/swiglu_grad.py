@@ -1,0 +1,206 @@
+"""aclnnSwiGluGrad: the ops-nn kernel (``swi_glu_grad_single.hpp`` over ``swi_glu_grad_float.hpp`` /
+``swi_glu_grad_bf16.hpp``, tiles dealt by ``glu_tiling_kernel.hpp``) as device code on tilesim, and the op API.
+
+x is [rowLen, 2·colLen] in GM: A is columns [0, colLen) and B columns [colLen, 2·colLen) of every row; yGrad is
+[rowLen, colLen]; the output has x's layout (dA where A was, dB where B was). Each core runs tiles
+``idx, idx + blockDim, ...``; per tile CopyIn (rows of A and of B are strided reads of x: DataCopy with a
+srcStride when colLen is 32 B aligned, DataCopyPad with rows landing 32 B apart otherwise), Compute (fp32
+vector instructions in the kernel's order, σ(A) = 1 / (1 + exp(−A))), CopyOut (the same strides, into the
+output). b16 is widened exactly and rounded once at the end: CAST_RINT on 910B/910_93, CAST_NONE (also round
+to nearest even for fp32 to fp16) on 310P. There is no cross-core reduction: the op is deterministic.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+from numba import njit, prange
+
+from tilesim.cast import CAST_NONE, CAST_RINT
+from tilesim.datamove import data_copy_pad, data_copy_pad_out, data_copy_rows, data_copy_rows_out
+from tilesim.device import GlobalTensor, make_core, slot
+from tilesim.launch import finish, prepare, workspace
+from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
+from tilesim.vector import add, adds, cast_from_f32, cast_to_f32, div, duplicate, exp, mul, muls
+from tiling.common import dtype_name, shape_of
+from tiling.swiglu_grad import (
+    A_TMP,
+    L_TMP,
+    OUT_TMP,
+    SIG,
+    TMP,
+    SwiGluGradTiling,
+    check_tiling,
+    ub_plan,
+)
+from tiling.swiglu_grad import A as Q_A
+from tiling.swiglu_grad import B as Q_B
+from tiling.swiglu_grad import L as Q_L
+from tiling.swiglu_grad import M as Q_M
+from tiling.swiglu_grad import N as Q_N
+from tiling.swiglu_grad import swiglu_grad as make_tiling
+
+from .common import KIND, checks_default, gm_out, output, to_gm
+
+# GM tensor tags, for checked-mode reports.
+GM_NAMES = ["yGrad", "x", "out"]
+G_DY, G_X, G_OUT = range(3)
+BETA = -1.0  # InitGmBuffer sets beta = -1: σ's Muls by beta, dA's Muls by -beta
+
+DeviceTiling = namedtuple("DeviceTiling", [f.name for f in fields(SwiGluGradTiling)])
+
+
+@njit(cache=True)
+def _sigmoid(core, sig, tmp, a, n):
+    """ComputeSigLocal: σ = 1 / (exp(beta·A) + 1), the division by a Duplicate of ones."""
+    muls(core, sig, a, BETA, n)
+    exp(core, sig, sig, n)
+    adds(core, sig, sig, 1.0, n)
+    duplicate(core, tmp, 1.0, n)
+    div(core, sig, tmp, sig, n)
+
+
+@njit(cache=True)
+def _d_a_factor(core, m, sig, tmp, a, n):
+    """m = σ + A·σ·(1 − σ): dA's factor before yGrad and B, in the kernel's instruction order."""
+    muls(core, tmp, sig, -1.0, n)
+    adds(core, tmp, tmp, 1.0, n)
+    mul(core, m, sig, tmp, n)
+    mul(core, m, m, a, n)
+    muls(core, m, m, -BETA, n)
+    add(core, m, m, sig, n)
+
+
+@njit(cache=True)
+def _compute_f32(core, k, n):
+    """SwiGluGradVector::Compute: fp32 in the queue buffers; dB = σ·A·yGrad, dA = m·B·yGrad."""
+    a, b, dy = slot(core, Q_A, k), slot(core, Q_B, k), slot(core, Q_L, k)
+    da, db = slot(core, Q_M, k), slot(core, Q_N, k)
+    sig, tmp = slot(core, SIG, 0), slot(core, TMP, 0)
+    _sigmoid(core, sig, tmp, a, n)
+    mul(core, db, sig, a, n)
+    mul(core, db, db, dy, n)
+    _d_a_factor(core, da, sig, tmp, a, n)
+    mul(core, da, da, b, n)
+    mul(core, da, da, dy, n)
+
+
+@njit(cache=True)
+def _compute_b16(core, k, n, kind, mode):
+    """SwiGluGradBF16::Compute: widen A and yGrad, compute and round dB; widen B into A's fp32 buffer, then dA
+    (yGrad before B here, unlike the fp32 kernel)."""
+    a16, b16, dy16 = slot(core, Q_A, k), slot(core, Q_B, k), slot(core, Q_L, k)
+    da16, db16 = slot(core, Q_M, k), slot(core, Q_N, k)
+    sig, tmp = slot(core, SIG, 0), slot(core, TMP, 0)
+    a, dy, out = slot(core, A_TMP, 0), slot(core, L_TMP, 0), slot(core, OUT_TMP, 0)
+    cast_to_f32(core, a, a16, n, kind)
+    _sigmoid(core, sig, tmp, a, n)
+    mul(core, out, sig, a, n)
+    cast_to_f32(core, dy, dy16, n, kind)
+    mul(core, out, out, dy, n)
+    cast_from_f32(core, db16, out, n, kind, mode)
+    _d_a_factor(core, out, sig, tmp, a, n)
+    cast_to_f32(core, a, b16, n, kind)
+    mul(core, out, out, dy, n)
+    mul(core, out, out, a, n)
+    cast_from_f32(core, da16, out, n, kind, mode)
+
+
+@njit(cache=True)
+def _tile(core, t, k, tile, dy, x, out, kind, mode):
+    """One tile: CaclOneTileParam, CopyIn, Compute, CopyOut (SWIGLU_SINGLE_PROCESS_TILE and its unaligned form)."""
+    col, br, bc = t.col_len, t.base_row_len, t.base_col_len
+    col_tiles = (col + bc - 1) // bc
+    r_tile, c_tile = tile // col_tiles, tile % col_tiles
+    rows = br if r_tile < t.row_len // br else t.row_len % br
+    cols = bc if c_tile < col // bc else col % bc
+    off_a = r_tile * br * 2 * col + c_tile * bc
+    off_b = off_a + col
+    off_dy = r_tile * br * col + c_tile * bc
+    a, b, l = slot(core, Q_A, k), slot(core, Q_B, k), slot(core, Q_L, k)
+    da, db = slot(core, Q_M, k), slot(core, Q_N, k)
+    if t.is_32b_aligned == 1:
+        data_copy_rows(core, a, x, off_a, rows, cols, 2 * col)
+        data_copy_rows(core, l, dy, off_dy, rows, cols, col)
+        data_copy_rows(core, b, x, off_b, rows, cols, 2 * col)
+        n = rows * cols
+    else:
+        data_copy_pad(core, a, x, off_a, rows, cols, 2 * col, 0)
+        data_copy_pad(core, l, dy, off_dy, rows, cols, col, 0)
+        data_copy_pad(core, b, x, off_b, rows, cols, 2 * col, 0)
+        m = 32 // x.data.itemsize
+        n = rows * ((cols + m - 1) // m * m)
+    if kind == 0:
+        _compute_f32(core, k, n)
+    else:
+        _compute_b16(core, k, n, kind, mode)
+    if t.is_32b_aligned == 1:
+        data_copy_rows_out(core, out, off_a, da, rows, cols, 2 * col)
+        data_copy_rows_out(core, out, off_b, db, rows, cols, 2 * col)
+    else:
+        data_copy_pad_out(core, out, off_a, da, rows, cols, 2 * col)
+        data_copy_pad_out(core, out, off_b, db, rows, cols, 2 * col)
+
+
+@njit(cache=True)
+def _core(c, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode):
+    core = make_core(c, block_dim, arena, plan, cnt, err, checks)
+    g_dy, g_x, g_out = GlobalTensor(G_DY, dy), GlobalTensor(G_X, x), GlobalTensor(G_OUT, out)
+    col_tiles = (t.col_len + t.base_col_len - 1) // t.base_col_len
+    total = (t.row_len + t.base_row_len - 1) // t.base_row_len * col_tiles
+    k = 0
+    for tile in range(c, total, block_dim):
+        _tile(core, t, k, tile, g_dy, g_x, g_out, kind, mode)
+        k += 1
+
+
+@njit(cache=True, parallel=True)
+def _launch(block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode):
+    for c in prange(block_dim):
+        _core(c, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode)
+
+
+def run(t: SwiGluGradTiling, spec: SocSpec, y_grad: np.ndarray, x: np.ndarray, out: np.ndarray, ws: np.ndarray | None,
+        checks: bool) -> None:
+    """Launch the kernel on arrays already validated: the device part of the op (``aclnnSwiGluGrad``). The 16 MiB
+    workspace the tiling asks for is not touched by the kernel."""
+    plan = ub_plan(t, spec).check()
+    launch = prepare("swiglu_grad", spec, t, plan, t.block_dim, checks, GM_NAMES)
+    kind = KIND[dtype_name(x)]
+    mode = CAST_RINT if spec.arch == 220 else CAST_NONE
+    _launch(t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, checks,
+            DeviceTiling(*(getattr(t, f) for f in DeviceTiling._fields)), to_gm(y_grad), to_gm(x), gm_out(out), kind,
+            mode)
+    finish(launch, t.workspace_size)
+
+
+def swiglu_grad(y_grad: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC,
+                tiling: SwiGluGradTiling | None = None, checks: bool | None = False,
+                out: np.ndarray | None = None) -> np.ndarray:
+    """aclnnSwiGluGrad: the gradient of x (x's shape and dtype) for y = silu(A)·B, A and B the first and second
+    halves of x along ``dim``, computed by the tiled kernel.
+
+    ``tiling`` runs a TilingData made with ``tiling.swiglu_grad(..., core_num=..., buffer_num=...,
+    base_row_len=..., base_col_len=...)`` (checked first); ``checks=True`` runs checked mode; ``out`` writes
+    into an existing array. Errors raise :class:`tilesim.AclnnError` with the aclnn status; inputs are never
+    modified, and nothing is written on error.
+    """
+    spec = get_soc(soc)
+    official = make_tiling(y_grad, x, dim, soc=spec)
+    t = official
+    if tiling is not None:
+        check_tiling(tiling, official, spec)
+        t = tiling
+    ub_plan(t, spec).check()
+    res = output(None if out is None else (out,), 0, "out", shape_of(x), dtype_name(x))
+    checks = checks_default(checks)
+    if checks:  # a violation must leave the caller's array untouched
+        tmp = np.empty_like(res)
+        run(t, spec, y_grad, x, tmp, workspace(t.workspace_size), True)
+        res[...] = tmp
+    else:
+        run(t, spec, y_grad, x, res, workspace(t.workspace_size), False)
+    return res
