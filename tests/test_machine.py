@@ -19,7 +19,14 @@ import kernels
 import tilesim
 import tiling
 from tilesim.cast import CAST_RINT, KIND_BF16
-from tilesim.datamove import data_copy, data_copy_out, data_copy_pad, data_copy_pad_out
+from tilesim.datamove import (
+    data_copy,
+    data_copy_out,
+    data_copy_pad,
+    data_copy_pad_out,
+    data_copy_rows,
+    data_copy_rows_out,
+)
 from tilesim.device import COUNTER_NAMES, GlobalTensor, at, make_core, slot
 from tilesim.launch import arena, finish, prepare
 from tilesim.precision import assert_close
@@ -601,3 +608,147 @@ def test_rms_norm_grad_report(rows, d, checks):
     ref_dx, ref_dgamma = kernels.reference.rms_norm_grad(dy, x, rstd, gamma)
     assert_close(dx, ref_dx, what="dx")
     assert_close(dgamma, ref_dgamma, what="dgamma")
+
+
+# --- DataCopy with DataCopyParams: strided rows ------------------------------------------------------------------
+
+R_BUF = 1  # plan buffer 0 is padding, so the rows buffer does not start at UB offset 0
+ROWS_OK, ROWS_BAD_GAP, ROWS_BAD_LEN, ROWS_GM_LAST_IN, ROWS_GM_LAST_OUT, ROWS_BAD_UB, ROWS_UB_ALIGN = range(7)
+
+
+@njit(cache=True)
+def _rows_core(c, block_dim, arena_, plan, cnt, err, checks, src, dst, rows, row_len, src_stride, dst_stride, what):
+    """Per core: ``rows`` rows of ``row_len`` from ``src`` (starts ``src_stride`` apart, core c's block at
+    c·rows·src_stride) into the packed UB buffer, then back out to ``dst`` with starts ``dst_stride`` apart."""
+    core = make_core(c, block_dim, arena_, plan, cnt, err, checks)
+    gs, gd = GlobalTensor(G_SRC, src), GlobalTensor(G_DST, dst)
+    x = slot(core, R_BUF, 0)
+    w = what[c]
+    s_off, d_off = c * rows * src_stride, c * rows * dst_stride
+    if w == ROWS_BAD_GAP:
+        data_copy_rows(core, x, gs, s_off, rows, row_len, src_stride + 3)  # a gap 3 elements off whole blocks
+    elif w == ROWS_BAD_LEN:
+        data_copy_rows(core, x, gs, s_off, rows, row_len - 1, src_stride)
+    elif w == ROWS_GM_LAST_IN:
+        data_copy_rows(core, x, gs, src.size - row_len - src_stride, rows, row_len, src_stride)  # rows >= 3
+    elif w == ROWS_BAD_UB:
+        data_copy_rows(core, x, gs, s_off, rows + 1, row_len, src_stride)  # one row more than the slot holds
+    elif w == ROWS_UB_ALIGN:
+        data_copy_rows(core, at(x, 16), gs, s_off, 1, row_len, src_stride)
+    else:
+        data_copy_rows(core, x, gs, s_off, rows, row_len, src_stride)
+    if w == ROWS_GM_LAST_OUT:
+        data_copy_rows_out(core, gd, dst.size - row_len - dst_stride, x, rows, row_len, dst_stride)
+    else:
+        data_copy_rows_out(core, gd, d_off, x, rows, row_len, dst_stride)
+
+
+@njit(cache=True, parallel=True)
+def _rows_launch(block_dim, arena_, plan, cnt, err, checks, src, dst, rows, row_len, src_stride, dst_stride, what):
+    for c in prange(block_dim):
+        _rows_core(c, block_dim, arena_, plan, cnt, err, checks, src, dst, rows, row_len, src_stride, dst_stride,
+                   what)
+
+
+def run_rows(dtype, rows, row_len, src_gap, dst_gap, what, checks, fill=0xCD):
+    """Launch the rows kernel on len(what) cores; gaps in elements. Returns (src, dst, plan, arena, launch)."""
+    block_dim = len(what)
+    isz = np.dtype(dtype).itemsize
+    src_stride, dst_stride = row_len + src_gap, row_len + dst_gap
+    rng = np.random.default_rng(rows * 1000 + row_len)
+    n_src = block_dim * rows * src_stride
+    src = (rng.integers(1, 60000, size=n_src).astype(dtype) if dtype == np.uint16
+           else rng.uniform(1, 2, size=n_src).astype(dtype))
+    dst = np.full(block_dim * rows * dst_stride, 77, dtype)
+    plan = UbPlan(SOC.ub_size)
+    plan.add("pad0", 96)
+    plan.add("rbuf", rows * row_len * isz)
+    plan.add("after", 64)
+    plan.check()
+    ar = arena(SOC, block_dim)
+    ar[:block_dim, :plan.used] = fill
+    launch = prepare("rows", SOC, None, plan, block_dim, checks, ["src", "dst"])
+    _rows_launch(block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, checks, src, dst, rows,
+                 row_len, src_stride, dst_stride, np.array(what, np.int64))
+    return src, dst, plan, ar, launch
+
+
+@pytest.mark.parametrize("dtype, row_len", [(np.float32, 8), (np.float32, 24), (np.uint16, 16), (np.uint16, 48)])
+@pytest.mark.parametrize("rows", [1, 3, 5])
+@pytest.mark.parametrize("gaps", [(0, 0), (1, 2), (3, 0)], ids=["dense", "gaps", "src-gap"])
+@pytest.mark.parametrize("checks", [False, True])
+def test_data_copy_rows_strided_in_and_out(dtype, row_len, rows, gaps, checks):
+    block_dim = 3
+    isz = np.dtype(dtype).itemsize
+    blk = 32 // isz
+    src_gap, dst_gap = gaps[0] * blk, gaps[1] * blk  # whole 32 B blocks
+    src_stride, dst_stride = row_len + src_gap, row_len + dst_gap
+    src, dst, plan, ar, launch = run_rows(dtype, rows, row_len, src_gap, dst_gap, [ROWS_OK] * block_dim, checks)
+    rep = finish(launch)
+    off, nbytes = plan.buffers[R_BUF].offset, rows * row_len * isz
+    for c in range(block_dim):
+        ub = ar[c, off:off + nbytes].view(dtype)
+        want = np.concatenate([src[(c * rows + r) * src_stride:(c * rows + r) * src_stride + row_len]
+                               for r in range(rows)])
+        assert np.array_equal(ub, want), f"core {c}: rows not packed back to back in the UB"
+        assert (ar[c, :off] == 0xCD).all() and (ar[c, off + nbytes:plan.used] == 0xCD).all()
+    want = np.full_like(dst, 77)  # the gaps in GM keep their values
+    for q in range(block_dim * rows):
+        want[q * dst_stride:q * dst_stride + row_len] = src[q * src_stride:q * src_stride + row_len]
+    assert np.array_equal(dst, want)
+    assert rep.counter("mte2_bytes").tolist() == [nbytes] * block_dim  # only the rows, not the gaps
+    assert rep.counter("mte3_bytes").tolist() == [nbytes] * block_dim
+    assert rep.counter("mte2_transfers").tolist() == [1] * block_dim  # one instruction for all the rows
+    assert rep.counter("mte3_transfers").tolist() == [1] * block_dim
+    assert rep.counter("mte2_pad_bytes").tolist() == [0] * block_dim
+
+
+def test_data_copy_and_data_copy_out_are_one_row():
+    _, dst, _, _, launch = run_rows(np.float32, 1, 64, 0, 0, [ROWS_OK] * 2, True)
+    rep = finish(launch)
+    assert rep.counter("mte2_bytes").tolist() == [256, 256]
+    assert not (dst == 77).any()
+
+
+ROWS_SRC_BYTES = 2 * 3 * (8 + 8) * 4  # two cores, 3 rows of 8 fp32 every 16
+ROWS_DST_BYTES = 2 * 3 * (8 + 16) * 4  # every 24
+# The last-row cases start one row and one stride before the end: the first row is inside the tensor, the third
+# starts a gap past its end.
+
+
+@pytest.mark.parametrize("what, text", [
+    (ROWS_BAD_GAP, r"DataCopy of 32 B rows into/from UB buffer rbuf at offset 0: the GM gap between rows, 44 B, "
+                   r"is not a whole number of 32 B blocks"),
+    (ROWS_BAD_LEN, r"DataCopy of 28 B into/from UB buffer rbuf at offset 0: not a whole number of 32 B blocks"),
+    (ROWS_GM_LAST_IN, rf"GM access of 32 B at byte offset {ROWS_SRC_BYTES + 8 * 4} of GM tensor src outside "
+                      rf"the tensor \({ROWS_SRC_BYTES} B\)"),
+    (ROWS_GM_LAST_OUT, rf"GM access of 32 B at byte offset {ROWS_DST_BYTES + 16 * 4} of GM tensor dst "
+                       rf"outside the tensor \({ROWS_DST_BYTES} B\)"),
+    (ROWS_BAD_UB, r"UB access of 128 B at offset 0 of UB buffer rbuf leaves the LocalTensor \(slot of 96 B\)"),
+    (ROWS_UB_ALIGN, r"DataCopy at UB offset 16 of UB buffer rbuf: address not 32 B aligned"),
+], ids=["gap", "row_len", "gm_last_row_in", "gm_last_row_out", "ub_oob", "ub_align"])
+def test_checked_data_copy_rows_reports(what, text):
+    # fp32 rows of 8 (32 B), src rows 16 apart (a gap of 32 B), dst rows 24 apart (64 B); core 1 misbehaves
+    src, dst, _, _, launch = run_rows(np.float32, 3, 8, 8, 16, [ROWS_OK, what], True)
+    with pytest.raises(tilesim.CheckError) as ei:
+        finish(launch)
+    reps = ei.value.reports
+    assert len(reps) == 1, reps
+    assert re.fullmatch(r"rows: core 1: " + text + r"( \(\d+ more on this core\))?", reps[0]), reps[0]
+    # the well-behaved core is unaffected: its three rows are out, 24 apart
+    for r in range(3):
+        assert np.array_equal(dst[r * 24:r * 24 + 8], src[r * 16:r * 16 + 8])
+
+
+def test_data_copy_rows_checks_the_gap_not_the_stride():
+    # fp16 rows of 16 (32 B): a stride of 32 elements is a whole-block gap, a stride of 24 is not (16 B)
+    _, _, _, _, launch = run_rows(np.uint16, 2, 16, 16, 16, [ROWS_OK], True)
+    finish(launch)
+    _, _, _, _, launch = run_rows(np.uint16, 2, 16, 8, 16, [ROWS_OK], True)
+    with pytest.raises(tilesim.CheckError) as ei:
+        finish(launch)
+    assert "not a whole number of 32 B blocks" in ei.value.reports[0]
+    # without checks the same copy runs (the NPU would not be asked to verify it)
+    src, dst, _, _, launch = run_rows(np.uint16, 2, 16, 8, 16, [ROWS_OK], False)
+    finish(launch)
+    assert np.array_equal(dst[:16], src[:16]) and np.array_equal(dst[32:48], src[24:40])

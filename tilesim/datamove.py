@@ -12,6 +12,7 @@ from numba import njit
 
 from .device import (
     ATOMIC_BYTES,
+    ERR_DATACOPY_GAP,
     ERR_DATACOPY_LEN,
     ERR_UB_ALIGN,
     MTE2_BYTES,
@@ -32,8 +33,11 @@ def _datacopy_ok(core, t, nbytes, gap):
     if not core.checks:
         return True
     ok = True
-    if nbytes % BLOCK != 0 or gap % BLOCK != 0:
+    if nbytes % BLOCK != 0:
         report(core, ERR_DATACOPY_LEN, t.buf, t.addr - core.plan[t.buf, 0], nbytes, BLOCK)
+        ok = False
+    if gap % BLOCK != 0:
+        report(core, ERR_DATACOPY_GAP, t.buf, t.addr - core.plan[t.buf, 0], nbytes, gap)
         ok = False
     if t.addr % BLOCK != 0:
         report(core, ERR_UB_ALIGN, t.buf, t.addr - core.plan[t.buf, 0], nbytes, BLOCK)

@@ -92,14 +92,31 @@ def adds(core, dst, a, s, n):
     core.cnt[VEC_SCALAR] += repeats(4 * n)
 
 
+@njit(cache=True, inline="always")
+def _exp(v):
+    """The Exp instruction on one fp32 value: the C library's expf (Numba's np.exp on a float32)."""
+    return np.exp(v)
+
+
 @njit(cache=True)
 def exp(core, dst, a, n):
     if not (ub_ok(core, dst, 4 * n) and ub_ok(core, a, 4 * n)):
         return
     d, x = f32(core, dst, n), f32(core, a, n)
     for i in range(n):
-        d[i] = np.exp(x[i])
+        d[i] = _exp(x[i])
     core.cnt[VEC_UNARY] += repeats(4 * n)
+
+
+@njit(cache=True)
+def exp_values(a):
+    """Host helper: the values the Exp instruction gives for a float32 array, bit for bit (for oracles that
+    replay a kernel's instruction order; numpy's own float32 exp differs from it by up to 2 ulp)."""
+    out = np.empty_like(a)
+    flat, res = a.reshape(-1), out.reshape(-1)
+    for i in range(flat.size):
+        res[i] = _exp(flat[i])
+    return out
 
 
 @njit(cache=True)
