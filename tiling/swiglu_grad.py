@@ -284,13 +284,20 @@ def swiglu_grad(y_grad: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFA
         bc = int(base_col_len) if base_col_len is not None else min(col_len, max_tile)
         if bc < 1:
             raise tiling_error("base_col_len", f"{bc} must be at least 1")
-        br = int(base_row_len) if base_row_len is not None else max(1, min(max_tile // align_up(bc, m), row_len,
-                                                                           MAX_BLOCK_COUNT))
+        if base_row_len is not None:
+            br = int(base_row_len)
+        else:  # as many rows as fit, or one where the gap between rows (of a full or the tail tile) is too long
+            s = _Search(row_len, col_len, isz, cores, max_tile)
+            single = s.must_single_row(bc) or s.must_single_row(col_len % bc or bc)
+            br = 1 if single else max(1, min(max_tile // align_up(bc, m), row_len, MAX_BLOCK_COUNT))
     aligned = int(col_len % (BLOCK // ITEMSIZE[dtype]) == 0)
     total = ceil_div(row_len, max(br, 1)) * ceil_div(col_len, max(bc, 1))
-    return SwiGluGradTiling(is_32b_aligned=aligned, is_double_buffer=int(nb == 2), row_len=row_len, col_len=col_len,
+    t = SwiGluGradTiling(is_32b_aligned=aligned, is_double_buffer=int(nb == 2), row_len=row_len, col_len=col_len,
                             base_row_len=br, base_col_len=bc, block_dim=min(total, cores),
                             tiling_key=TILING_KEY[dtype], workspace_size=WORKSPACE_BUFFER)
+    if base_row_len is not None or base_col_len is not None:
+        check_tiling(t, t, spec)  # an override DataCopy cannot move is refused here, not at launch
+    return t
 
 
 # UB buffer ids of the kernels' plans (the order of their InitBuffer calls).
@@ -345,6 +352,8 @@ def check_tiling(t: SwiGluGradTiling, official: SwiGluGradTiling, soc: str | Soc
         s = _Search(t.row_len, t.col_len, isz, spec.core_num_aiv, 0)
         for cols in {t.base_col_len, t.col_len % t.base_col_len or t.base_col_len}:
             if s.must_single_row(cols):
+                gap = 2 * t.col_len - cols
+                unit = f"{gap // m} blocks of 32 B" if t.is_32b_aligned else f"{gap * isz} B"
                 raise bad("base_row_len", f"{t.base_row_len} rows of {cols} columns: the gap between rows of x "
-                                          f"({2 * t.col_len - cols} elements) exceeds DataCopy's stride limit "
-                                          f"{MAX_STRIDE}; such tiles must be one row")
+                                          f"({gap} elements, {unit}) exceeds DataCopy's stride field "
+                                          f"({MAX_STRIDE}); such tiles must be one row")
