@@ -1,10 +1,12 @@
-"""``make demo``: RmsNormGrad (both of its kernels) and GroupNormBackward on the emulated Ascend910B1, in one table.
+"""``make demo``: RmsNormGrad (both of its kernels), GroupNormBackward and SwiGluGrad on the emulated Ascend910B1, in
+one table.
 
 Runs ``kernels.rms_norm_grad`` on [4096, 4096] bf16 (split-N: whole rows per UB tile) and on [64, 12288] fp32
-(split-D: rows too long for the UB, cut into column tiles), and ``kernels.group_norm_backward`` on
-[32, 512, 64·64] with 32 groups in fp32 and bf16, with realistic inputs, and prints, per run, the tiling the host
-chose, the UB plan's size, the bytes the data movers carried, the error of dx against untiled float64 math under
-Ascend's precision standard, and the wall time on this CPU.
+(split-D: rows too long for the UB, cut into column tiles), ``kernels.group_norm_backward`` on [32, 512, 64·64]
+with 32 groups in fp32 and bf16, and ``kernels.swiglu_grad`` on x [8192, 2·4096] bf16 (dim -1: A and B the two
+column halves, y_grad [8192, 4096]), with realistic inputs, and prints, per run, the tiling the host chose, the UB
+plan's size, the bytes the data movers carried, the error of dx against untiled float64 math under Ascend's
+precision standard, and the wall time on this CPU.
 
     python -m bench.demo
 """
@@ -26,6 +28,7 @@ from tilesim.precision import compare
 EPS = 1e-6
 GN_EPS = 1e-5  # torch.nn.GroupNorm's default, for the forward's rstd
 GN_GROUPS = 32
+SWIGLU_DIM = -1
 REPEATS = 5
 SPLIT = {1: "split-N", 2: "split-D"}
 DTYPES = {"fp32": np.dtype(np.float32), "bf16": np.dtype(ml_dtypes.bfloat16)}
@@ -59,6 +62,18 @@ def make_gn_inputs(shape: tuple[int, int, int], dtype: str, groups: int, seed: i
     return dy, x, mean, rstd, gamma
 
 
+def make_swiglu_inputs(shape: tuple[int, int], dtype: str, dim: int = SWIGLU_DIM,
+                       seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(y_grad, x) in ``dtype``: x ~ U(-3, 3) of ``shape``, y_grad ~ N(0, 1) of ``shape`` with ``dim`` halved."""
+    rng = np.random.default_rng(seed)
+    dt = DTYPES[dtype]
+    x = rng.uniform(-3.0, 3.0, shape).astype(np.float32).astype(dt)
+    dy_shape = list(shape)
+    dy_shape[dim] //= 2
+    dy = rng.standard_normal(dy_shape, dtype=np.float32).astype(dt)
+    return dy, x
+
+
 def rms_norm_grad_case(shape: tuple[int, int], dtype: str) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
     """kernels.rms_norm_grad on ``shape``: (call(out=None) -> outputs, golden dx, shape label)."""
     dy, x, rstd, gamma = make_inputs(shape, dtype)
@@ -80,14 +95,33 @@ def group_norm_backward_case(shape: tuple[int, int, int], dtype: str,
     return call, lambda: kernels.reference.group_norm_backward(*args)[0], f"{'x'.join(map(str, shape))} G={groups}"
 
 
+def swiglu_grad_case(shape: tuple[int, int], dtype: str,
+                     dim: int = SWIGLU_DIM) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
+    """kernels.swiglu_grad on x of ``shape`` split along ``dim``: (call, golden dx, shape label). The op has one
+    output; call wraps it in a tuple, as the other cases return theirs."""
+    dy, x = make_swiglu_inputs(shape, dtype, dim)
+
+    def call(out: Any = None) -> Any:
+        return (kernels.swiglu_grad(dy, x, dim, out=None if out is None else out[0]),)
+
+    sizes = [str(n) for n in shape]
+    sizes[dim] = f"2·{shape[dim] // 2}"  # the split axis: A and B
+    return call, lambda: kernels.reference.swiglu_grad(dy, x, dim), "x".join(sizes)
+
+
 CASES = [(rms_norm_grad_case, (4096, 4096), "bf16"), (rms_norm_grad_case, (64, 12288), "fp32"),
-         (group_norm_backward_case, (32, 512, 64 * 64), "fp32"), (group_norm_backward_case, (32, 512, 64 * 64), "bf16")]
+         (group_norm_backward_case, (32, 512, 64 * 64), "fp32"), (group_norm_backward_case, (32, 512, 64 * 64), "bf16"),
+         (swiglu_grad_case, (8192, 8192), "bf16")]
 
 
 def tiling_key(op: str, t: Any) -> str:
-    """The tiling key and what it selects: RmsNormGrad's split, GroupNormGrad's UB mode and reduction."""
+    """The tiling key and what it selects: RmsNormGrad's split, GroupNormGrad's UB mode and reduction, SwiGluGrad's
+    dtype kernel (the key is the ge::DataType) with its base tile, double buffering and DataCopy path."""
     if op == "group_norm_backward":
         return f"{t.tiling_key} UB mode {t.ub_mode}{', det' if t.deterministic else ''}"
+    if op == "swiglu_grad":
+        return (f"{t.tiling_key} {t.dtype} tile {t.base_row_len}x{t.base_col_len}{', DB' if t.is_double_buffer else ''}"
+                f"{'' if t.is_32b_aligned else ', pad'}")
     return f"{t.tiling_key} {SPLIT.get(t.tiling_key, '?')}"
 
 
@@ -138,14 +172,15 @@ def table(rows: list[dict[str, str]]) -> str:
 
 
 def main() -> None:
-    print(f"tilesim demo: aclnnRmsNormGrad and aclnnGroupNormBackward on the emulated {tilesim.DEFAULT_SOC}, checks "
-          f"off\n")
+    print(f"tilesim demo: aclnnRmsNormGrad, aclnnGroupNormBackward and aclnnSwiGluGrad on the emulated "
+          f"{tilesim.DEFAULT_SOC}, checks off\n")
     rows = [run_case(make, shape, dtype) for make, shape, dtype in CASES]
     print(table(rows))
-    print(f"\nG: groups; det: the deterministic two-stage dgamma/dbeta reduction; UB: per-core UB plan / capacity "
-          f"(bytes); MTE2/MTE3: bytes GM->UB / UB->GM, all cores; dx MARE: max relative error vs float64 math, "
-          f"pass = MERE < T and MARE < limit (10T); first call: with Numba compile/cache load; wall: median of "
-          f"{REPEATS} later calls into the first call's outputs.")
+    print(f"\nG: groups; det: the deterministic two-stage dgamma/dbeta reduction; 2·n: x's split axis (A, B); "
+          f"tile: SwiGluGrad's base rows x base cols, DB: double-buffered queues, pad: DataCopyPad (rows not 32 B "
+          f"aligned); UB: per-core UB plan / capacity (bytes); MTE2/MTE3: bytes GM->UB / UB->GM, all cores; dx "
+          f"MARE: max relative error vs float64 math, pass = MERE < T and MARE < limit (10T); first call: with "
+          f"Numba compile/cache load; wall: median of {REPEATS} later calls into the first call's outputs.")
 
 
 if __name__ == "__main__":
