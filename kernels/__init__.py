@@ -2,7 +2,10 @@
 
 from . import aclnn, reference
 from .group_norm_backward import group_norm_backward
+from .layer_norm_grad import layer_norm_grad
+from .layer_norm_grad_beta import layer_norm_grad_beta
 from .rms_norm_grad import rms_norm_grad
 from .swiglu_grad import swiglu_grad
 
-__all__ = ["aclnn", "group_norm_backward", "reference", "rms_norm_grad", "swiglu_grad"]
+__all__ = ["aclnn", "group_norm_backward", "layer_norm_grad", "layer_norm_grad_beta", "reference", "rms_norm_grad",
+           "swiglu_grad"]

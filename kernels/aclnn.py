@@ -25,12 +25,14 @@ from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tiling.common import FP32, dtype_name, shape_of
 from tiling.group_norm_backward import check_args as group_norm_backward_check_args
 from tiling.group_norm_backward import group_norm_backward as group_norm_backward_tiling
+from tiling.layer_norm_grad import layer_norm_grad as layer_norm_grad_tiling
 from tiling.rms_norm_grad import rms_norm_grad as rms_norm_grad_tiling
 from tiling.rms_norm_grad import ub_plan as rms_norm_grad_ub_plan
 from tiling.swiglu_grad import swiglu_grad as swiglu_grad_tiling
 from tiling.swiglu_grad import ub_plan as swiglu_grad_ub_plan
 
 from . import group_norm_backward as _group_norm_backward
+from . import layer_norm_grad as _layer_norm_grad
 from . import rms_norm_grad as _rms_norm_grad
 from . import swiglu_grad as _swiglu_grad
 from .common import checks_default
@@ -181,6 +183,35 @@ def swi_glu_grad(workspace: Any, workspace_size: int, executor: Executor | None,
     return _execute("swi_glu_grad", workspace, workspace_size, executor)
 
 
+def layer_norm_grad_get_workspace_size(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, epsilon: float,
+                                      pd_x: Any, pd_gamma: Any, pd_beta: Any, *, soc: str | SocSpec = DEFAULT_SOC,
+                                      tmp: str = "shared",
+                                      is_reuse_source: bool = False) -> tuple[int, int, Executor | None]:
+    """The two-phase form of ``kernels.layer_norm_grad`` (tilesim's op on the LayerNormGrad APIs; there is no
+    aclnn op of this design): ``(status, workspace_size, executor)``."""
+    try:
+        spec = get_soc(soc)
+        t = layer_norm_grad_tiling(dy, x, variance, mean, gamma, epsilon=epsilon, soc=spec, tmp=tmp,
+                                   is_reuse_source=is_reuse_source)
+        dt = dtype_name(x)
+        outs = (_check_output("pd_x", pd_x, shape_of(x), dt), _check_output("pd_gamma", pd_gamma, (t.h,), dt),
+                _check_output("pd_beta", pd_beta, (t.h,), dt))
+    except AclnnError as e:
+        return _fail(e), 0, None
+
+    def run(ws: np.ndarray | None) -> None:
+        _layer_norm_grad.run(t, spec, dy, x, variance, mean, gamma, epsilon, *outs, ws, checks_default(None))
+
+    _recent[0] = ""
+    return ACLNN_SUCCESS, t.workspace_size, Executor("layer_norm_grad", t.workspace_size, run, t)
+
+
+def layer_norm_grad(workspace: Any, workspace_size: int, executor: Executor | None, stream: Any = None) -> int:
+    """Runs a layer_norm_grad executor on ``workspace``; returns the status."""
+    return _execute("layer_norm_grad", workspace, workspace_size, executor)
+
+
 __all__ = ["ACLNN_ERR_PARAM_NULLPTR", "Executor", "get_recent_err_msg", "group_norm_backward",
-           "group_norm_backward_get_workspace_size", "rms_norm_grad", "rms_norm_grad_get_workspace_size",
+           "group_norm_backward_get_workspace_size", "layer_norm_grad", "layer_norm_grad_get_workspace_size",
+           "rms_norm_grad", "rms_norm_grad_get_workspace_size",
            "swi_glu_grad", "swi_glu_grad_get_workspace_size"]

@@ -52,3 +52,18 @@ def swiglu_grad(y_grad: Any, x: Any, dim: int = -1) -> np.ndarray:
     dy = _f64(y_grad)
     s = 0.5 * (1.0 + np.tanh(0.5 * a))  # σ without exp's overflow for large |A|
     return np.concatenate([dy * b * s * (1.0 + a * (1.0 - s)), dy * a * s], axis=dim)
+
+
+def layer_norm_grad(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any,
+                    epsilon: float = 1e-5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Layer-norm backward over the last axis in float64, with the statistics as given: r = (variance + ε)^−½,
+    x̂ = (x − mean)·r, ``pd_x = r·(dy·γ − mean_H(dy·γ) − x̂·mean_H(dy·γ·x̂))``, ``pd_gamma = Σ_rows dy·x̂``,
+    ``pd_beta = Σ_rows dy``. variance and mean have x's leading shape (a trailing 1 is allowed)."""
+    d, xx, g = _f64(dy), _f64(x), _f64(gamma)
+    lead = xx.shape[:-1]
+    r = 1.0 / np.sqrt(_f64(variance).reshape(lead + (1,)) + epsilon)
+    xh = (xx - _f64(mean).reshape(lead + (1,))) * r
+    dg = d * g
+    pd_x = r * (dg - dg.mean(-1, keepdims=True) - xh * (dg * xh).mean(-1, keepdims=True))
+    rows = tuple(range(xx.ndim - 1))
+    return pd_x, (d * xh).sum(rows), d.sum(rows)

@@ -43,6 +43,7 @@ ERR_UB_OOB = 2
 ERR_GM_OOB = 3
 ERR_UB_ALIGN = 4
 ERR_DATACOPY_GAP = 5
+ERR_API_TMP = 6  # a sharedTmpBuffer smaller than the API's tiling says
 N_ERR = 6
 
 

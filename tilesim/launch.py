@@ -18,6 +18,7 @@ from numba import njit
 
 from .device import (
     COUNTER_NAMES,
+    ERR_API_TMP,
     ERR_DATACOPY_GAP,
     ERR_DATACOPY_LEN,
     ERR_GM_OOB,
@@ -108,6 +109,9 @@ def _describe(kind: int, where: str, offset: int, nbytes: int, extra: int) -> st
     if kind == ERR_DATACOPY_GAP:
         return (f"DataCopy of {nbytes} B rows into/from {where} at offset {offset}: the GM gap between rows, "
                 f"{extra} B, is not a whole number of 32 B blocks")
+    if kind == ERR_API_TMP:
+        return (f"sharedTmpBuffer {where} at offset {offset} holds {nbytes} B, less than the {extra} B the API's "
+                f"tiling (stackBufferSize) uses")
     if kind == ERR_UB_ALIGN:
         return f"DataCopy at UB offset {offset} of {where}: address not 32 B aligned"
     if kind == ERR_UB_OOB:
@@ -126,7 +130,8 @@ def finish(launch: Launch, workspace_size: int = 0) -> RunReport:
     for c in range(launch.block_dim):
         kind, tag, off, nb, extra, count = (int(v) for v in launch.err[c])
         if count:
-            where = (f"UB buffer {names[tag]}" if kind in (ERR_UB_OOB, ERR_UB_ALIGN, ERR_DATACOPY_LEN, ERR_DATACOPY_GAP)
+            where = (f"UB buffer {names[tag]}" if kind in (ERR_UB_OOB, ERR_UB_ALIGN, ERR_DATACOPY_LEN, ERR_DATACOPY_GAP,
+                                                     ERR_API_TMP)
                      else f"GM tensor {launch.gm_names[tag]}")
             more = f" ({count - 1} more on this core)" if count > 1 else ""
             reports.append(f"{launch.op}: core {c}: " + _describe(kind, where, off, nb, extra) + more)

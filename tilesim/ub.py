@@ -57,6 +57,11 @@ class UbPlan:
         self.buffers.append(UbBuffer(name, offset, align_up(int(nbytes), BLOCK), int(buffer_num)))
         return len(self.buffers) - 1
 
+    def add_stack(self, name: str = "stack") -> int:
+        """PopStackBuffer: a last buffer holding all the UB the plan leaves free (whole 32 B blocks), the
+        temporaries the framework hands to an API called without a sharedTmpBuffer; returns its id."""
+        return self.add(name, max(self.capacity - self.used, 0) // BLOCK * BLOCK)
+
     def reset(self) -> UbPlan:
         """TPipe.Reset: the buffers added from now on are placed from offset 0 again, over the earlier ones
         (a kernel's second stage reusing the UB of its first)."""

@@ -2,8 +2,20 @@
 
 from .common import replace
 from .group_norm_backward import GroupNormBackwardTiling, group_norm_backward
+from .layer_norm_grad import LayerNormGradOpTiling, layer_norm_grad
+from .layer_norm_grad_api import (
+    LayerNormGradBetaTiling,
+    LayerNormGradTiling,
+    get_layer_norm_grad_beta_max_min_tmp_size,
+    get_layer_norm_grad_beta_nd_tiling_info,
+    get_layer_norm_grad_max_min_tmp_size,
+    get_layer_norm_grad_nd_tiling_info,
+)
 from .rms_norm_grad import RmsNormGradTiling, rms_norm_grad
 from .swiglu_grad import SwiGluGradTiling, swiglu_grad
 
-__all__ = ["GroupNormBackwardTiling", "RmsNormGradTiling", "SwiGluGradTiling", "group_norm_backward", "replace",
-           "rms_norm_grad", "swiglu_grad"]
+__all__ = ["GroupNormBackwardTiling", "LayerNormGradBetaTiling", "LayerNormGradOpTiling", "LayerNormGradTiling",
+           "RmsNormGradTiling", "SwiGluGradTiling", "get_layer_norm_grad_beta_max_min_tmp_size",
+           "get_layer_norm_grad_beta_nd_tiling_info", "get_layer_norm_grad_max_min_tmp_size",
+           "get_layer_norm_grad_nd_tiling_info", "group_norm_backward", "layer_norm_grad", "replace", "rms_norm_grad",
+           "swiglu_grad"]
