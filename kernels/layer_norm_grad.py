@@ -134,7 +134,7 @@ def _final(core, t, g_ws, g_pg, g_pb, block_dim, kind):
 @njit(cache=True)
 def _core(phase, c, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, bt2, dy, x, var, mean, gamma, pdx,
           pg, pb, ws, eps, kind, reuse):
-    h, hp, bf, bd, tail, ub_rows = t[0], t[1], t[6], t[7], t[8], t[9]
+    h, hp, bf, bd, tail, ub_rows = t[0], t[1], t[5], t[6], t[7], t[8]
     core = make_core(c, bd, arena, plan, cnt, err, checks)
     g_dy, g_x, g_var, g_mean = GlobalTensor(0, dy), GlobalTensor(1, x), GlobalTensor(2, var), GlobalTensor(3, mean)
     g_gamma, g_pdx, g_pg, g_pb = GlobalTensor(4, gamma), GlobalTensor(5, pdx), GlobalTensor(6, pg), \
@@ -165,7 +165,7 @@ def _core(phase, c, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, b
 @njit(cache=True, parallel=True)
 def _launch(arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, bt2, dy, x, var, mean, gamma, pdx, pg, pb,
             ws, eps, kind, reuse):
-    block_dim = t[7]
+    block_dim = t[6]
     for phase in range(2):  # SyncAll between the tiles and the final sums
         for c in prange(block_dim):
             _core(phase, c, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, bt2, dy, x, var, mean, gamma,
@@ -173,17 +173,17 @@ def _launch(arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, bt2, dy, 
 
 
 def _device_params(t: LayerNormGradOpTiling) -> tuple[int, ...]:
-    """The scalars the device reads, by index: h, h_align, beta_bytes, pd_gamma_off, pd_beta_off, (unused),
-    block_factor, block_dim, tail_rows, ub_rows."""
-    return (t.h, t.h_align, t.beta_bytes, t.pd_gamma_off, t.pd_beta_off, 0, t.block_factor, t.block_dim,
-            t.tail_rows, t.ub_rows)
+    """The scalars the device reads, by index: h, h_align, beta_bytes, pd_gamma_off, pd_beta_off, block_factor,
+    block_dim, tail_rows, ub_rows."""
+    return (t.h, t.h_align, t.beta_bytes, t.pd_gamma_off, t.pd_beta_off, t.block_factor, t.block_dim, t.tail_rows,
+            t.ub_rows)
 
 
 def run(t: LayerNormGradOpTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, variance: np.ndarray,
         mean: np.ndarray, gamma: np.ndarray, epsilon: float, pd_x: np.ndarray, pd_gamma: np.ndarray,
         pd_beta: np.ndarray, ws: np.ndarray, checks: bool) -> None:
     """Launch the kernel on validated arrays (the device part of the op)."""
-    plan = plan_for(t.ub_rows, t.h_align, t.dtype, t.block_dim, spec, t.tmp_mode, t.region_bytes).check()
+    plan = plan_for(t.ub_rows, t.h_align, t.block_dim, spec, t.tmp_mode, t.region_bytes).check()
     launch = prepare("layer_norm_grad", spec, t, plan, t.block_dim, checks, GM_NAMES)
     kind = KIND[t.dtype]
     eps = float(np.float32(epsilon))  # the float APIs' epsilon

@@ -38,11 +38,13 @@ _lock = threading.Lock()
 
 
 def arena(soc: SocSpec, block_dim: int) -> np.ndarray:
-    """The per-core UB arenas, ``[block_dim, ub_size]`` uint8, kept across launches like the real UB."""
+    """The per-core UB arenas, ``[block_dim, ub_size]`` uint8, kept across launches like the real UB. A guard
+    row follows the last one, so that a fast-mode kernel overrunning its UB (what checked mode reports) corrupts
+    emulated memory, as on the NPU, rather than the host process's."""
     with _lock:
         a = _arenas.get(soc.ub_size)
-        if a is None or a.shape[0] < block_dim:
-            a = np.full((max(block_dim, soc.core_num_aiv), soc.ub_size), _POISON, np.uint8)
+        if a is None or a.shape[0] < block_dim + 1:
+            a = np.full((max(block_dim, soc.core_num_aiv) + 1, soc.ub_size), _POISON, np.uint8)
             _arenas[soc.ub_size] = a
         return a
 

@@ -23,8 +23,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
+
+import numpy as np
 
 from tilesim.errors import ACLNN_ERR_INNER_TILING_ERROR, AclnnError, invalid, tiling_error
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
@@ -109,12 +111,10 @@ def check_args(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, epsilon: A
                                 "trailing 1)")
     if numel(s) == 0:
         raise invalid("x", f"shape {list(s)}: empty tensors are not supported")
-    try:
-        eps = float(epsilon)
-    except (TypeError, ValueError):
-        raise invalid("epsilon", f"must be a number, got {type(epsilon).__name__}") from None
-    if not eps >= 0:
-        raise invalid("epsilon", f"{eps} must be a non-negative number")
+    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float | np.integer | np.floating):
+        raise invalid("epsilon", f"must be a real number, got {type(epsilon).__name__}")
+    if not 0 <= float(epsilon) < float("inf"):
+        raise invalid("epsilon", f"{float(epsilon)} must be a finite, non-negative number")
     if is_reuse_source and dt != FP32:
         raise invalid("is_reuse_source", "isReuseSource is supported for float only, not half")
     if tmp not in TMP_MODES:
@@ -134,7 +134,7 @@ def _region(rows: int, hp: int, reuse: bool) -> tuple[int, int, int, int, int]:
     return max(lng, pb + hp * 4), lng, beta, pg, pb
 
 
-def plan_for(rows: int, hp: int, dt: str, block_dim: int, soc: SocSpec, tmp_mode: int, region: int) -> UbPlan:
+def plan_for(rows: int, hp: int, block_dim: int, soc: SocSpec, tmp_mode: int, region: int) -> UbPlan:
     """The kernel's InitBuffer calls: dy, x, pd_x, resForGamma tiles, variance and mean, gamma (all fp32-sized:
     half lands in their upper halves), the tmp region; then (TPipe.Reset) the final sum's buffers."""
     plan = UbPlan(soc.ub_size)
@@ -157,9 +157,9 @@ def plan_for(rows: int, hp: int, dt: str, block_dim: int, soc: SocSpec, tmp_mode
 DY, X, PD_X, RES, VAR, MEAN, GAMMA, TMP, FINAL_ROWS, FINAL_ACC = range(10)
 
 
-def _fits(rows: int, hp: int, dt: str, reuse: bool, block_dim: int, soc: SocSpec, tmp_mode: int) -> bool:
+def _fits(rows: int, hp: int, reuse: bool, block_dim: int, soc: SocSpec, tmp_mode: int) -> bool:
     region = _region(rows, hp, reuse)[0]
-    plan = plan_for(rows, hp, dt, block_dim, soc, tmp_mode, region)
+    plan = plan_for(rows, hp, block_dim, soc, tmp_mode, region)
     if plan.used > soc.ub_size:
         return False
     return tmp_mode == 0 or plan.buffers[TMP].nbytes >= region
@@ -178,26 +178,34 @@ def layer_norm_grad(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, *, ep
         raise tiling_error("core_num", f"{cores} must be in [1, {spec.core_num_aiv}] (GetCoreNumAiv of {spec.name})")
     bf = ceil_div(rows, cores)
     bd = ceil_div(rows, bf)
-    tail = rows - (bd - 1) * bf
     mode = TMP_MODES.index(tmp)
     if ub_rows is None:
         r = min(bf, max(1, spec.ub_size // (4 * hp * 4 + _need(FP32, reuse) * hp * 4)))
-        while r >= 1 and not _fits(r, hp, dt, reuse, bd, spec, mode):
+        while r >= 1 and not _fits(r, hp, reuse, bd, spec, mode):
             r -= 1
         if r < 1:
-            need = _region(1, hp, reuse)[0]
-            raise invalid("x", f"H = {h}: one row does not fit the UB of {spec.name} with its temporaries "
-                               f"({4 * hp * 4 + need} B of tiles and tmp for one row, {tmp} tmp)")
+            region = _region(1, hp, reuse)[0]
+            need = plan_for(1, hp, bd, spec, 0, region).used
+            raise invalid("x", f"H = {h}: one row does not fit the UB of {spec.name} with its temporaries: it "
+                               f"needs {need} B ({tmp} tmp), the UB has {spec.ub_size} B")
     else:
         r = int(ub_rows)
         if not 1 <= r <= bf:
             raise tiling_error("ub_rows", f"{r} must be in [1, {bf}] (rows per core)")
-        if not _fits(r, hp, dt, reuse, bd, spec, mode):
+        if not _fits(r, hp, reuse, bd, spec, mode):
             raise tiling_error("ub_rows", f"{r} rows of H = {h} and their temporaries do not fit the UB of "
                                           f"{spec.name}")
+    return _build(rows, h, hp, dt, reuse, mode, bf, r, spec)
+
+
+def _build(rows: int, h: int, hp: int, dt: str, reuse: bool, mode: int, bf: int, r: int,
+           spec: SocSpec) -> LayerNormGradOpTiling:
+    """Every field from the free choices: rows per core and rows per tile."""
+    bd = ceil_div(rows, bf)
+    tail = rows - (bd - 1) * bf
     region, lng_b, beta_b, pg, pb = _region(r, hp, reuse)
     if mode == 1:
-        region = plan_for(r, hp, dt, bd, spec, mode, region).buffers[TMP].nbytes
+        region = plan_for(r, hp, bd, spec, mode, region).buffers[TMP].nbytes
     sizes = (r, bf % r or r, tail % r or r)
     lng = tuple(_lng_tiling(n, r, hp, h, reuse) for n in sizes)
     beta = tuple(get_layer_norm_grad_beta_nd_tiling_info((1, n, hp, hp), beta_b, 4, reuse) for n in sizes)
@@ -220,7 +228,9 @@ def _lng_tiling(n: int, r: int, hp: int, h: int, reuse: bool) -> LayerNormGradTi
 
 
 def check_tiling(t: LayerNormGradOpTiling, official: LayerNormGradOpTiling, soc: str | SocSpec) -> None:
-    """A user-made tiling must describe the same problem and split it consistently (561002 otherwise)."""
+    """A user-made tiling must describe the same problem, split it consistently, fit the UB, and carry the
+    derived fields (tail, region, API tilings) its split implies, with at least the workspace it needs (561002
+    otherwise)."""
     def bad(field: str, rule: str) -> AclnnError:
         return AclnnError(ACLNN_ERR_INNER_TILING_ERROR, f"tiling.{field}: {rule}")
 
@@ -231,7 +241,23 @@ def check_tiling(t: LayerNormGradOpTiling, official: LayerNormGradOpTiling, soc:
     if not 1 <= t.block_dim <= spec.core_num_aiv:
         raise bad("block_dim", f"{t.block_dim} must be in [1, {spec.core_num_aiv}]")
     covered = (t.block_dim - 1) * t.block_factor + t.tail_rows
-    if t.block_factor < 1 or covered != t.rows or not 1 <= t.tail_rows <= t.block_factor:
-        raise bad("block_factor", f"cores cover {covered} rows, not {t.rows}")
+    if covered != t.rows or not 1 <= t.tail_rows <= t.block_factor:
+        raise bad("block_factor", f"{t.block_dim} cores of {t.block_factor} rows, {t.tail_rows} on the last: the "
+                                  f"cores cover {covered} rows, not {t.rows} (the last core holds 1 to block_factor)")
+    if not 1 <= t.block_factor <= t.rows:
+        raise bad("block_factor", f"{t.block_factor} must be in [1, rows {t.rows}]")
     if not 1 <= t.ub_rows <= t.block_factor:
         raise bad("ub_rows", f"{t.ub_rows} must be in [1, block_factor {t.block_factor}]")
+    want = _build(t.rows, t.h, t.h_align, t.dtype, bool(t.is_reuse_source), t.tmp_mode, t.block_factor, t.ub_rows,
+                  spec)
+    if not 1 <= want.block_dim <= spec.core_num_aiv:
+        raise bad("block_factor", f"{t.block_factor} rows per core need {want.block_dim} cores; {spec.name} has "
+                                  f"{spec.core_num_aiv}")
+    if t.workspace_size < want.workspace_size:
+        raise bad("workspace_size", f"{t.workspace_size} B is less than the {want.workspace_size} B the split needs")
+    for f in fields(t):
+        if f.name != "workspace_size" and getattr(t, f.name) != getattr(want, f.name):
+            raise bad(f.name, f"{getattr(t, f.name)!r} is not what block_factor {t.block_factor} and ub_rows "
+                              f"{t.ub_rows} imply ({getattr(want, f.name)!r})")
+    if not _fits(t.ub_rows, t.h_align, bool(t.is_reuse_source), t.block_dim, spec, t.tmp_mode):
+        raise bad("ub_rows", f"{t.ub_rows} rows of H = {t.h} and their temporaries do not fit the UB")

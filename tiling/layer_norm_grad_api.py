@@ -32,14 +32,23 @@ def _assert(ok: bool, api: str, func: str, message: str) -> None:
                            f"[{api}][{func}] {message}")
 
 
+def _shape_size(dims: tuple[int, ...]) -> int:
+    """ge::Shape::GetShapeSize: 0 for no dims, -1 when a dim is unknown (-1 or -2), else the product."""
+    if not dims:
+        return 0
+    if any(d in (-1, -2) for d in dims):
+        return -1
+    size = 1
+    for d in dims:
+        size *= d
+    return size
+
+
 def _check_common(api: str, func: str, src_shape: Any, type_size: int) -> tuple[int, ...]:
     """CheckLayerNormGrad(Beta)HostCommon: the type size, a non-empty shape, exactly four dims."""
     _assert(type_size in (B16, B32), api, func, f"Type size {type_size} is unsupported!")
     dims = tuple(int(d) for d in src_shape)
-    size = 1
-    for d in dims:
-        size *= d
-    _assert(size > 0, api, func, "Input Shape size must be greater than 0.")
+    _assert(_shape_size(dims) > 0, api, func, "Input Shape size must be greater than 0.")
     _assert(len(dims) == 4, api, func, f"The dims of srcShape is {len(dims)}, should be 4 (e.g. [B, S, "
                                        "storageHLength, originHLength])!")
     return dims
@@ -249,13 +258,15 @@ def one_chunk_tiling(src_shape: Any, type_size: int, is_reuse_source: bool) -> L
     return _lng_tiling(need * size * 4, b, s, h, oh, size, b * s, size, type_size, is_reuse_source)
 
 
-_DEVICE_TYPES: dict[type, Any] = {}
+# The device forms, defined at import so that Numba's on-disk cache can key kernels on them.
+LayerNormGradTilingDevice = namedtuple("LayerNormGradTilingDevice", [f.name for f in fields(LayerNormGradTiling)])
+LayerNormGradBetaTilingDevice = namedtuple("LayerNormGradBetaTilingDevice",
+                                           [f.name for f in fields(LayerNormGradBetaTiling)])
+_DEVICE_TYPES: dict[type, Any] = {LayerNormGradTiling: LayerNormGradTilingDevice,
+                                  LayerNormGradBetaTiling: LayerNormGradBetaTilingDevice}
 
 
-def device_tiling(t: Any) -> Any:
-    """A tiling dataclass as the namedtuple a device function takes (the same fields, Numba-friendly)."""
-    cls = type(t)
-    nt = _DEVICE_TYPES.get(cls)
-    if nt is None:
-        nt = _DEVICE_TYPES[cls] = namedtuple(cls.__name__ + "Device", [f.name for f in fields(cls)])
+def device_tiling(t: LayerNormGradTiling | LayerNormGradBetaTiling) -> Any:
+    """An API tiling as the namedtuple its device function takes (the same fields, Numba-friendly)."""
+    nt = _DEVICE_TYPES[type(t)]
     return nt(*(int(getattr(t, f)) for f in nt._fields))
