@@ -1,12 +1,14 @@
-"""``make demo``: RmsNormGrad (both of its kernels), GroupNormBackward and SwiGluGrad on the emulated Ascend910B1, in
-one table.
+"""``make demo``: RmsNormGrad (both of its kernels), GroupNormBackward, SwiGluGrad and the layer-norm backward on the
+emulated Ascend910B1, in one table.
 
 Runs ``kernels.rms_norm_grad`` on [4096, 4096] bf16 (split-N: whole rows per UB tile) and on [64, 12288] fp32
 (split-D: rows too long for the UB, cut into column tiles), ``kernels.group_norm_backward`` on [32, 512, 64·64]
 with 32 groups in fp32 and bf16, and ``kernels.swiglu_grad`` on x [8192, 2·4096] bf16 (dim -1: A and B the two
-column halves, y_grad [8192, 4096]), with realistic inputs, and prints, per run, the tiling the host chose, the UB
-plan's size, the bytes the data movers carried, the error of dx against untiled float64 math under Ascend's
-precision standard, and the wall time on this CPU.
+column halves, y_grad [8192, 4096]) and ``kernels.layer_norm_grad`` (the LayerNormGrad and LayerNormGradBeta APIs
+per UB tile of whole rows) on [4096, 4096] in fp32 and fp16, with realistic inputs, and prints, per run, the
+tiling the host chose, the UB plan's size, the bytes the data movers carried, the error of dx (pd_x for the
+layer-norm backward) against untiled float64 math under Ascend's precision standard, and the wall time on this
+CPU.
 
     python -m bench.demo
 """
@@ -29,9 +31,11 @@ EPS = 1e-6
 GN_EPS = 1e-5  # torch.nn.GroupNorm's default, for the forward's rstd
 GN_GROUPS = 32
 SWIGLU_DIM = -1
+LN_EPS = 1e-5  # torch.nn.LayerNorm's default
 REPEATS = 5
 SPLIT = {1: "split-N", 2: "split-D"}
-DTYPES = {"fp32": np.dtype(np.float32), "bf16": np.dtype(ml_dtypes.bfloat16)}
+DTYPES = {"fp32": np.dtype(np.float32), "bf16": np.dtype(ml_dtypes.bfloat16), "fp16": np.dtype(np.float16)}
+TMP_MODES = ("shared", "framework")  # LayerNormGradOpTiling.tmp_mode
 
 
 def make_inputs(shape: tuple[int, int], dtype: str, seed: int = 0) -> tuple[np.ndarray, ...]:
@@ -74,6 +78,19 @@ def make_swiglu_inputs(shape: tuple[int, int], dtype: str, dim: int = SWIGLU_DIM
     return dy, x
 
 
+def make_ln_inputs(shape: tuple[int, int], dtype: str, seed: int = 0) -> tuple[np.ndarray, ...]:
+    """(dy, x, variance, mean, gamma) in ``dtype``: dy ~ N(0, 1) and x ~ U(-2, 2) of ``shape``; the (biased)
+    variance and mean of each row of the rounded x in float64 (what the forward LayerNorm saves), gamma ~
+    U(0.5, 1.5)."""
+    rng = np.random.default_rng(seed)
+    dt = DTYPES[dtype]
+    x = rng.uniform(-2.0, 2.0, shape).astype(np.float32).astype(dt)
+    dy = rng.standard_normal(shape, dtype=np.float32).astype(dt)
+    x64 = x.astype(np.float64)
+    gamma = rng.uniform(0.5, 1.5, shape[-1]).astype(np.float32).astype(dt)
+    return dy, x, x64.var(axis=-1).astype(dt), x64.mean(axis=-1).astype(dt), gamma
+
+
 def rms_norm_grad_case(shape: tuple[int, int], dtype: str) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
     """kernels.rms_norm_grad on ``shape``: (call(out=None) -> outputs, golden dx, shape label)."""
     dy, x, rstd, gamma = make_inputs(shape, dtype)
@@ -109,14 +126,30 @@ def swiglu_grad_case(shape: tuple[int, int], dtype: str,
     return call, lambda: kernels.reference.swiglu_grad(dy, x, dim), "x".join(sizes)
 
 
+def layer_norm_grad_case(shape: tuple[int, int],
+                         dtype: str) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
+    """kernels.layer_norm_grad over the last axis of ``shape`` (epsilon 1e-5): (call, golden pd_x, shape label)."""
+    args = make_ln_inputs(shape, dtype)
+
+    def call(out: Any = None) -> Any:
+        return kernels.layer_norm_grad(*args, epsilon=LN_EPS, out=out)
+
+    return call, lambda: kernels.reference.layer_norm_grad(*args, epsilon=LN_EPS)[0], "x".join(map(str, shape))
+
+
 CASES = [(rms_norm_grad_case, (4096, 4096), "bf16"), (rms_norm_grad_case, (64, 12288), "fp32"),
          (group_norm_backward_case, (32, 512, 64 * 64), "fp32"), (group_norm_backward_case, (32, 512, 64 * 64), "bf16"),
-         (swiglu_grad_case, (8192, 8192), "bf16")]
+         (swiglu_grad_case, (8192, 8192), "bf16"), (layer_norm_grad_case, (4096, 4096), "fp32"),
+         (layer_norm_grad_case, (4096, 4096), "fp16")]
 
 
 def tiling_key(op: str, t: Any) -> str:
     """The tiling key and what it selects: RmsNormGrad's split, GroupNormGrad's UB mode and reduction, SwiGluGrad's
-    dtype kernel (the key is the ge::DataType) with its base tile, double buffering and DataCopy path."""
+    dtype kernel (the key is the ge::DataType) with its base tile, double buffering and DataCopy path, the
+    layer-norm backward's UB tile (whole rows x the 32 B-aligned H), its temporaries and isReuseSource."""
+    if op == "layer_norm_grad":
+        return (f"{t.tiling_key} tile {t.ub_rows}x{t.h_align}, tmp {TMP_MODES[t.tmp_mode]}"
+                f"{', reuse' if t.is_reuse_source else ''}")
     if op == "group_norm_backward":
         return f"{t.tiling_key} UB mode {t.ub_mode}{', det' if t.deterministic else ''}"
     if op == "swiglu_grad":
@@ -172,15 +205,17 @@ def table(rows: list[dict[str, str]]) -> str:
 
 
 def main() -> None:
-    print(f"tilesim demo: aclnnRmsNormGrad, aclnnGroupNormBackward and aclnnSwiGluGrad on the emulated "
-          f"{tilesim.DEFAULT_SOC}, checks off\n")
+    print(f"tilesim demo: aclnnRmsNormGrad, aclnnGroupNormBackward, aclnnSwiGluGrad and a layer-norm backward on "
+          f"the emulated {tilesim.DEFAULT_SOC}, checks off\n")
     rows = [run_case(make, shape, dtype) for make, shape, dtype in CASES]
     print(table(rows))
     print(f"\nG: groups; det: the deterministic two-stage dgamma/dbeta reduction; 2·n: x's split axis (A, B); "
           f"tile: SwiGluGrad's base rows x base cols, DB: double-buffered queues, pad: DataCopyPad (rows not 32 B "
-          f"aligned); UB: per-core UB plan / capacity (bytes); MTE2/MTE3: bytes GM->UB / UB->GM, all cores; dx "
-          f"MARE: max relative error vs float64 math, pass = MERE < T and MARE < limit (10T); first call: with "
-          f"Numba compile/cache load; wall: median of {REPEATS} later calls into the first call's outputs.")
+          f"aligned); layer_norm_grad's tile: UB rows x aligned H, tmp: its APIs' sharedTmpBuffer (shared) or free "
+          f"UB (framework); UB: per-core UB plan / capacity (bytes); MTE2/MTE3: bytes GM->UB / UB->GM, all cores; "
+          f"dx MARE: max relative error vs float64 math (pd_x for layer_norm_grad), pass = MERE < T and MARE < "
+          f"limit (10T); first call: with Numba compile/cache load; wall: median of {REPEATS} later calls into the "
+          f"first call's outputs.")
 
 
 if __name__ == "__main__":
