@@ -11,6 +11,7 @@ import numba
 import numpy as np
 import pytest
 import torch
+from bitwise import assert_bitwise, bits
 
 import tilesim
 import tiling
@@ -21,7 +22,6 @@ from tiling.common import align_up, ceil_div
 from tiling.layer_norm_grad import LANES, SYS_WORKSPACE, TMP
 
 DT = {"float32": np.float32, "float16": np.float16}
-BITS = {"float32": np.uint32, "float16": np.uint16}
 ISZ = {"float32": 4, "float16": 2}
 EPS = 1e-5
 NAMES = ("pd_x", "pd_gamma", "pd_beta")
@@ -69,18 +69,6 @@ def torch_lowp(dy, x, var, mean, gamma, eps=EPS):
     out = torch.ops.aten.native_layer_norm_backward(t[0], t[1], [x.shape[-1]], t[2], t[3], t[4],
                                                     torch.zeros_like(t[4]), [True] * 3)
     return [o.numpy() for o in out]
-
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(BITS[np.dtype(a.dtype).name])
-
-
-def assert_bitwise(a, b, what="output"):
-    assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: {a.dtype}{a.shape} vs {b.dtype}{b.shape}"
-    diff = bits(a) != bits(b)
-    assert not diff.any(), f"{what}: {int(diff.sum())} of {diff.size} elements differ, first at " \
-                           f"{np.argwhere(diff)[0].tolist()}"
 
 
 def assert_all_bitwise(outs, others, what):

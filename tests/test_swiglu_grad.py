@@ -15,6 +15,7 @@ import numba
 import numpy as np
 import pytest
 import torch
+from bitwise import assert_bitwise, bits
 
 import tilesim
 import tiling
@@ -25,7 +26,6 @@ from tilesim.vector import exp_values
 from tiling.common import align_up, ceil_div, replace
 
 DT = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
-BITS = {"float32": np.uint32, "float16": np.uint16, "bfloat16": np.uint16}
 ISZ = {"float32": 4, "float16": 2, "bfloat16": 2}
 DTYPES = list(DT)
 SOCS_910 = ("Ascend910B1", "Ascend910B3", "Ascend910_9391")
@@ -42,18 +42,6 @@ def inputs(rng, shape, dim=-1, dtype="float32", a_scale=3.0, dy_scale=1.0):
     x = (rng.standard_normal(shape) * a_scale).astype(DT[dtype])
     dy = (rng.standard_normal(dy_shape) * dy_scale).astype(DT[dtype])
     return dy, x
-
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(BITS[np.dtype(a.dtype).name])
-
-
-def assert_bitwise(a, b, what="output"):
-    assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: {a.dtype}{a.shape} vs {b.dtype}{b.shape}"
-    diff = bits(a) != bits(b)
-    assert not diff.any(), f"{what}: {int(diff.sum())} of {diff.size} elements differ, first at " \
-                           f"{np.argwhere(diff)[0].tolist()}"
 
 
 def assert_precise(out, golden, dtype, what):
