@@ -67,3 +67,41 @@ def layer_norm_grad(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any,
     pd_x = r * (dg - dg.mean(-1, keepdims=True) - xh * (dg * xh).mean(-1, keepdims=True))
     rows = tuple(range(xx.ndim - 1))
     return pd_x, (d * xh).sum(rows), d.sum(rows)
+
+
+def _nsa_windows(act_seq_len: Any, block_size: int, stride: int) -> list[tuple[int, int]]:
+    """(output row, first token) of every window, batch by batch: batch b covers [cum[b−1], cum[b]) and has
+    ⌊(L − blockSize)/stride⌋ + 1 windows, none when L < blockSize; tokens after the last window are dropped."""
+    out, start, o = [], 0, 0
+    for end in (int(v) for v in np.asarray(act_seq_len).reshape(-1)):
+        length = end - start
+        n = 0 if length < block_size else (length - block_size) // stride + 1
+        out += [(o + i, start + i * stride) for i in range(n)]
+        o += n
+        start = end
+    return out
+
+
+def nsa_compress(input: Any, weight: Any, act_seq_len: Any, compress_block_size: int,  # noqa: A002
+                 compress_stride: int) -> np.ndarray:
+    """NSA compress forward in float64: ``out[o_b + i, n, :] = Σ_j W[j, n]·input[start_b + i·stride + j, n, :]``
+    over the windows of every batch (input [T, N, D] in TND, weight [blockSize, N], act_seq_len cumulative ends)."""
+    x, w = _f64(input), _f64(weight)
+    win = _nsa_windows(act_seq_len, compress_block_size, compress_stride)
+    out = np.zeros((len(win),) + x.shape[1:])
+    for o, s in win:
+        out[o] = np.einsum("jn,jnd->nd", w, x[s:s + compress_block_size])
+    return out
+
+
+def nsa_compress_grad(output_grad: Any, input: Any, weight: Any, act_seq_len: Any,  # noqa: A002
+                      compress_block_size: int, compress_stride: int) -> tuple[np.ndarray, np.ndarray]:
+    """The gradients of :func:`nsa_compress` in float64: input_grad sums W[j, n]·dout over every window covering a
+    token (0 where none does), weight_grad[j, n] sums dout·input over the windows and D."""
+    g, x, w = _f64(output_grad), _f64(input), _f64(weight)
+    bs = compress_block_size
+    dx, dw = np.zeros_like(x), np.zeros_like(w)
+    for o, s in _nsa_windows(act_seq_len, bs, compress_stride):
+        dx[s:s + bs] += w[:, :, None] * g[o][None]
+        dw += np.einsum("nd,jnd->jn", g[o], x[s:s + bs])
+    return dx, dw

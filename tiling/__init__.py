@@ -11,11 +11,14 @@ from .layer_norm_grad_api import (
     get_layer_norm_grad_max_min_tmp_size,
     get_layer_norm_grad_nd_tiling_info,
 )
+from .nsa_compress_grad import NsaCompressGradTiling, nsa_compress_grad
 from .rms_norm_grad import RmsNormGradTiling, rms_norm_grad
 from .swiglu_grad import SwiGluGradTiling, swiglu_grad
 
-__all__ = ["GroupNormBackwardTiling", "LayerNormGradBetaTiling", "LayerNormGradOpTiling", "LayerNormGradTiling",
-           "RmsNormGradTiling", "SwiGluGradTiling", "get_layer_norm_grad_beta_max_min_tmp_size",
-           "get_layer_norm_grad_beta_nd_tiling_info", "get_layer_norm_grad_max_min_tmp_size",
-           "get_layer_norm_grad_nd_tiling_info", "group_norm_backward", "layer_norm_grad", "replace", "rms_norm_grad",
-           "swiglu_grad"]
+__all__ = [
+    "GroupNormBackwardTiling", "LayerNormGradBetaTiling", "LayerNormGradOpTiling", "LayerNormGradTiling",
+    "NsaCompressGradTiling", "RmsNormGradTiling", "SwiGluGradTiling", "get_layer_norm_grad_beta_max_min_tmp_size",
+    "get_layer_norm_grad_beta_nd_tiling_info", "get_layer_norm_grad_max_min_tmp_size",
+    "get_layer_norm_grad_nd_tiling_info", "group_norm_backward", "layer_norm_grad", "nsa_compress_grad", "replace",
+    "rms_norm_grad", "swiglu_grad",
+]
