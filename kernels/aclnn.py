@@ -22,10 +22,11 @@ from tilesim.errors import (
     tiling_error,
 )
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tiling.common import FP32, dtype_name, shape_of
+from tiling.common import FP32, dtype_name, require, shape_of
 from tiling.group_norm_backward import check_args as group_norm_backward_check_args
 from tiling.group_norm_backward import group_norm_backward as group_norm_backward_tiling
 from tiling.layer_norm_grad import layer_norm_grad as layer_norm_grad_tiling
+from tiling.nsa_compress_grad import nsa_compress_grad as nsa_compress_grad_tiling
 from tiling.rms_norm_grad import rms_norm_grad as rms_norm_grad_tiling
 from tiling.rms_norm_grad import ub_plan as rms_norm_grad_ub_plan
 from tiling.swiglu_grad import swiglu_grad as swiglu_grad_tiling
@@ -33,6 +34,7 @@ from tiling.swiglu_grad import ub_plan as swiglu_grad_ub_plan
 
 from . import group_norm_backward as _group_norm_backward
 from . import layer_norm_grad as _layer_norm_grad
+from . import nsa_compress_grad as _nsa_compress_grad
 from . import rms_norm_grad as _rms_norm_grad
 from . import swiglu_grad as _swiglu_grad
 from .common import checks_default
@@ -211,7 +213,36 @@ def layer_norm_grad(workspace: Any, workspace_size: int, executor: Executor | No
     return _execute("layer_norm_grad", workspace, workspace_size, executor)
 
 
+def nsa_compress_grad_get_workspace_size(output_grad: Any, input: Any, weight: Any,  # noqa: A002
+                                        act_seq_len: Any, compress_block_size: int, compress_stride: int,
+                                        act_seq_len_type: int, layout: str, input_grad: Any, weight_grad: Any, *,
+                                        soc: str | SocSpec = DEFAULT_SOC) -> tuple[int, int, Executor | None]:
+    """aclnnNsaCompressGradGetWorkspaceSize: ``(status, workspace_size, executor)``."""
+    try:
+        require(inputGrad=input_grad, weightGrad=weight_grad)
+        spec = get_soc(soc)
+        t = nsa_compress_grad_tiling(output_grad, input, weight, act_seq_len, compress_block_size,
+                                     compress_stride, act_seq_len_type, layout, soc=spec)
+        dt = dtype_name(input)
+        dx = _check_output("inputGrad", input_grad, shape_of(input), dt)
+        dw = _check_output("weightGrad", weight_grad, shape_of(weight), dt)
+    except AclnnError as e:
+        return _fail(e), 0, None
+
+    def run(ws: np.ndarray | None) -> None:
+        _nsa_compress_grad.run(t, spec, output_grad, input, weight, act_seq_len, dx, dw, ws, checks_default(None))
+
+    _recent[0] = ""
+    return ACLNN_SUCCESS, t.workspace_size, Executor("nsa_compress_grad", t.workspace_size, run, t)
+
+
+def nsa_compress_grad(workspace: Any, workspace_size: int, executor: Executor | None, stream: Any = None) -> int:
+    """aclnnNsaCompressGrad: runs the executor on ``workspace``; returns the status."""
+    return _execute("nsa_compress_grad", workspace, workspace_size, executor)
+
+
 __all__ = ["ACLNN_ERR_PARAM_NULLPTR", "Executor", "get_recent_err_msg", "group_norm_backward",
            "group_norm_backward_get_workspace_size", "layer_norm_grad", "layer_norm_grad_get_workspace_size",
+           "nsa_compress_grad", "nsa_compress_grad_get_workspace_size",
            "rms_norm_grad", "rms_norm_grad_get_workspace_size",
            "swi_glu_grad", "swi_glu_grad_get_workspace_size"]

@@ -40,6 +40,19 @@ def whole_reduce_sum(core, t, count):
 
 
 @njit(cache=True)
+def block_reduce_sum(core, dst, src, n_blocks):
+    """BlockReduceSum: ``dst[b]`` = the sum of the 8 fp32 lanes of 32 B block ``b`` of ``src``, as an
+    adjacent-pair tree (the order vcadd uses within a repeat)."""
+    if not (ub_ok(core, dst, 4 * n_blocks) and ub_ok(core, src, 32 * n_blocks)):
+        return
+    d, s = f32(core, dst, n_blocks), f32(core, src, 8 * n_blocks)
+    for b in range(n_blocks):
+        o = 8 * b
+        d[b] = ((s[o] + s[o + 1]) + (s[o + 2] + s[o + 3])) + ((s[o + 4] + s[o + 5]) + (s[o + 6] + s[o + 7]))
+    core.cnt[VEC_REDUCE] += repeats(32 * n_blocks)
+
+
+@njit(cache=True)
 def reduce_sum_half_interval(core, t, count):
     """ReduceSumHalfInterval: sum of ``t[0:count]``, computed in place (``t`` is clobbered).
 
