@@ -175,3 +175,26 @@ def test_errors_write_nothing(rng, kw, status):
                           soc=args["soc"], out=out)
     assert e.value.status == status
     assert np.all(out[0].astype(np.float32) == 7) and np.all(out[1].astype(np.float32) == 7)
+
+
+def test_block_size_equal_to_stride_kernel_path(rng):
+    """The document (and so the op's checks) requires blockSize > stride, but the kernel has a path for
+    blockSize = stride: no window overlaps another, dX is cast and written directly into the inputGrad zeroed in
+    phase 0. Run that path with the launcher and a tiling for such a problem."""
+    from kernels.nsa_compress_grad import run
+    from tiling.nsa_compress_grad import seq_lengths, windows
+
+    cum, n, d, bs = [0, 100, 164, 200], 4, 32, 32
+    g, x, w = inputs(rng, cum, n, d, bs, bs, "float16")
+    probe = tiling.nsa_compress_grad(np.zeros((sum(windows(seq_lengths(cum), bs, 16)), n, d), np.float16), x, w,
+                                     cum, bs, 16)
+    t = tiling.replace(probe, block_stride=bs, num_of_block=g.shape[0])
+    assert not t.is_overlap
+    dx, dw = np.full_like(x, 7), np.full_like(w, 7)
+    with tilesim.capture() as runs:
+        run(t, tilesim.get_soc("Ascend910B1"), g, x, w, cum, dx, dw, np.empty(t.workspace_size, np.uint8),
+                 True)
+    gdx, gdw = ref.nsa_compress_grad(g, x, w, cum, bs, bs)
+    assert compare(dx, gdx).ok and compare(dw, gdw).ok
+    assert runs[0].total("atomic_bytes") == g.shape[0] * bs * n * 4  # only the weight-grad partials
+    assert np.all(dx[96:100].astype(np.float32) == 0)  # batch 1's tail after its last window
