@@ -1,14 +1,15 @@
-"""``make demo``: RmsNormGrad (both of its kernels), GroupNormBackward, SwiGluGrad and the layer-norm backward on the
-emulated Ascend910B1, in one table.
+"""``make demo``: RmsNormGrad (both of its kernels), GroupNormBackward, SwiGluGrad, the layer-norm backward and
+NsaCompressGrad on the emulated Ascend910B1, in one table.
 
 Runs ``kernels.rms_norm_grad`` on [4096, 4096] bf16 (split-N: whole rows per UB tile) and on [64, 12288] fp32
 (split-D: rows too long for the UB, cut into column tiles), ``kernels.group_norm_backward`` on [32, 512, 64·64]
 with 32 groups in fp32 and bf16, and ``kernels.swiglu_grad`` on x [8192, 2·4096] bf16 (dim -1: A and B the two
-column halves, y_grad [8192, 4096]) and ``kernels.layer_norm_grad`` (the LayerNormGrad and LayerNormGradBeta APIs
-per UB tile of whole rows) on [4096, 4096] in fp32 and fp16, with realistic inputs, and prints, per run, the
-tiling the host chose, the UB plan's size, the bytes the data movers carried, the error of dx (pd_x for the
-layer-norm backward) against untiled float64 math under Ascend's precision standard, and the wall time on this
-CPU.
+column halves, y_grad [8192, 4096]), ``kernels.layer_norm_grad`` (the LayerNormGrad and LayerNormGradBeta APIs
+per UB tile of whole rows) on [4096, 4096] in fp32 and fp16 and ``kernels.nsa_compress_grad`` on input
+[8192, 32, 128] bf16 (TND, 4 sequences of 2048 tokens, blockSize 32, stride 16: overlapping windows), with
+realistic inputs, and prints, per run, the tiling the host chose, the UB plan's size, the bytes the data movers
+carried, the error of dx (pd_x for the layer-norm backward, input_grad for NsaCompressGrad) against untiled
+float64 math under Ascend's precision standard, and the wall time on this CPU.
 
     python -m bench.demo
 """
@@ -32,6 +33,8 @@ GN_EPS = 1e-5  # torch.nn.GroupNorm's default, for the forward's rstd
 GN_GROUPS = 32
 SWIGLU_DIM = -1
 LN_EPS = 1e-5  # torch.nn.LayerNorm's default
+NSA_SEQS = 4  # NsaCompressGrad: sequences of equal length
+NSA_BLOCK_SIZE, NSA_STRIDE = 32, 16
 REPEATS = 5
 SPLIT = {1: "split-N", 2: "split-D"}
 DTYPES = {"fp32": np.dtype(np.float32), "bf16": np.dtype(ml_dtypes.bfloat16), "fp16": np.dtype(np.float16)}
@@ -91,6 +94,23 @@ def make_ln_inputs(shape: tuple[int, int], dtype: str, seed: int = 0) -> tuple[n
     return dy, x, x64.var(axis=-1).astype(dt), x64.mean(axis=-1).astype(dt), gamma
 
 
+def make_nsa_inputs(shape: tuple[int, int, int], dtype: str, seqs: int = NSA_SEQS, bs: int = NSA_BLOCK_SIZE,
+                    stride: int = NSA_STRIDE, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+    """(output_grad, input, weight, act_seq_len) for NsaCompressGrad in ``dtype``: input ~ N(0, 1) of ``shape``
+    [T, N, D] (TND) cut into ``seqs`` sequences of T / seqs tokens (act_seq_len their cumulative ends), weight ~
+    U(-1, 1) of [bs, N], output_grad ~ N(0, 1) of [windows, N, D], ⌊(L − bs)/stride⌋ + 1 windows per sequence."""
+    rng = np.random.default_rng(seed)
+    dt = DTYPES[dtype]
+    t, n, _ = shape
+    cum = [t * (i + 1) // seqs for i in range(seqs)]
+    lens = np.diff([0, *cum])
+    wins = int(sum((length - bs) // stride + 1 for length in lens if length >= bs))
+    x = rng.standard_normal(shape, dtype=np.float32).astype(dt)
+    w = rng.uniform(-1.0, 1.0, (bs, n)).astype(np.float32).astype(dt)
+    dy = rng.standard_normal((wins, *shape[1:]), dtype=np.float32).astype(dt)
+    return dy, x, w, cum
+
+
 def rms_norm_grad_case(shape: tuple[int, int], dtype: str) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
     """kernels.rms_norm_grad on ``shape``: (call(out=None) -> outputs, golden dx, shape label)."""
     dy, x, rstd, gamma = make_inputs(shape, dtype)
@@ -137,16 +157,32 @@ def layer_norm_grad_case(shape: tuple[int, int],
     return call, lambda: kernels.reference.layer_norm_grad(*args, epsilon=LN_EPS)[0], "x".join(map(str, shape))
 
 
+def nsa_compress_grad_case(shape: tuple[int, int, int], dtype: str, seqs: int = NSA_SEQS, bs: int = NSA_BLOCK_SIZE,
+                           stride: int = NSA_STRIDE) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
+    """kernels.nsa_compress_grad on input ``shape`` [T, N, D] in ``seqs`` equal sequences, blockSize ``bs``, stride
+    ``stride``: (call, golden input_grad, shape label)."""
+    dy, x, w, cum = make_nsa_inputs(shape, dtype, seqs, bs, stride)
+
+    def call(out: Any = None) -> Any:
+        return kernels.nsa_compress_grad(dy, x, w, cum, bs, stride, out=out)
+
+    return (call, lambda: kernels.reference.nsa_compress_grad(dy, x, w, cum, bs, stride)[0],
+            f"{'x'.join(map(str, shape))} S={seqs} bs={bs}/{stride}")
+
+
 CASES = [(rms_norm_grad_case, (4096, 4096), "bf16"), (rms_norm_grad_case, (64, 12288), "fp32"),
          (group_norm_backward_case, (32, 512, 64 * 64), "fp32"), (group_norm_backward_case, (32, 512, 64 * 64), "bf16"),
          (swiglu_grad_case, (8192, 8192), "bf16"), (layer_norm_grad_case, (4096, 4096), "fp32"),
-         (layer_norm_grad_case, (4096, 4096), "fp16")]
+         (layer_norm_grad_case, (4096, 4096), "fp16"), (nsa_compress_grad_case, (8192, 32, 128), "bf16")]
 
 
 def tiling_key(op: str, t: Any) -> str:
     """The tiling key and what it selects: RmsNormGrad's split, GroupNormGrad's UB mode and reduction, SwiGluGrad's
     dtype kernel (the key is the ge::DataType) with its base tile, double buffering and DataCopy path, the
-    layer-norm backward's UB tile (whole rows x the 32 B-aligned H), its temporaries and isReuseSource."""
+    layer-norm backward's UB tile (whole rows x the 32 B-aligned H), its temporaries and isReuseSource,
+    NsaCompressGrad's (one) key with its core count and whether windows overlap (inputGrad via the fp32 workspace)."""
+    if op == "nsa_compress_grad":
+        return f"key {t.tiling_key}, {t.block_dim} cores{', overlap' if t.is_overlap else ''}"
     if op == "layer_norm_grad":
         return (f"{t.tiling_key} tile {t.ub_rows}x{t.h_align}, tmp {TMP_MODES[t.tmp_mode]}"
                 f"{', reuse' if t.is_reuse_source else ''}")
@@ -205,17 +241,18 @@ def table(rows: list[dict[str, str]]) -> str:
 
 
 def main() -> None:
-    print(f"tilesim demo: aclnnRmsNormGrad, aclnnGroupNormBackward, aclnnSwiGluGrad and a layer-norm backward on "
-          f"the emulated {tilesim.DEFAULT_SOC}, checks off\n")
+    print(f"tilesim demo: aclnnRmsNormGrad, aclnnGroupNormBackward, aclnnSwiGluGrad, a layer-norm backward and "
+          f"aclnnNsaCompressGrad on the emulated {tilesim.DEFAULT_SOC}, checks off\n")
     rows = [run_case(make, shape, dtype) for make, shape, dtype in CASES]
     print(table(rows))
     print(f"\nG: groups; det: the deterministic two-stage dgamma/dbeta reduction; 2·n: x's split axis (A, B); "
           f"tile: SwiGluGrad's base rows x base cols, DB: double-buffered queues, pad: DataCopyPad (rows not 32 B "
           f"aligned); layer_norm_grad's tile: UB rows x aligned H, tmp: its APIs' sharedTmpBuffer (shared) or free "
-          f"UB (framework); UB: per-core UB plan / capacity (bytes); MTE2/MTE3: bytes GM->UB / UB->GM, all cores; "
-          f"dx MARE: max relative error vs float64 math (pd_x for layer_norm_grad), pass = MERE < T and MARE < "
-          f"limit (10T); first call: with Numba compile/cache load; wall: median of {REPEATS} later calls into the "
-          f"first call's outputs.")
+          f"UB (framework); S: sequences, bs: NsaCompressGrad's blockSize/stride, overlap: windows overlap "
+          f"(inputGrad accumulated in an fp32 workspace); UB: per-core UB plan / capacity (bytes); MTE2/MTE3: bytes "
+          f"GM->UB / UB->GM, all cores; dx MARE: max relative error vs float64 math (pd_x for layer_norm_grad, "
+          f"input_grad for nsa_compress_grad), pass = MERE < T and MARE < limit (10T); first call: with Numba "
+          f"compile/cache load; wall: median of {REPEATS} later calls into the first call's outputs.")
 
 
 if __name__ == "__main__":
