@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+
+import torch
 
 
 def record(benchmark: Any, op: str, dtype: str, nbytes: int, timed: str, **problem: Any) -> None:
@@ -14,3 +18,15 @@ def record(benchmark: Any, op: str, dtype: str, nbytes: int, timed: str, **probl
         median = benchmark.stats.stats.median
         info["median_s"] = median
         info["gbs"] = nbytes / median / 1e9
+
+
+@contextmanager
+def torch_threads(n: int = 2) -> Iterator[None]:
+    """torch on ``n`` threads inside the block (the machine's two cores, as tilesim's launches use), its previous
+    thread count restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

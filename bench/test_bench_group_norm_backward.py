@@ -24,7 +24,7 @@ import pytest
 import torch
 
 import kernels
-from bench.record import record
+from bench.record import record, torch_threads
 from bench.test_bench_rms_norm_grad import test_bandwidth_probe  # noqa: F401  (collected here too)
 
 N, C, HXW, GROUPS = 32, 512, 64 * 64, 32
@@ -140,9 +140,7 @@ def test_torch(benchmark, dtype):
     and dbeta)."""
     args = inputs(dtype)
     tdt = TORCH_DTYPES[dtype]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with torch_threads(2):
         dy, x, mean, rstd, gamma = (torch.from_numpy(a.astype(np.float32)).to(tdt) for a in args)
 
         def backward():
@@ -153,7 +151,5 @@ def test_torch(benchmark, dtype):
         assert all(o.dtype == tdt for o in outs) and outs[0].shape == (N, C, HXW) and outs[1].shape == (C,)
         check([o.float().numpy() for o in outs], dtype)
         benchmark(backward)
-    finally:
-        torch.set_num_threads(threads)
     _record(benchmark, "torch aten", dtype, op_bytes(*args),
            "torch.ops.aten.native_group_norm_backward(..., [True, True, True]), CPU, 2 threads")

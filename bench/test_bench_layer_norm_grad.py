@@ -29,7 +29,7 @@ import pytest
 import torch
 
 import kernels
-from bench.record import record
+from bench.record import record, torch_threads
 from bench.test_bench_rms_norm_grad import test_bandwidth_probe  # noqa: F401  (collected here too)
 
 N, H = 4096, 4096
@@ -154,9 +154,7 @@ def test_torch(benchmark, dtype):
     args = inputs(dtype)
     dy, x, mean, rstd, gamma, bias = _torch_tensors(dtype)
     tdt = TORCH_DTYPES[dtype]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with torch_threads(2):
         def backward():
             return torch.ops.aten.native_layer_norm_backward(dy, x, [H], mean, rstd, gamma, bias, [True, True, True])
 
@@ -164,7 +162,5 @@ def test_torch(benchmark, dtype):
         assert all(o.dtype == tdt for o in outs) and outs[0].shape == (N, H) and outs[1].shape == (H,)
         check([o.numpy() for o in outs], dtype)
         benchmark(backward)
-    finally:
-        torch.set_num_threads(threads)
     _record(benchmark, "torch aten", dtype, op_bytes(*args),
            "torch.ops.aten.native_layer_norm_backward(..., [True, True, True]), CPU, 2 threads")

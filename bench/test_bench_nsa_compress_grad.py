@@ -31,7 +31,7 @@ import pytest
 import torch
 
 import kernels
-from bench.record import record
+from bench.record import record, torch_threads
 from bench.test_bench_rms_norm_grad import test_bandwidth_probe  # noqa: F401  (collected here too)
 
 CUM = (2048, 4096, 6144, 8192)  # act_seq_len: cumulative ends of the 4 sequences
@@ -176,9 +176,7 @@ def test_torch(benchmark, dtype):
     (einsum's backward, two bmm-based contractions, and unfold's scatter back into x's layout), CPU, 2 threads."""
     args = inputs(dtype)
     tdt = TORCH_DTYPES[dtype]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with torch_threads(2):
         dy, x, w = (torch.from_numpy(a.astype(np.float32)).to(tdt) for a in args)  # exact: via float32
         x.requires_grad_()
         w.requires_grad_()
@@ -191,7 +189,5 @@ def test_torch(benchmark, dtype):
         assert all(o.dtype == tdt for o in outs) and outs[0].shape == (T, N, D) and outs[1].shape == (BLOCK_SIZE, N)
         check([o.float().numpy() for o in outs], dtype)
         benchmark(backward)
-    finally:
-        torch.set_num_threads(threads)
     _record(benchmark, "torch autograd", dtype, op_bytes(*args),
            "torch.autograd.grad(unfold+einsum forward, (x, w), dy, retain_graph=True), backward alone, CPU, 2 threads")

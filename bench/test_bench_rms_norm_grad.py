@@ -22,7 +22,7 @@ import torch
 
 import kernels
 from bench.bandwidth import make_arrays, triad, triad_bytes
-from bench.record import record
+from bench.record import record, torch_threads
 from tilesim.precision import compare
 
 N, D = 4096, 4096
@@ -94,9 +94,7 @@ def test_torch_autograd(benchmark, dtype):
     which computes dx and dweight from the saved graph."""
     dy_np, x_np, rstd, gamma = inputs(dtype)
     tdt = TORCH_DTYPES[dtype]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with torch_threads(2):
         x = torch.from_numpy(x_np.astype(np.float32)).to(tdt).requires_grad_(True)
         w = torch.from_numpy(gamma).to(tdt).requires_grad_(True)
         dy = torch.from_numpy(dy_np.astype(np.float32)).to(tdt)
@@ -107,8 +105,6 @@ def test_torch_autograd(benchmark, dtype):
 
         backward()  # warm-up
         dx, dw = benchmark(backward)
-    finally:
-        torch.set_num_threads(threads)
     _record(benchmark, "torch autograd", dtype, op_bytes(dy_np, x_np, rstd, gamma),
            "torch.autograd.grad(y, (x, w), dy, retain_graph=True) after one rms_norm forward, 2 threads")
     assert dx.dtype == tdt and dx.shape == (N, D) and dw.shape == (D,)

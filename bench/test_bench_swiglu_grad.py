@@ -26,7 +26,7 @@ import pytest
 import torch
 
 import kernels
-from bench.record import record
+from bench.record import record, torch_threads
 from bench.test_bench_rms_norm_grad import test_bandwidth_probe  # noqa: F401  (collected here too)
 
 ROWS, COLS = 8192, 8192  # x; A and B are its column halves, y_grad is [ROWS, COLS // 2]
@@ -147,16 +147,12 @@ def test_torch(benchmark, dtype):
     the fair comparison: like aclnnSwiGluGrad it maps (dy, x) to dx and nothing else, where autograd's forward +
     backward (test_torch_autograd) also computes and allocates y."""
     dy_np, x_np = inputs(dtype)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with torch_threads(2):
         dy, x = _torch_tensors(dtype)
         dx = torch_swiglu_grad(dy, x)  # warm-up
         assert dx.dtype == TORCH_DTYPES[dtype] and dx.shape == (ROWS, COLS)
         check(dx.float().numpy(), dtype)
         benchmark(torch_swiglu_grad, dy, x)
-    finally:
-        torch.set_num_threads(threads)
     _record(benchmark, "torch aten", dtype, op_bytes(dy_np, x_np),
            "cat([silu_backward(dy*b, a), dy*silu(a)]) (aten, the backward alone), CPU, 2 threads")
 
@@ -167,9 +163,7 @@ def test_torch_autograd(benchmark, dtype):
     with requires_grad, CPU, 2 threads. Not the ratios' baseline (its op name does not start with "torch"): it
     also runs the forward."""
     dy_np, x_np = inputs(dtype)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with torch_threads(2):
         dy, x = _torch_tensors(dtype)
         x.requires_grad_()
 
@@ -183,7 +177,5 @@ def test_torch_autograd(benchmark, dtype):
         assert dx.dtype == TORCH_DTYPES[dtype] and dx.shape == (ROWS, COLS)
         check(dx.float().numpy(), dtype)
         benchmark(forward_backward)
-    finally:
-        torch.set_num_threads(threads)
     _record(benchmark, "autograd fwd+bwd", dtype, op_bytes(dy_np, x_np),
            "x.grad = None; (silu(a) * b).backward(dy) (torch autograd, forward + backward), CPU, 2 threads")
