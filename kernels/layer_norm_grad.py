@@ -55,7 +55,7 @@ GM_NAMES = ["dy", "x", "variance", "mean", "gamma", "pd_x", "pd_gamma", "pd_beta
 
 
 @njit(cache=True)
-def _land(core, buf, n_elems, kind):
+def _land(buf, n_elems, kind):
     """Where T data bound for an fp32 buffer of ``align_up(n_elems, 16)`` elements lands: the buffer itself for
     float, for half its upper half (32 B aligned, as DataCopyPad needs)."""
     return buf if kind == 0 else at(buf, 2 * ((n_elems + 15) // 16 * 16))
@@ -64,7 +64,7 @@ def _land(core, buf, n_elems, kind):
 @njit(cache=True)
 def _widen(core, buf, n_elems, kind):
     if kind != 0:
-        cast_to_f32(core, buf, _land(core, buf, n_elems, kind), n_elems, kind)
+        cast_to_f32(core, buf, _land(buf, n_elems, kind), n_elems, kind)
 
 
 @njit(cache=True)
@@ -74,16 +74,16 @@ def _copy_in(core, t, r0, n, g_dy, g_x, g_var, g_mean, kind):
     e = n * hp
     dy, x = slot(core, DY, 0), slot(core, X, 0)
     var, mean = slot(core, VAR, 0), slot(core, MEAN, 0)
-    data_copy_pad(core, _land(core, dy, e, kind), g_dy, r0 * h, n, h, h, 0)
-    xl = _land(core, x, e, kind)
+    data_copy_pad(core, _land(dy, e, kind), g_dy, r0 * h, n, h, h, 0)
+    xl = _land(x, e, kind)
     if h == hp:
         data_copy_pad(core, xl, g_x, r0 * h, n, h, h, 0)
     else:  # one DataCopyPad per row, its padding value the row's mean (a scalar read of GM)
         isz = g_x.data.itemsize
         for i in range(n):
             data_copy_pad(core, at(xl, i * hp * isz), g_x, (r0 + i) * h, 1, h, h, g_mean.data[r0 + i])
-    data_copy_pad(core, _land(core, var, n, kind), g_var, r0, 1, n, n, 0)
-    data_copy_pad(core, _land(core, mean, n, kind), g_mean, r0, 1, n, n, 0)
+    data_copy_pad(core, _land(var, n, kind), g_var, r0, 1, n, n, 0)
+    data_copy_pad(core, _land(mean, n, kind), g_mean, r0, 1, n, n, 0)
     _widen(core, dy, e, kind)
     _widen(core, x, e, kind)
     _widen(core, var, n, kind)
@@ -145,7 +145,7 @@ def _core(phase, c, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, b
         return
     init_output(core, g_ws, 2 * c * hp, 2 * hp, 0.0)
     gam = slot(core, GAMMA, 0)
-    data_copy_pad(core, _land(core, gam, hp, kind), g_gamma, 0, 1, h, h, 0)
+    data_copy_pad(core, _land(gam, hp, kind), g_gamma, 0, 1, h, h, 0)
     _widen(core, gam, hp, kind)
     rows = tail if c == bd - 1 else bf
     r0 = c * bf

@@ -31,10 +31,10 @@ from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_ou
 from tilesim.device import GlobalTensor, at, make_core, slot
 from tilesim.errors import tiling_error
 from tilesim.launch import finish, prepare, workspace
-from tilesim.reduce import block_reduce_sum, whole_reduce_sum
+from tilesim.reduce import block_reduce_sum, whole_reduce_sum_to
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan
-from tilesim.vector import add, broadcast_col, broadcast_row, cast_from_f32, cast_to_f32, duplicate, mul, set_value
+from tilesim.vector import add, broadcast_col, broadcast_row, cast_from_f32, cast_to_f32, duplicate, mul
 from tiling.common import dtype_name, shape_of
 from tiling.nsa_compress_grad import SYS_WORKSPACE, UB_PRESERVE, NsaCompressGradTiling
 from tiling.nsa_compress_grad import nsa_compress_grad as make_tiling
@@ -100,7 +100,7 @@ def _dot_over_d(core, tmpx, x, groups, d):
     for g in range(groups):
         block_reduce_sum(core, at(tmpx, 4 * g * pitch), at(x, 4 * g * d), d // 8)
     for g in range(groups):
-        set_value(core, tmpx, g, whole_reduce_sum(core, at(tmpx, 4 * g * pitch), d // 8))
+        whole_reduce_sum_to(core, at(tmpx, 4 * g), at(tmpx, 4 * g * pitch), d // 8)
 
 
 @njit(cache=True)
@@ -238,12 +238,12 @@ def _phase(phase, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw, 
         _core(phase, c, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw, wsx, shadow, kind)
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def _merge_shadows(shadow, ws, k):
-    """The atomic adds into the inputGrad workspace, in window-parity order."""
+    """The atomic adds into the inputGrad workspace, in window-parity order at every address."""
     n = ws.size
-    for r in range(k):
-        for i in range(n):
+    for i in prange(n):
+        for r in range(k):
             ws[i] += shadow[r * n + i]
 
 

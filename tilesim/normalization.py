@@ -24,8 +24,8 @@ import numpy as np
 from numba import njit
 
 from .cast import CAST_NONE
-from .device import ERR_API_TMP, at, report, ub_ok
-from .reduce import LANES, whole_reduce_sum
+from .device import ERR_API_TMP, at, report
+from .reduce import LANES, whole_reduce_sum_to
 from .vector import add, adds, broadcast_col, cast_from_f32, cast_to_f32, div, duplicate, mul, muls, sqrt, sub
 
 
@@ -49,10 +49,8 @@ def _row_sums(core, dst, src, cal, h):
         while total > 1:
             parts = (total + LANES - 1) // LANES
             for k in range(parts):
-                v = whole_reduce_sum(core, at(level, 4 * k * LANES), min(LANES, total - k * LANES))
                 out = at(dst, 4 * i) if parts == 1 else at(dst, 4 * (i * h + k))
-                if ub_ok(core, out, 4):
-                    core.ub[out.addr:out.addr + 4].view(np.float32)[0] = v
+                whole_reduce_sum_to(core, out, at(level, 4 * k * LANES), min(LANES, total - k * LANES))
             level = at(dst, 4 * i * h)
             total = parts
 
@@ -65,7 +63,7 @@ def _one_over(core, dst, ones, src, n):
 
 
 @njit(cache=True)
-def _lng_stats(core, var, res, tmp, st, t, cal, noh, eps, x1, x2):
+def _lng_stats(core, var, res, tmp, st, t, cal, noh, eps, x1, x2, back, back2):
     """ComputePdVar, ComputePdMean and ComputePdX on fp32 x1 = dy·γ and x2 = x − μ: resForGamma into ``res``,
     pd_x into ``tmp`` (outputPdX itself for float, the stack's tmp tensor for half), per-row values in ``tmp``
     on the way."""
@@ -73,8 +71,6 @@ def _lng_stats(core, var, res, tmp, st, t, cal, noh, eps, x1, x2):
     bsh, pvar, pmean = at(st, 4 * t.tmp_tensor_bsh_pos), at(st, 4 * t.pd_var_tensor_pos), \
         at(st, 4 * t.pd_mean_tensor_pos)
     x3 = at(st, 4 * t.x3_tensor_pos)
-    back = np.array([t.last_dim_value_back], np.uint32).view(np.float32)[0]
-    back2 = np.array([t.last_dim_value_back_mul_two], np.uint32).view(np.float32)[0]
     # pd_var = Σ −0.5·x1·x2·(var + ε)^−1.5, the power by Mul, Mul, Sqrt and 1/·
     adds(core, tmp, var, eps, noh)
     mul(core, bsh, tmp, tmp, noh)
@@ -122,13 +118,13 @@ def _x1_x2(core, dy, x, mean, gamma, st, t, cal, noh, x1, x2):
 
 
 @njit(cache=True)
-def _lng_chunk(core, dy, x, var, mean, gamma, pd_x, res, st, t, cal, noh, eps, kind, reuse):
+def _lng_chunk(core, dy, x, var, mean, gamma, pd_x, res, st, t, cal, noh, eps, kind, reuse, back, back2):
     """ComputeProcess<float> or ComputeProcess<half> on one chunk of ``noh`` rows (``cal`` = noh·H)."""
     if kind == 0:
         x1 = dy if reuse else at(st, 4 * t.x1_tensor_pos)  # GetTmpTensor: reuse computes in dy and x
         x2 = x if reuse else at(st, 4 * t.x2_tensor_pos)
         _x1_x2(core, dy, x, mean, gamma, st, t, cal, noh, x1, x2)
-        _lng_stats(core, var, res, pd_x, st, t, cal, noh, eps, x1, x2)
+        _lng_stats(core, var, res, pd_x, st, t, cal, noh, eps, x1, x2, back, back2)
         return
     h = t.h_length
     tmp, t1, t2 = at(st, 4 * t.tmp_tensor_pos), at(st, 4 * t.tmp_tensor1_pos), at(st, 4 * t.tmp_tensor2_pos)
@@ -143,7 +139,7 @@ def _lng_chunk(core, dy, x, var, mean, gamma, pd_x, res, st, t, cal, noh, eps, k
     broadcast_col(core, bsh, t2, noh, h)
     sub(core, x2, t1, bsh, cal)
     cast_to_f32(core, t1, var, noh, kind)
-    _lng_stats(core, t1, t2, tmp, st, t, cal, noh, eps, x1, x2)
+    _lng_stats(core, t1, t2, tmp, st, t, cal, noh, eps, x1, x2, back, back2)
     cast_from_f32(core, pd_x, tmp, cal, kind, CAST_NONE)
     cast_from_f32(core, res, t2, cal, kind, CAST_NONE)
 
@@ -159,18 +155,20 @@ def layer_norm_grad(core, pd_x, res_for_gamma, dy, x, variance, mean, gamma, tmp
         return
     isz = 4 if kind == 0 else 2
     eps = np.float32(epsilon)
+    bits = np.array([t.last_dim_value_back, t.last_dim_value_back_mul_two], np.uint32).view(np.float32)
+    back, back2 = bits[0], bits[1]  # 1/originalH and 2/originalH, stored as float bits
     off0 = 0
     off1 = 0
     for _ in range(t.loop_num):
         _lng_chunk(core, at(dy, isz * off0), at(x, isz * off0), at(variance, isz * off1), at(mean, isz * off1),
                    gamma, at(pd_x, isz * off0), at(res_for_gamma, isz * off0), tmp, t, t.one_cal_size,
-                   t.noh_cal_size, eps, kind, reuse)
+                   t.noh_cal_size, eps, kind, reuse, back, back2)
         off0 += t.one_cal_size
         off1 += t.noh_cal_size
     if t.tail_size != 0:
         _lng_chunk(core, at(dy, isz * off0), at(x, isz * off0), at(variance, isz * off1), at(mean, isz * off1),
                    gamma, at(pd_x, isz * off0), at(res_for_gamma, isz * off0), tmp, t, t.tail_size,
-                   t.noh_tail_size, eps, kind, reuse)
+                   t.noh_tail_size, eps, kind, reuse, back, back2)
 
 
 @njit(cache=True)

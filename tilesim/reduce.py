@@ -40,6 +40,14 @@ def whole_reduce_sum(core, t, count):
 
 
 @njit(cache=True)
+def whole_reduce_sum_to(core, dst, src, count):
+    """WholeReduceSum writing its result to UB: ``dst[0]`` = vcadd over ``count`` <= 64 lanes of ``src``."""
+    v = whole_reduce_sum(core, src, count)
+    if ub_ok(core, dst, 4):
+        f32(core, dst, 1)[0] = v
+
+
+@njit(cache=True)
 def block_reduce_sum(core, dst, src, n_blocks):
     """BlockReduceSum: ``dst[b]`` = the sum of the 8 fp32 lanes of 32 B block ``b`` of ``src``, as an
     adjacent-pair tree (the order vcadd uses within a repeat)."""
