@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .intrinsics import f32_as_u32
+
 # Ascend C RoundMode, in the enum's order.
 CAST_NONE = 0
 CAST_RINT = 1
@@ -23,12 +25,18 @@ CAST_ODD = 6
 ROUND_MODES = {"CAST_NONE": CAST_NONE, "CAST_RINT": CAST_RINT, "CAST_FLOOR": CAST_FLOOR, "CAST_CEIL": CAST_CEIL,
                "CAST_ROUND": CAST_ROUND, "CAST_TRUNC": CAST_TRUNC, "CAST_ODD": CAST_ODD}
 
-# The 16-bit formats a kernel can hold in GM and UB.
+# The 16-bit formats a kernel can hold in GM and UB (0: fp32).
 KIND_FP16 = 1
 KIND_BF16 = 2
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
+def elem_size(kind):
+    """Bytes per element of a tensor of ``kind`` (0 for fp32)."""
+    return np.int64(4) if kind == 0 else np.int64(2)
+
+
+@njit(cache=True)
 def _round_shift(mag, shift, mode, neg):
     """``mag >> shift`` rounded by ``mode``; mag < 2**25 and shift >= 1."""
     if shift > 40:
@@ -54,7 +62,7 @@ def _round_shift(mag, shift, mode, neg):
     return q
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _overflows_to_inf(mode, neg):
     if mode == CAST_FLOOR:
         return neg
@@ -106,40 +114,114 @@ def f32_bits_to_fp16(u, mode):
     return np.uint16(sign | q)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
+def f32_bits_to_bf16_nearest(u, away):
+    """:func:`f32_bits_to_bf16` for CAST_RINT / CAST_NONE (``away`` False) and CAST_ROUND (``away`` True), bit
+    for bit, without branches, so that the loops calling it vectorise."""
+    a = np.uint32(u) & np.uint32(0x7FFFFFFF)
+    sign = (np.uint32(u) >> 16) & np.uint32(0x8000)
+    bias = np.uint32(0x8000) if away else np.uint32(0x7FFF) + ((a >> 16) & np.uint32(1))
+    q = (a + bias) >> 16  # a carry out of the mantissa rounds into the exponent; past the largest finite: inf
+    q = np.uint32(0x7FC0) if a > np.uint32(0x7F800000) else q
+    return np.uint16(sign | q)
+
+
+@njit(cache=True)
+def f32_bits_to_fp16_nearest(u, away):
+    """:func:`f32_bits_to_fp16` for CAST_RINT / CAST_NONE (``away`` False) and CAST_ROUND (``away`` True), bit
+    for bit, without branches (every case computed, then selected), so that the loops calling it vectorise."""
+    a = np.uint32(u) & np.uint32(0x7FFFFFFF)
+    sign = (np.uint32(u) >> 16) & np.uint32(0x8000)
+    e = a >> 23
+    # normal fp16 results: drop 13 mantissa bits from the rebased exponent and mantissa
+    t = a - np.uint32(112 << 23)
+    bias = np.uint32(0x1000) if away else np.uint32(0xFFF) + ((t >> 13) & np.uint32(1))
+    normal = (t + bias) >> 13
+    # subnormal results, in units of 2**-24: the mantissa with its hidden bit, shifted by 126 - e (at most 31 is
+    # enough: m < 2**24, so any larger shift rounds to zero as well)
+    m = (a & np.uint32(0x7FFFFF)) | (np.uint32(0x800000) if e != 0 else np.uint32(0))
+    sh = np.uint32(126) - (e if e != 0 else np.uint32(1))
+    sh = sh if sh < np.uint32(31) else np.uint32(31)
+    half = np.uint32(1) << (sh - np.uint32(1))
+    sbias = half if away else half - np.uint32(1) + ((m >> sh) & np.uint32(1))
+    sub = (m + sbias) >> sh
+    q = sub if e < np.uint32(113) else normal
+    q = q if q < np.uint32(0x7C00) else np.uint32(0x7C00)  # overflow and inf: inf, as nearest rounding does
+    nan = np.uint32(0x7C00) | ((a & np.uint32(0x7FFFFF)) >> 13)
+    nan = nan if nan != np.uint32(0x7C00) else np.uint32(0x7C01)
+    q = nan if a > np.uint32(0x7F800000) else q
+    return np.uint16(sign | q)
+
+
+@njit(cache=True)
 def bf16_to_f32_bits(h):
     return np.uint32(np.uint32(h) << 16)
 
 
 @njit(cache=True)
 def fp16_to_f32_bits(h):
+    """Exact, without branches: every case computed, then selected."""
     h = np.uint32(h)
-    sign = (h & 0x8000) << 16
-    e = (h >> 10) & 0x1F
-    m = h & 0x3FF
-    if e == 0:
-        if m == 0:
-            return np.uint32(sign)
-        # subnormal: m * 2**-24 is exact in fp32
-        f = np.float32(m) * np.float32(5.9604644775390625e-08)
-        return np.uint32(np.array([f]).view(np.uint32)[0] | sign)
-    if e == 31:
-        return np.uint32(sign | 0x7F800000 | (m << 13))
-    return np.uint32(sign | ((e + 112) << 23) | (m << 13))
+    sign = (h & np.uint32(0x8000)) << 16
+    e = (h >> 10) & np.uint32(0x1F)
+    m = h & np.uint32(0x3FF)
+    normal = ((e + np.uint32(112)) << 23) | (m << 13)
+    special = np.uint32(0x7F800000) | (m << 13)  # inf and NaN, payload kept
+    sub = f32_as_u32(np.float32(m) * np.float32(5.9604644775390625e-08))  # m * 2**-24 is exact in fp32; 0 too
+    bits = sub if e == np.uint32(0) else (special if e == np.uint32(31) else normal)
+    return np.uint32(sign | bits)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def b16_to_f32_bits(h, kind):
     if kind == KIND_BF16:
         return bf16_to_f32_bits(h)
     return fp16_to_f32_bits(h)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def f32_bits_to_b16(u, kind, mode):
+    if mode == CAST_RINT or mode == CAST_NONE or mode == CAST_ROUND:
+        if kind == KIND_BF16:
+            return f32_bits_to_bf16_nearest(u, mode == CAST_ROUND)
+        return f32_bits_to_fp16_nearest(u, mode == CAST_ROUND)
     if kind == KIND_BF16:
         return f32_bits_to_bf16(u, mode)
     return f32_bits_to_fp16(u, mode)
+
+
+@njit(cache=True)
+def narrow_bits(src, dst, n, kind, mode):
+    """``dst[i] = f32_bits_to_b16(src[i], kind, mode)`` for i < n, one loop per case so that each vectorises.
+    ``dst`` may alias ``src`` from its start (an in-place cast): element i is read before any write reaches it."""
+    if mode == CAST_RINT or mode == CAST_NONE:
+        if kind == KIND_BF16:
+            for i in range(n):
+                dst[i] = f32_bits_to_bf16_nearest(src[i], False)
+        else:
+            for i in range(n):
+                dst[i] = f32_bits_to_fp16_nearest(src[i], False)
+    elif mode == CAST_ROUND:
+        if kind == KIND_BF16:
+            for i in range(n):
+                dst[i] = f32_bits_to_bf16_nearest(src[i], True)
+        else:
+            for i in range(n):
+                dst[i] = f32_bits_to_fp16_nearest(src[i], True)
+    else:
+        for i in range(n):
+            dst[i] = f32_bits_to_b16(src[i], kind, mode)
+
+
+@njit(cache=True)
+def widen_bits(src, dst, n, kind):
+    """``dst[i] = b16_to_f32_bits(src[i], kind)`` for i < n, one loop per kind."""
+    if kind == KIND_BF16:
+        for i in range(n):
+            dst[i] = bf16_to_f32_bits(src[i])
+    else:
+        for i in range(n):
+            dst[i] = fp16_to_f32_bits(src[i])
 
 
 @njit(cache=True, parallel=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .cast import b16_to_f32_bits, f32_bits_to_b16
+from .cast import narrow_bits, widen_bits
 from .device import (
     SCALAR_ACCESS,
     VEC_BINARY,
@@ -23,9 +23,10 @@ from .device import (
     u32,
     ub_ok,
 )
+from .expf import exp_f32
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _ok3(core, a, b, c, n):
     return ub_ok(core, a, 4 * n) and ub_ok(core, b, 4 * n) and ub_ok(core, c, 4 * n)
 
@@ -92,10 +93,11 @@ def adds(core, dst, a, s, n):
     core.cnt[VEC_SCALAR] += repeats(4 * n)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _exp(v):
-    """The Exp instruction on one fp32 value: the C library's expf (Numba's np.exp on a float32)."""
-    return np.exp(v)
+    """The Exp instruction on one fp32 value: :func:`tilesim.expf.exp_f32` (within 1 ulp of the correctly rounded
+    e^x; the NPU's own Exp error is not modelled)."""
+    return exp_f32(v)
 
 
 @njit(cache=True)
@@ -175,8 +177,7 @@ def cast_to_f32(core, dst, src, n, kind):
     if not (ub_ok(core, dst, 4 * n) and ub_ok(core, src, 2 * n)):
         return
     d, s = u32(core, dst, n), u16(core, src, n)
-    for i in range(n):
-        d[i] = b16_to_f32_bits(s[i], kind)
+    widen_bits(s, d, n, kind)
     core.cnt[VEC_CAST] += repeats(4 * n)
 
 
@@ -186,8 +187,7 @@ def cast_from_f32(core, dst, src, n, kind, mode):
     if not (ub_ok(core, dst, 2 * n) and ub_ok(core, src, 4 * n)):
         return
     d, s = u16(core, dst, n), u32(core, src, n)
-    for i in range(n):
-        d[i] = f32_bits_to_b16(s[i], kind, mode)
+    narrow_bits(s, d, n, kind, mode)
     core.cnt[VEC_CAST] += repeats(4 * n)
 
 
