@@ -18,10 +18,9 @@ KIND = {FP32: 0, FP16: KIND_FP16, BF16: KIND_BF16}
 
 
 def to_gm(a: Any) -> np.ndarray:
-    """A flat, C-contiguous view (a copy only when needed) as the kernel reads it: fp32 as float32, fp16 and
-    bf16 as their uint16 bits. The caller's array is never written."""
-    arr = np.ascontiguousarray(a).reshape(-1)
-    return arr.view(np.uint16) if dtype_name(arr) in (FP16, BF16) else arr
+    """The bytes of a flat, C-contiguous view (a copy only when needed), as a kernel's GlobalTensor holds them.
+    The caller's array is never written."""
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
 
 
 def output(out: Any, index: int, name: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -38,9 +37,8 @@ def output(out: Any, index: int, name: str, shape: tuple[int, ...], dtype: str) 
 
 
 def gm_out(a: np.ndarray) -> np.ndarray:
-    """The flat device view of an output array (writes land in ``a``)."""
-    flat = a.reshape(-1)
-    return flat.view(np.uint16) if flat.dtype.itemsize == 2 else flat
+    """The bytes of a C-contiguous output array, as a kernel's GlobalTensor holds them (writes land in ``a``)."""
+    return a.reshape(-1).view(np.uint8)
 
 
 def checks_default(checks: bool | None) -> bool:

@@ -27,11 +27,12 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
-from tilesim.cast import CAST_ROUND, b16_to_f32_bits
+from tilesim.cast import CAST_ROUND, b16_to_f32_bits, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
-from tilesim.device import SCALAR_ACCESS, GlobalTensor, at, make_core, slot
+from tilesim.device import SCALAR_ACCESS, GlobalTensor, at, gm_f32, gm_size, gm_u16, make_core, slot
 from tilesim.errors import invalid
-from tilesim.launch import AtomicTarget, finish, prepare, workspace
+from tilesim.intrinsics import u32_as_f32
+from tilesim.launch import AtomicTarget, finish, host_threads, prepare, workspace
 from tilesim.reduce import reduce_sum
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.vector import (
@@ -101,10 +102,8 @@ def _gm_scalar(core, g, i, kind):
     """GlobalTensor.GetValue, widened to fp32 (ToFloat for bf16)."""
     core.cnt[SCALAR_ACCESS] += 1
     if kind == 0:
-        return np.float32(g.data[i])
-    bits = np.empty(1, np.uint32)
-    bits[0] = b16_to_f32_bits(g.data[i], kind)
-    return bits.view(np.float32)[0]
+        return gm_f32(g)[i]
+    return u32_as_f32(b16_to_f32_bits(gm_u16(g)[i], kind))
 
 
 @njit(cache=True)
@@ -191,7 +190,7 @@ def _mode_selection(core, t, task, s_gamma, s_beta, dgamma, dbeta, sh1g, sh1b, k
             cast_from_f32(core, slot(core, DGAMMA_T, 0), s_gamma, cg, kind, CAST_ROUND)
             data_copy_pad_out(core, dgamma, g * cg, slot(core, DGAMMA_T, 0), 1, cg, cg)
         return
-    row_len = sh1g.data.size // SPLIT_COUNT
+    row_len = gm_size(sh1g) // SPLIT_COUNT
     off = (n % SPLIT_COUNT) * row_len + ((n // SPLIT_COUNT) * t.g + g) * cg
     if t.dbeta_is_require:
         atomic_add_pad_out(core, sh1b, off, s_beta, cg)
@@ -424,19 +423,20 @@ def _stage2(core, t, dgamma, dbeta, wsg, wsb, sh2g, sh2b, kind):
 def _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rstd, gamma, dx, dgamma, dbeta, wsg,
           wsb, sh1g, sh1b, sh2g, sh2b, kind):
     core = make_core(c, block_dim, arena, plan, cnt, err, checks)
-    g_dgamma, g_dbeta = GlobalTensor(G_DGAMMA, dgamma), GlobalTensor(G_DBETA, dbeta)
-    g_wsg, g_wsb = GlobalTensor(G_WSG, wsg), GlobalTensor(G_WSB, wsb)
+    isz = elem_size(kind)
+    g_dgamma, g_dbeta = GlobalTensor(G_DGAMMA, dgamma, isz), GlobalTensor(G_DBETA, dbeta, isz)
+    g_wsg, g_wsb = GlobalTensor(G_WSG, wsg, 4), GlobalTensor(G_WSB, wsb, 4)
     if phase == 0:
         _init_outputs(core, t, g_dgamma, g_dbeta, g_wsg, g_wsb, kind)
         return
     if phase == 2:
-        _stage2(core, t, g_dgamma, g_dbeta, g_wsg, g_wsb, GlobalTensor(G_SH2G, sh2g), GlobalTensor(G_SH2B, sh2b),
-                kind)
+        _stage2(core, t, g_dgamma, g_dbeta, g_wsg, g_wsb, GlobalTensor(G_SH2G, sh2g, 4),
+                GlobalTensor(G_SH2B, sh2b, 4), kind)
         return
-    g_dy, g_x, g_mean, g_rstd = GlobalTensor(G_DY, dy), GlobalTensor(G_X, x), GlobalTensor(G_MEAN, mean), \
-        GlobalTensor(G_RSTD, rstd)
-    g_gamma, g_dx = GlobalTensor(G_GAMMA, gamma), GlobalTensor(G_DX, dx)
-    g_sh1g, g_sh1b = GlobalTensor(G_SH1G, sh1g), GlobalTensor(G_SH1B, sh1b)
+    g_dy, g_x, g_mean, g_rstd = GlobalTensor(G_DY, dy, isz), GlobalTensor(G_X, x, isz), \
+        GlobalTensor(G_MEAN, mean, isz), GlobalTensor(G_RSTD, rstd, isz)
+    g_gamma, g_dx = GlobalTensor(G_GAMMA, gamma, isz), GlobalTensor(G_DX, dx, isz)
+    g_sh1g, g_sh1b = GlobalTensor(G_SH1G, sh1g, 4), GlobalTensor(G_SH1B, sh1b, 4)
     if c < t.tail_core:
         first, count = c * t.task_num_per_core, t.task_num_per_core
     else:
@@ -455,8 +455,8 @@ def _phase(phase, block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rstd
            wsb, sh1g, sh1b, sh2g, sh2b, kind):
     """One SyncAll phase: every core runs it to the end before the next phase starts."""
     for c in prange(block_dim):
-        _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rstd, gamma, dx, dgamma, dbeta,
-              wsg, wsb, sh1g, sh1b, sh2g, sh2b, kind)
+        _core(phase, np.int64(c), block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rstd, gamma, dx, dgamma,
+              dbeta, wsg, wsb, sh1g, sh1b, sh2g, sh2b, kind)
 
 
 def device_tiling(t: GroupNormBackwardTiling) -> DeviceTiling:
@@ -473,25 +473,26 @@ def run(t: GroupNormBackwardTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray
     wss = t.work_space_size
     user = ws[SYS_WORKSPACE:SYS_WORKSPACE + 2 * wss * 4].view(np.float32)
     wsg, wsb = user[:wss], user[wss:]
-    out_g, out_b = gm_out(dgamma), gm_out(dbeta)
+    out_g, out_b = dgamma.reshape(-1), dbeta.reshape(-1)
     # phase 1's atomic adds: into the workspace rows (deterministic, or b16 with N = 2), else into the outputs
     to_ws = t.deterministic or kind != 0
     sh1 = [AtomicTarget(SPLIT_COUNT, wss if to_ws else t.c) for _ in range(2)]
     fp32_stage2 = t.deterministic and kind == 0
     sh2 = [AtomicTarget(SPLIT_COUNT, t.c if fp32_stage2 else 0) for _ in range(2)]
     args = (t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, checks, device_tiling(t),
-            to_gm(dy), to_gm(x), to_gm(mean), to_gm(rstd), to_gm(gamma), gm_out(dx), out_g, out_b, wsg, wsb,
-            sh1[0].shadow.reshape(-1), sh1[1].shadow.reshape(-1), sh2[0].shadow.reshape(-1),
-            sh2[1].shadow.reshape(-1), kind)
-    _phase(0, *args)
-    _phase(1, *args)
-    if not (kind != 0 and t.n == 1 and not t.deterministic):
-        targets = (wsg, wsb) if to_ws else (out_g, out_b)
-        for a, target, req in zip(sh1, targets, (t.dgamma_is_require, t.dbeta_is_require), strict=True):
-            if req:
-                a.merge_into(target)
-    if t.deterministic or kind != 0:
-        _phase(2, *args)
+            to_gm(dy), to_gm(x), to_gm(mean), to_gm(rstd), to_gm(gamma), gm_out(dx), gm_out(out_g), gm_out(out_b),
+            gm_out(wsg), gm_out(wsb), gm_out(sh1[0].shadow), gm_out(sh1[1].shadow), gm_out(sh2[0].shadow),
+            gm_out(sh2[1].shadow), kind)
+    with host_threads(dy, x, dx):
+        _phase(0, *args)
+        _phase(1, *args)
+        if not (kind != 0 and t.n == 1 and not t.deterministic):
+            targets = (wsg, wsb) if to_ws else (out_g, out_b)
+            for a, target, req in zip(sh1, targets, (t.dgamma_is_require, t.dbeta_is_require), strict=True):
+                if req:
+                    a.merge_into(target)
+        if t.deterministic or kind != 0:
+            _phase(2, *args)
     if fp32_stage2:
         for a, target, req in zip(sh2, (out_g, out_b), (t.dgamma_is_require, t.dbeta_is_require), strict=True):
             if req:

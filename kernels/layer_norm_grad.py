@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
-from tilesim.cast import CAST_RINT
+from tilesim.cast import CAST_RINT, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
-from tilesim.device import GlobalTensor, at, make_core, slot
-from tilesim.launch import finish, prepare, workspace
+from tilesim.device import GlobalTensor, at, gm_f32, gm_u16, make_core, slot
+from tilesim.launch import finish, host_threads, prepare, workspace
 from tilesim.normalization import layer_norm_grad as lng_api
 from tilesim.normalization import layer_norm_grad_beta as beta_api
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
@@ -79,9 +79,10 @@ def _copy_in(core, t, r0, n, g_dy, g_x, g_var, g_mean, kind):
     if h == hp:
         data_copy_pad(core, xl, g_x, r0 * h, n, h, h, 0)
     else:  # one DataCopyPad per row, its padding value the row's mean (a scalar read of GM)
-        isz = g_x.data.itemsize
-        for i in range(n):
-            data_copy_pad(core, at(xl, i * hp * isz), g_x, (r0 + i) * h, 1, h, h, g_mean.data[r0 + i])
+        isz = g_x.isz
+        for i in range(n):  # the mean's value for fp32, its bits for half (what DataCopyPad's padding takes)
+            pv = gm_f32(g_mean)[r0 + i] if isz == 4 else np.float32(gm_u16(g_mean)[r0 + i])
+            data_copy_pad(core, at(xl, i * hp * isz), g_x, (r0 + i) * h, 1, h, h, pv)
     data_copy_pad(core, _land(var, n, kind), g_var, r0, 1, n, n, 0)
     data_copy_pad(core, _land(mean, n, kind), g_mean, r0, 1, n, n, 0)
     _widen(core, dy, e, kind)
@@ -136,10 +137,12 @@ def _core(phase, c, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, b
           pg, pb, ws, eps, kind, reuse):
     h, hp, bf, bd, tail, ub_rows = t[0], t[1], t[5], t[6], t[7], t[8]
     core = make_core(c, bd, arena, plan, cnt, err, checks)
-    g_dy, g_x, g_var, g_mean = GlobalTensor(0, dy), GlobalTensor(1, x), GlobalTensor(2, var), GlobalTensor(3, mean)
-    g_gamma, g_pdx, g_pg, g_pb = GlobalTensor(4, gamma), GlobalTensor(5, pdx), GlobalTensor(6, pg), \
-        GlobalTensor(7, pb)
-    g_ws = GlobalTensor(8, ws)
+    isz = elem_size(kind)
+    g_dy, g_x, g_var, g_mean = GlobalTensor(0, dy, isz), GlobalTensor(1, x, isz), GlobalTensor(2, var, isz), \
+        GlobalTensor(3, mean, isz)
+    g_gamma, g_pdx, g_pg, g_pb = GlobalTensor(4, gamma, isz), GlobalTensor(5, pdx, isz), GlobalTensor(6, pg, isz), \
+        GlobalTensor(7, pb, isz)
+    g_ws = GlobalTensor(8, ws, 4)
     if phase == 1:
         _final(core, t, g_ws, g_pg, g_pb, bd, kind)
         return
@@ -168,8 +171,8 @@ def _launch(arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, bt2, dy, 
     block_dim = t[6]
     for phase in range(2):  # SyncAll between the tiles and the final sums
         for c in prange(block_dim):
-            _core(phase, c, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, bt2, dy, x, var, mean, gamma,
-                  pdx, pg, pb, ws, eps, kind, reuse)
+            _core(phase, np.int64(c), arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, bt2, dy, x, var, mean,
+                  gamma, pdx, pg, pb, ws, eps, kind, reuse)
 
 
 def _device_params(t: LayerNormGradOpTiling) -> tuple[int, ...]:
@@ -187,11 +190,12 @@ def run(t: LayerNormGradOpTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, 
     launch = prepare("layer_norm_grad", spec, t, plan, t.block_dim, checks, GM_NAMES)
     kind = KIND[t.dtype]
     eps = float(np.float32(epsilon))  # the float APIs' epsilon
-    user_ws = ws[SYS_WORKSPACE:t.workspace_size].view(np.float32)
-    _launch(launch.arena, launch.plan_array, launch.counters, launch.err, checks, _device_params(t),
-            *(device_tiling(a) for a in t.lng), *(device_tiling(b) for b in t.beta), to_gm(dy), to_gm(x),
-            to_gm(variance), to_gm(mean), to_gm(gamma), gm_out(pd_x), gm_out(pd_gamma), gm_out(pd_beta), user_ws,
-            eps, kind, bool(t.is_reuse_source))
+    user_ws = ws[SYS_WORKSPACE:t.workspace_size]
+    with host_threads(dy, x, pd_x):
+        _launch(launch.arena, launch.plan_array, launch.counters, launch.err, checks, _device_params(t),
+                *(device_tiling(a) for a in t.lng), *(device_tiling(b) for b in t.beta), to_gm(dy), to_gm(x),
+                to_gm(variance), to_gm(mean), to_gm(gamma), gm_out(pd_x), gm_out(pd_gamma), gm_out(pd_beta), user_ws,
+                eps, kind, bool(t.is_reuse_source))
     finish(launch, t.workspace_size)
 
 

@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
-from tilesim.cast import CAST_NONE, CAST_RINT, KIND_BF16
+from tilesim.cast import CAST_NONE, CAST_RINT, KIND_BF16, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
 from tilesim.device import GlobalTensor, at, make_core, slot
 from tilesim.errors import tiling_error
-from tilesim.launch import finish, prepare, workspace
+from tilesim.launch import finish, host_threads, prepare, workspace
 from tilesim.reduce import block_reduce_sum, whole_reduce_sum_to
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan
@@ -219,9 +219,10 @@ def _move_input_grad(core, t, g_wsx, g_dx, kind):
 @njit(cache=True)
 def _core(phase, c, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw, wsx, shadow, kind):
     core = make_core(c, t.block_dim, arena, plan, cnt, err, checks)
-    g_dy, g_x, g_w = GlobalTensor(0, dy), GlobalTensor(1, x), GlobalTensor(2, w)
-    g_dx, g_dw, g_wsw, g_wsx = GlobalTensor(3, dx), GlobalTensor(4, dw), GlobalTensor(5, wsw), GlobalTensor(6, wsx)
-    g_sh = GlobalTensor(7, shadow)
+    isz = elem_size(kind)
+    g_dy, g_x, g_w = GlobalTensor(0, dy, isz), GlobalTensor(1, x, isz), GlobalTensor(2, w, isz)
+    g_dx, g_dw = GlobalTensor(3, dx, isz), GlobalTensor(4, dw, isz)
+    g_wsw, g_wsx, g_sh = GlobalTensor(5, wsw, 4), GlobalTensor(6, wsx, 4), GlobalTensor(7, shadow, 4)
     if phase == 0:
         _zero(core, t, g_wsw, g_wsx, g_dx)
     elif phase == 1:
@@ -235,7 +236,7 @@ def _core(phase, c, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw
 @njit(cache=True, parallel=True)
 def _phase(phase, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw, wsx, shadow, kind):
     for c in prange(t.block_dim):
-        _core(phase, c, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw, wsx, shadow, kind)
+        _core(phase, np.int64(c), arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw, wsx, shadow, kind)
 
 
 @njit(cache=True, parallel=True)
@@ -268,12 +269,13 @@ def run(t: NsaCompressGradTiling, spec: SocSpec, output_grad: np.ndarray, input:
     wsx = ws[SYS_WORKSPACE + 4 * nw:SYS_WORKSPACE + 4 * nw + 4 * tnd].view(np.float32)
     shadow = np.zeros(dt.shadows * tnd if t.is_overlap else 1, np.float32)
     cum = np.asarray(act_seq_len, np.int64).reshape(-1)
-    args = (dt, cum, to_gm(output_grad), to_gm(input), to_gm(weight), gm_out(input_grad), gm_out(weight_grad), wsw,
-            wsx, shadow, kind)
-    for phase in range(3):
-        _phase(phase, launch.arena, launch.plan_array, launch.counters, launch.err, checks, *args)
-        if phase == 1 and t.is_overlap:
-            _merge_shadows(shadow, wsx, dt.shadows)
+    args = (dt, cum, to_gm(output_grad), to_gm(input), to_gm(weight), gm_out(input_grad), gm_out(weight_grad),
+            gm_out(wsw), gm_out(wsx), gm_out(shadow), kind)
+    with host_threads(output_grad, input, input_grad):
+        for phase in range(3):
+            _phase(phase, launch.arena, launch.plan_array, launch.counters, launch.err, checks, *args)
+            if phase == 1 and t.is_overlap:
+                _merge_shadows(shadow, wsx, dt.shadows)
     finish(launch, t.workspace_size)
 
 

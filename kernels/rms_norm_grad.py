@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
-from tilesim.cast import CAST_NONE, CAST_RINT, KIND_BF16
+from tilesim.cast import CAST_NONE, CAST_RINT, KIND_BF16, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
 from tilesim.device import GlobalTensor, at, make_core, slot
 from tilesim.errors import tiling_error
-from tilesim.launch import AtomicTarget, finish, prepare, workspace
+from tilesim.launch import AtomicTarget, finish, host_threads, prepare, workspace
 from tilesim.reduce import reduce_sum_half_interval, reduce_sum_multi_n
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.vector import (
@@ -282,10 +282,11 @@ def _split_d(core, t, phase, dy, x, rstd, gamma, dx, dgamma, ws, shadow, kind, g
 def _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, rstd, gamma, dx, dgamma, ws, shadow, kind,
           gkind, mode):
     core = make_core(c, block_dim, arena, plan, cnt, err, checks)
-    g_dy, g_x, g_rstd, g_gamma = GlobalTensor(G_DY, dy), GlobalTensor(G_X, x), GlobalTensor(G_RSTD, rstd), \
-        GlobalTensor(G_GAMMA, gamma)
-    g_dx, g_dgamma, g_ws, g_sh = GlobalTensor(G_DX, dx), GlobalTensor(G_DGAMMA, dgamma), GlobalTensor(G_WS, ws), \
-        GlobalTensor(G_SHADOW, shadow)
+    isz, gsz = elem_size(kind), elem_size(gkind)
+    g_dy, g_x, g_rstd = GlobalTensor(G_DY, dy, isz), GlobalTensor(G_X, x, isz), GlobalTensor(G_RSTD, rstd, 4)
+    g_gamma, g_dx, g_dgamma = GlobalTensor(G_GAMMA, gamma, gsz), GlobalTensor(G_DX, dx, isz), \
+        GlobalTensor(G_DGAMMA, dgamma, 4)
+    g_ws, g_sh = GlobalTensor(G_WS, ws, 4), GlobalTensor(G_SHADOW, shadow, 4)
     if t.tiling_key == SPLIT_N:
         _split_n(core, t, phase, g_dy, g_x, g_rstd, g_gamma, g_dx, g_dgamma, g_ws, g_sh, kind, gkind, mode)
     else:
@@ -297,7 +298,7 @@ def _launch(n_phases, block_dim, arena, plan, cnt, err, checks, t, dy, x, rstd, 
             kind, gkind, mode):
     for phase in range(n_phases):  # a SyncAll between phases
         for c in prange(block_dim):
-            _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, rstd, gamma, dx, dgamma, ws,
+            _core(phase, np.int64(c), block_dim, arena, plan, cnt, err, checks, t, dy, x, rstd, gamma, dx, dgamma, ws,
                   shadow, kind, gkind, mode)
 
 
@@ -319,12 +320,13 @@ def run(t: RmsNormGradTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, rstd
     mode = CAST_RINT if kind == KIND_BF16 else CAST_NONE
     det = t.fixed_output == 1
     n_phases = (2 if t.tiling_key == SPLIT_N else 3) if det else 2
-    user_ws = ws[SYS_WORKSPACE:t.workspace_size].view(np.float32)
+    user_ws = ws[SYS_WORKSPACE:t.workspace_size]
     atomic = AtomicTarget(t.block_dim, 0 if det else t.col)
     out_dgamma = dgamma.reshape(-1)
-    _launch(n_phases, t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, checks,
-            DeviceTiling(*(getattr(t, f) for f in DeviceTiling._fields)), to_gm(dy), to_gm(x), to_gm(rstd),
-            to_gm(gamma), gm_out(dx), out_dgamma, user_ws, atomic.shadow.reshape(-1), kind, gkind, mode)
+    with host_threads(dy, x, dx):
+        _launch(n_phases, t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, checks,
+                DeviceTiling(*(getattr(t, f) for f in DeviceTiling._fields)), to_gm(dy), to_gm(x), to_gm(rstd),
+                to_gm(gamma), gm_out(dx), gm_out(out_dgamma), user_ws, gm_out(atomic.shadow), kind, gkind, mode)
     if not det:
         atomic.merge_into(out_dgamma)
     finish(launch, t.workspace_size)

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
-from tilesim.cast import CAST_NONE, CAST_RINT
+from tilesim.cast import CAST_NONE, CAST_RINT, elem_size
 from tilesim.datamove import data_copy_pad, data_copy_pad_out, data_copy_rows, data_copy_rows_out
 from tilesim.device import GlobalTensor, make_core, slot
-from tilesim.launch import finish, prepare, workspace
+from tilesim.launch import finish, host_threads, prepare, workspace
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.vector import add, adds, cast_from_f32, cast_to_f32, div, duplicate, exp, mul, muls
 from tiling.common import dtype_name, shape_of
@@ -131,7 +131,7 @@ def _tile(core, t, k, tile, dy, x, out, kind, mode):
         data_copy_pad(core, a, x, off_a, rows, cols, 2 * col, 0)
         data_copy_pad(core, l, dy, off_dy, rows, cols, col, 0)
         data_copy_pad(core, b, x, off_b, rows, cols, 2 * col, 0)
-        m = 32 // x.data.itemsize
+        m = 32 // x.isz
         n = rows * ((cols + m - 1) // m * m)
     if kind == 0:
         _compute_f32(core, k, n)
@@ -148,7 +148,8 @@ def _tile(core, t, k, tile, dy, x, out, kind, mode):
 @njit(cache=True)
 def _core(c, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode):
     core = make_core(c, block_dim, arena, plan, cnt, err, checks)
-    g_dy, g_x, g_out = GlobalTensor(G_DY, dy), GlobalTensor(G_X, x), GlobalTensor(G_OUT, out)
+    isz = elem_size(kind)
+    g_dy, g_x, g_out = GlobalTensor(G_DY, dy, isz), GlobalTensor(G_X, x, isz), GlobalTensor(G_OUT, out, isz)
     col_tiles = (t.col_len + t.base_col_len - 1) // t.base_col_len
     total = (t.row_len + t.base_row_len - 1) // t.base_row_len * col_tiles
     k = 0
@@ -160,7 +161,7 @@ def _core(c, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode
 @njit(cache=True, parallel=True)
 def _launch(block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode):
     for c in prange(block_dim):
-        _core(c, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode)
+        _core(np.int64(c), block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode)
 
 
 def run(t: SwiGluGradTiling, spec: SocSpec, y_grad: np.ndarray, x: np.ndarray, out: np.ndarray, ws: np.ndarray | None,
@@ -171,9 +172,10 @@ def run(t: SwiGluGradTiling, spec: SocSpec, y_grad: np.ndarray, x: np.ndarray, o
     launch = prepare("swiglu_grad", spec, t, plan, t.block_dim, checks, GM_NAMES)
     kind = KIND[dtype_name(x)]
     mode = CAST_RINT if spec.arch == 220 else CAST_NONE
-    _launch(t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, checks,
-            DeviceTiling(*(getattr(t, f) for f in DeviceTiling._fields)), to_gm(y_grad), to_gm(x), gm_out(out), kind,
-            mode)
+    with host_threads(y_grad, x, out):
+        _launch(t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, checks,
+                DeviceTiling(*(getattr(t, f) for f in DeviceTiling._fields)), to_gm(y_grad), to_gm(x), gm_out(out),
+                kind, mode)
     finish(launch, t.workspace_size)
 
 

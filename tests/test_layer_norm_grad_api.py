@@ -26,7 +26,7 @@ import kernels
 from kernels.common import gm_out, to_gm
 from kernels.layer_norm_grad_beta import tmp_region
 from tilesim import AclnnError, CheckError, get_soc
-from tilesim.cast import KIND_FP16
+from tilesim.cast import KIND_FP16, elem_size
 from tilesim.datamove import data_copy, data_copy_out
 from tilesim.device import GlobalTensor, make_core, slot
 from tilesim.launch import finish, prepare
@@ -395,21 +395,22 @@ def _lng_kernel(arena_, plan, cnt, err, checks, ids, t, n_stat, dy, x, var, mean
     """CopyIn dy, x, variance, mean, gamma (DataCopy); LayerNormGrad; CopyOut pd_x, resForGamma and what is
     left in the UB of dy and x."""
     core = make_core(0, 1, arena_, plan, cnt, err, checks)
+    isz = elem_size(kind)
     n = t.b_length * t.s_length * t.h_length
     l_dy, l_x, l_var, l_mean = slot(core, ids[0], 0), slot(core, ids[1], 0), slot(core, ids[2], 0), \
         slot(core, ids[3], 0)
     l_gamma, l_pdx, l_res, l_tmp = slot(core, ids[4], 0), slot(core, ids[5], 0), slot(core, ids[6], 0), \
         slot(core, ids[7], 0)
-    data_copy(core, l_dy, GlobalTensor(0, dy), 0, n)
-    data_copy(core, l_x, GlobalTensor(1, x), 0, n)
-    data_copy(core, l_var, GlobalTensor(2, var), 0, n_stat)
-    data_copy(core, l_mean, GlobalTensor(3, mean), 0, n_stat)
-    data_copy(core, l_gamma, GlobalTensor(4, gamma), 0, t.h_length)
+    data_copy(core, l_dy, GlobalTensor(0, dy, isz), 0, n)
+    data_copy(core, l_x, GlobalTensor(1, x, isz), 0, n)
+    data_copy(core, l_var, GlobalTensor(2, var, isz), 0, n_stat)
+    data_copy(core, l_mean, GlobalTensor(3, mean, isz), 0, n_stat)
+    data_copy(core, l_gamma, GlobalTensor(4, gamma, isz), 0, t.h_length)
     layer_norm_grad(core, l_pdx, l_res, l_dy, l_x, l_var, l_mean, l_gamma, l_tmp, tmp_bytes, eps, t, kind, reuse)
-    data_copy_out(core, GlobalTensor(5, pdx), 0, l_pdx, n)
-    data_copy_out(core, GlobalTensor(6, res), 0, l_res, n)
-    data_copy_out(core, GlobalTensor(7, dy_after), 0, l_dy, n)
-    data_copy_out(core, GlobalTensor(8, x_after), 0, l_x, n)
+    data_copy_out(core, GlobalTensor(5, pdx, isz), 0, l_pdx, n)
+    data_copy_out(core, GlobalTensor(6, res, isz), 0, l_res, n)
+    data_copy_out(core, GlobalTensor(7, dy_after, isz), 0, l_dy, n)
+    data_copy_out(core, GlobalTensor(8, x_after, isz), 0, l_x, n)
 
 
 @njit(cache=True)
@@ -418,18 +419,19 @@ def _beta_kernel(arena_, plan, cnt, err, checks, ids, t, res, dy, pg_init, pb_in
     """CopyIn resForGamma, dy and the outputs' prior contents; LayerNormGradBeta; CopyOut pd_gamma, pd_beta and
     what is left in the UB of resForGamma and dy."""
     core = make_core(0, 1, arena_, plan, cnt, err, checks)
+    isz = elem_size(kind)
     n, h = t.bsh_length, t.h_length
     l_res, l_dy, l_pg, l_pb, l_tmp = slot(core, ids[0], 0), slot(core, ids[1], 0), slot(core, ids[2], 0), \
         slot(core, ids[3], 0), slot(core, ids[4], 0)
-    data_copy(core, l_res, GlobalTensor(0, res), 0, n)
-    data_copy(core, l_dy, GlobalTensor(1, dy), 0, n)
-    data_copy(core, l_pg, GlobalTensor(2, pg_init), 0, h)
-    data_copy(core, l_pb, GlobalTensor(3, pb_init), 0, h)
+    data_copy(core, l_res, GlobalTensor(0, res, isz), 0, n)
+    data_copy(core, l_dy, GlobalTensor(1, dy, isz), 0, n)
+    data_copy(core, l_pg, GlobalTensor(2, pg_init, isz), 0, h)
+    data_copy(core, l_pb, GlobalTensor(3, pb_init, isz), 0, h)
     layer_norm_grad_beta(core, l_pg, l_pb, l_res, l_dy, l_tmp, tmp_bytes, t, kind, reuse)
-    data_copy_out(core, GlobalTensor(4, pg), 0, l_pg, h)
-    data_copy_out(core, GlobalTensor(5, pb), 0, l_pb, h)
-    data_copy_out(core, GlobalTensor(6, res_after), 0, l_res, n)
-    data_copy_out(core, GlobalTensor(7, dy_after), 0, l_dy, n)
+    data_copy_out(core, GlobalTensor(4, pg, isz), 0, l_pg, h)
+    data_copy_out(core, GlobalTensor(5, pb, isz), 0, l_pb, h)
+    data_copy_out(core, GlobalTensor(6, res_after, isz), 0, l_res, n)
+    data_copy_out(core, GlobalTensor(7, dy_after, isz), 0, l_dy, n)
 
 
 def _add_tmp(plan, tmp, tmp_bytes, buffer_bytes, need):

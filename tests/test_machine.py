@@ -27,7 +27,7 @@ from tilesim.datamove import (
     data_copy_rows,
     data_copy_rows_out,
 )
-from tilesim.device import COUNTER_NAMES, GlobalTensor, at, make_core, slot
+from tilesim.device import COUNTER_NAMES, at, global_tensor, make_core, slot
 from tilesim.launch import arena, finish, prepare
 from tilesim.precision import assert_close
 from tilesim.reduce import reduce_sum, reduce_sum_half_interval, whole_reduce_sum
@@ -178,7 +178,7 @@ def _scale_core(c, block_dim, arena_, plan, cnt, err, checks, src, dst, rows, d,
     fp32 (kind 0) computes on ``n`` = d elements; b16 lands in the upper half of the fp32 slot, is widened in
     place, computed on ``n`` = align(d, 16) elements and narrowed in place (CAST_RINT)."""
     core = make_core(c, block_dim, arena_, plan, cnt, err, checks)
-    gs, gd = GlobalTensor(G_SRC, src), GlobalTensor(G_DST, dst)
+    gs, gd = global_tensor(G_SRC, src), global_tensor(G_DST, dst)
     for i in range(rows):
         r = c * rows + i
         x, y = slot(core, B_X, i), slot(core, B_Y, i)
@@ -300,8 +300,8 @@ def test_vector_repeats_are_ceil_bytes_over_256():
 def _pad_core(c, block_dim, arena_, plan, cnt, err, checks, src, dst, rows, row_len, src_stride, dst_stride):
     core = make_core(c, block_dim, arena_, plan, cnt, err, checks)
     t = slot(core, 1, 0)  # buffer 1 of the plan ("rows"), behind a first buffer
-    data_copy_pad(core, t, GlobalTensor(0, src), c * rows * src_stride, rows, row_len, src_stride, 0)
-    data_copy_pad_out(core, GlobalTensor(1, dst), c * rows * dst_stride, t, rows, row_len, dst_stride)
+    data_copy_pad(core, t, global_tensor(0, src), c * rows * src_stride, rows, row_len, src_stride, 0)
+    data_copy_pad_out(core, global_tensor(1, dst), c * rows * dst_stride, t, rows, row_len, dst_stride)
 
 
 @njit(cache=True, parallel=True)
@@ -366,7 +366,7 @@ SLOT_ELEMS = 64  # 256 B slots
 @njit(cache=True)
 def _checked_core(c, block_dim, arena_, plan, cnt, err, checks, src, dst, what):
     core = make_core(c, block_dim, arena_, plan, cnt, err, checks)
-    gs, gd = GlobalTensor(G_SRC, src), GlobalTensor(G_DST, dst)
+    gs, gd = global_tensor(G_SRC, src), global_tensor(G_DST, dst)
     x = slot(core, B_BUF, 1)  # the second slot: offset 256 in the buffer
     n = SLOT_ELEMS
     w = what[c]
@@ -472,9 +472,9 @@ def _reduce_core(c, block_dim, arena_, plan, cnt, err, checks, src, counts, out)
     core = make_core(c, block_dim, arena_, plan, cnt, err, checks)
     t = slot(core, 0, 0)
     n = counts[c]
-    data_copy_pad(core, t, GlobalTensor(0, src), c * STRIDE, 1, n, n, 0)
+    data_copy_pad(core, t, global_tensor(0, src), c * STRIDE, 1, n, n, 0)
     out[c, 2] = reduce_sum(core, t, t, t, n)  # in place, as GroupNormGrad calls it
-    data_copy_pad(core, t, GlobalTensor(0, src), c * STRIDE, 1, n, n, 0)
+    data_copy_pad(core, t, global_tensor(0, src), c * STRIDE, 1, n, n, 0)
     if n <= 64:
         out[c, 1] = whole_reduce_sum(core, t, n)
     out[c, 0] = reduce_sum_half_interval(core, t, n)
@@ -621,7 +621,7 @@ def _rows_core(c, block_dim, arena_, plan, cnt, err, checks, src, dst, rows, row
     """Per core: ``rows`` rows of ``row_len`` from ``src`` (starts ``src_stride`` apart, core c's block at
     c·rows·src_stride) into the packed UB buffer, then back out to ``dst`` with starts ``dst_stride`` apart."""
     core = make_core(c, block_dim, arena_, plan, cnt, err, checks)
-    gs, gd = GlobalTensor(G_SRC, src), GlobalTensor(G_DST, dst)
+    gs, gd = global_tensor(G_SRC, src), global_tensor(G_DST, dst)
     x = slot(core, R_BUF, 0)
     w = what[c]
     s_off, d_off = c * rows * src_stride, c * rows * dst_stride

@@ -1,6 +1,14 @@
 """tilesim: the Ascend AI Core (vector core) execution model for tiled kernels, on the CPU, with Numba."""
 
-from . import cast, datamove, device, precision, reduce, vector
+from . import (
+    cast,
+    datamove,
+    device,
+    precision,
+    reduce,
+    specialise,  # noqa: F401  (before any kernel compiles)
+    vector,
+)
 from .device import COUNTER_NAMES, Core, GlobalTensor
 from .errors import (
     ACLNN_ERR_INNER_TILING_ERROR,

@@ -2,12 +2,13 @@
 atomic-add copy-out.
 
 Kernels move data only through these, so the MTE2/MTE3 byte counts are what the kernel really moves.
-GM tensors are :class:`GlobalTensor` ``(tag, data)`` with a flat array; offsets and lengths are in elements of
-that array's dtype (fp16/bf16 travel as uint16 bits).
+GM tensors are :class:`GlobalTensor` ``(tag, data, isz)``: the tensor's bytes and its element size; offsets and
+lengths are in elements. The movers copy bytes, as the MTEs do, so one compiled kernel serves every dtype.
 """
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from .device import (
@@ -20,11 +21,36 @@ from .device import (
     MTE2_XFERS,
     MTE3_BYTES,
     MTE3_XFERS,
+    gm_f32,
     gm_ok,
+    gm_u16,
     report,
     ub_ok,
+    ub_view,
 )
 from .ub import BLOCK
+
+
+@njit(cache=True)
+def _move(dst, dst_off, src, src_off, n):
+    """``dst[dst_off:+n] = src[src_off:+n]``, bytes."""
+    dst[dst_off:dst_off + n] = src[src_off:src_off + n]
+
+
+@njit(cache=True)
+def _fill(core, addr, start, stop, isz, value):
+    """Elements ``start .. stop - 1`` of the ``isz``-byte elements at UB ``addr`` set to ``value`` (a float for
+    fp32 elements, the bits for b16 ones)."""
+    if isz == 4:
+        f = ub_view(core, addr, stop, np.float32)
+        v = np.float32(value)
+        for k in range(start, stop):
+            f[k] = v
+    else:
+        h = ub_view(core, addr, stop, np.uint16)
+        b = np.uint16(value)
+        for k in range(start, stop):
+            h[k] = b
 
 
 @njit(cache=True)
@@ -50,18 +76,17 @@ def data_copy_rows(core, dst, src, src_off, rows, row_len, src_stride):
     """DataCopy GM to UB with DataCopyParams: ``rows`` blocks (blockCount) of ``row_len`` elements (blockLen),
     ``src_stride`` elements apart in GM (their starts; srcStride is the gap), packed back to back in UB
     (dstStride 0). Every length, gap and address is a whole number of 32 B blocks (checked mode enforces it)."""
-    isz = src.data.itemsize
-    nbytes = rows * row_len * isz
-    if core.checks:
-        if not (_datacopy_ok(core, dst, row_len * isz, (src_stride - row_len) * isz)
-                and ub_ok(core, dst, nbytes) and gm_ok(core, src, src_off, row_len)
-                and gm_ok(core, src, src_off + (rows - 1) * src_stride, row_len)):
-            return
-    d = core.ub[dst.addr:dst.addr + nbytes].view(src.data.dtype)
-    s = src.data
+    isz = src.isz
+    row_b = row_len * isz
+    nbytes = rows * row_b
+    if core.checks and not (_datacopy_ok(core, dst, row_b, (src_stride - row_len) * isz)
+                            and ub_ok(core, dst, nbytes)):
+        return
+    if not (gm_ok(core, src, src_off, row_len) and gm_ok(core, src, src_off + (rows - 1) * src_stride, row_len)):
+        return
+    d = ub_view(core, dst.addr, nbytes, np.uint8)
     for r in range(rows):
-        g = src_off + r * src_stride
-        d[r * row_len:(r + 1) * row_len] = s[g:g + row_len]
+        _move(d, r * row_b, src.data, (src_off + r * src_stride) * isz, row_b)
     core.cnt[MTE2_BYTES] += nbytes
     core.cnt[MTE2_XFERS] += 1
 
@@ -70,18 +95,17 @@ def data_copy_rows(core, dst, src, src_off, rows, row_len, src_stride):
 def data_copy_rows_out(core, dst, dst_off, src, rows, row_len, dst_stride):
     """DataCopy UB to GM with DataCopyParams: ``rows`` blocks of ``row_len`` elements read back to back from UB,
     written ``dst_stride`` elements apart in GM (dstStride is the gap); whole 32 B blocks throughout."""
-    isz = dst.data.itemsize
-    nbytes = rows * row_len * isz
-    if core.checks:
-        if not (_datacopy_ok(core, src, row_len * isz, (dst_stride - row_len) * isz)
-                and ub_ok(core, src, nbytes) and gm_ok(core, dst, dst_off, row_len)
-                and gm_ok(core, dst, dst_off + (rows - 1) * dst_stride, row_len)):
-            return
-    s = core.ub[src.addr:src.addr + nbytes].view(dst.data.dtype)
-    d = dst.data
+    isz = dst.isz
+    row_b = row_len * isz
+    nbytes = rows * row_b
+    if core.checks and not (_datacopy_ok(core, src, row_b, (dst_stride - row_len) * isz)
+                            and ub_ok(core, src, nbytes)):
+        return
+    if not (gm_ok(core, dst, dst_off, row_len) and gm_ok(core, dst, dst_off + (rows - 1) * dst_stride, row_len)):
+        return
+    s = ub_view(core, src.addr, nbytes, np.uint8)
     for r in range(rows):
-        g = dst_off + r * dst_stride
-        d[g:g + row_len] = s[r * row_len:(r + 1) * row_len]
+        _move(dst.data, (dst_off + r * dst_stride) * isz, s, r * row_b, row_b)
     core.cnt[MTE3_BYTES] += nbytes
     core.cnt[MTE3_XFERS] += 1
 
@@ -106,25 +130,18 @@ def data_copy_pad(core, dst, src, src_off, rows, row_len, src_stride, pad_value,
     then ``dst_gap`` further 32 B blocks are skipped (DataCopyExtParams.dstStride), so the rows land
     ``align_up(row_len * itemsize, 32) + 32 * dst_gap`` bytes apart.
     """
-    isz = src.data.itemsize
+    isz = src.isz
     row_bytes = row_len * isz
     pitch = (row_bytes + BLOCK - 1) // BLOCK * BLOCK + BLOCK * dst_gap
-    if core.checks:
-        last = src_off + (rows - 1) * src_stride
-        if not (ub_ok(core, dst, rows * pitch - BLOCK * dst_gap) and gm_ok(core, src, src_off, row_len)
-                and gm_ok(core, src, last, row_len)):
-            return
-    per_row = pitch // isz
-    filled = per_row - BLOCK * dst_gap // isz
-    d = core.ub[dst.addr:dst.addr + rows * pitch - BLOCK * dst_gap].view(src.data.dtype)
-    s = src.data
-    pv = s.dtype.type(pad_value)
+    if not (ub_ok(core, dst, rows * pitch - BLOCK * dst_gap) and gm_ok(core, src, src_off, row_len)
+            and gm_ok(core, src, src_off + (rows - 1) * src_stride, row_len)):
+        return
+    filled = (pitch - BLOCK * dst_gap) // isz
+    d = ub_view(core, dst.addr, rows * pitch - BLOCK * dst_gap, np.uint8)
     for r in range(rows):
-        o = r * per_row
-        g = src_off + r * src_stride
-        d[o:o + row_len] = s[g:g + row_len]
-        for k in range(row_len, filled):
-            d[o + k] = pv
+        _move(d, r * pitch, src.data, (src_off + r * src_stride) * isz, row_bytes)
+        if filled > row_len:
+            _fill(core, dst.addr + r * pitch, row_len, filled, isz, pad_value)
     core.cnt[MTE2_BYTES] += rows * row_bytes
     core.cnt[MTE2_PAD_BYTES] += rows * (filled * isz - row_bytes)
     core.cnt[MTE2_XFERS] += 1
@@ -134,31 +151,30 @@ def data_copy_pad(core, dst, src, src_off, rows, row_len, src_stride, pad_value,
 def data_copy_pad_out(core, dst, dst_off, src, rows, row_len, dst_stride):
     """DataCopyPad UB to GM: ``rows`` rows of ``row_len`` elements read from UB rows 32 B apart; only the
     ``row_len`` elements of each row reach GM, ``dst_stride`` elements apart."""
-    isz = dst.data.itemsize
+    isz = dst.isz
     row_bytes = row_len * isz
     pitch = (row_bytes + BLOCK - 1) // BLOCK * BLOCK
-    if core.checks:
-        last = dst_off + (rows - 1) * dst_stride
-        if not (ub_ok(core, src, (rows - 1) * pitch + row_bytes) and gm_ok(core, dst, dst_off, row_len)
-                and gm_ok(core, dst, last, row_len)):
-            return
-    per_row = pitch // isz
-    s = core.ub[src.addr:src.addr + rows * pitch].view(dst.data.dtype)
-    d = dst.data
+    if not (ub_ok(core, src, (rows - 1) * pitch + row_bytes) and gm_ok(core, dst, dst_off, row_len)
+            and gm_ok(core, dst, dst_off + (rows - 1) * dst_stride, row_len)):
+        return
+    s = ub_view(core, src.addr, rows * pitch, np.uint8)
     for r in range(rows):
-        g = dst_off + r * dst_stride
-        d[g:g + row_len] = s[r * per_row:r * per_row + row_len]
+        _move(dst.data, (dst_off + r * dst_stride) * isz, s, r * pitch, row_bytes)
     core.cnt[MTE3_BYTES] += rows * row_bytes
     core.cnt[MTE3_XFERS] += 1
 
 
 @njit(cache=True)
 def init_output(core, dst, dst_off, n, value):
-    """InitOutput: fill ``n`` GM elements with ``value`` (the NPU does it from a UB buffer through MTE3)."""
+    """InitOutput: fill ``n`` GM elements with ``value`` (a float for fp32 tensors, the bits for b16 ones; the
+    NPU does it from a UB buffer through MTE3)."""
     if not gm_ok(core, dst, dst_off, n):
         return
-    dst.data[dst_off:dst_off + n] = value
-    core.cnt[MTE3_BYTES] += n * dst.data.itemsize
+    if dst.isz == 4:
+        gm_f32(dst)[dst_off:dst_off + n] = np.float32(value)
+    else:
+        gm_u16(dst)[dst_off:dst_off + n] = np.uint16(value)
+    core.cnt[MTE3_BYTES] += n * dst.isz
     core.cnt[MTE3_XFERS] += 1
 
 
@@ -173,8 +189,8 @@ def atomic_add_pad_out(core, acc, acc_off, src, row_len):
     """
     if not (ub_ok(core, src, row_len * 4) and gm_ok(core, acc, acc_off, row_len)):
         return
-    s = core.ub[src.addr:src.addr + row_len * 4].view(acc.data.dtype)
-    d = acc.data
+    s = ub_view(core, src.addr, row_len, np.float32)
+    d = gm_f32(acc)
     for k in range(row_len):
         d[acc_off + k] += s[k]
     core.cnt[MTE3_BYTES] += row_len * 4

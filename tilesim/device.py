@@ -10,12 +10,15 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
+from numba import carray, njit
 
+from .intrinsics import address_as_pointer
 from .ub import LocalTensor
 
-Core = namedtuple("Core", ["idx", "block_num", "ub", "plan", "cnt", "err", "checks"])
-GlobalTensor = namedtuple("GlobalTensor", ["tag", "data"])
+Core = namedtuple("Core", ["idx", "block_num", "ub", "plan", "cnt", "err", "checks", "base"])
+# A GM tensor: its tag (for reports), its bytes (a flat uint8 view of the host array) and its element size. Bytes
+# rather than typed elements, so that one compiled kernel serves every dtype, as one binary does on the NPU.
+GlobalTensor = namedtuple("GlobalTensor", ["tag", "data", "isz"])
 
 # Counter columns.
 MTE2_BYTES = 0  # GM to UB, bytes read from GM
@@ -47,9 +50,13 @@ ERR_API_TMP = 6  # a sharedTmpBuffer smaller than the API's tiling says
 N_ERR = 6
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def make_core(idx, block_num, arena, plan, cnt, err, checks):
-    return Core(idx, block_num, arena[idx], plan, cnt[idx], err[idx], checks)
+    """The context of core ``idx``. Its fields get one type whatever the launcher passes (a prange index is
+    unsigned, a range index signed), so every primitive compiles once, not once per launcher style."""
+    i = np.int64(idx)
+    ub = arena[i]
+    return Core(i, np.int64(block_num), ub, plan, cnt[i], err[i], bool(checks), np.int64(ub.ctypes.data))
 
 
 @njit(cache=True)
@@ -65,14 +72,14 @@ def report(core, kind, tag, offset, nbytes, extra):
     e[5] += 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def slot(core, buf, k):
     """LocalTensor of slot ``k`` of plan buffer ``buf`` (a queue's ping-pong slot is ``k % buffer_num``)."""
     p = core.plan
     return LocalTensor(buf, p[buf, 0] + (k % p[buf, 2]) * p[buf, 1])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def at(t, nbytes):
     """``tensor[k]`` of Ascend C, in bytes: the same buffer, ``nbytes`` further on."""
     return LocalTensor(t.buf, t.addr + nbytes)
@@ -95,29 +102,61 @@ def ub_ok(core, t, nbytes):
 
 @njit(cache=True)
 def gm_ok(core, g, off, n):
-    if not core.checks:
-        return True
-    if off < 0 or n < 0 or off + n > g.data.size:
-        report(core, ERR_GM_OOB, g.tag, off * g.data.itemsize, n * g.data.itemsize, g.data.size * g.data.itemsize)
+    """The GM access ``[off, off + n)`` lies inside the tensor. Checked in fast mode too (two comparisons per
+    transfer): the data movers index host arrays without bounds checks, and a kernel's bad offset must become a
+    report, not a read of the host process's memory."""
+    if off < 0 or n < 0 or (off + n) * g.isz > g.data.size:
+        report(core, ERR_GM_OOB, g.tag, off * g.isz, n * g.isz, g.data.size)
         return False
     return True
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
+def global_tensor(tag, arr):
+    """A :class:`GlobalTensor` over a flat, C-contiguous typed array (in device code; the op APIs pass bytes)."""
+    return GlobalTensor(np.int64(tag), arr.view(np.uint8), np.int64(arr.itemsize))
+
+
+@njit(cache=True)
+def gm_size(g):
+    """Elements in a GM tensor."""
+    return g.data.size // g.isz
+
+
+@njit(cache=True)
+def gm_f32(g):
+    """A fp32 GM tensor's elements, as float32 (GlobalTensor.GetValue / SetValue of the host)."""
+    return carray(address_as_pointer(g.data.ctypes.data, np.float32), g.data.size // 4)
+
+
+@njit(cache=True)
+def gm_u16(g):
+    """A b16 GM tensor's elements, as their uint16 bits."""
+    return carray(address_as_pointer(g.data.ctypes.data, np.uint16), g.data.size // 2)
+
+
+@njit(cache=True)
+def ub_view(core, addr, n, dtype):
+    """``n`` elements of ``dtype`` of this core's UB from byte ``addr``: the ``arr[a:b].view(dtype)`` of the arena,
+    built from the address (no slicing checks, no reference count: an instruction's view costs nothing)."""
+    return carray(address_as_pointer(core.base + addr, dtype), n)
+
+
+@njit(cache=True)
 def f32(core, t, n):
-    return core.ub[t.addr:t.addr + 4 * n].view(np.float32)
+    return ub_view(core, t.addr, n, np.float32)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def u16(core, t, n):
-    return core.ub[t.addr:t.addr + 2 * n].view(np.uint16)
+    return ub_view(core, t.addr, n, np.uint16)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def u32(core, t, n):
-    return core.ub[t.addr:t.addr + 4 * n].view(np.uint32)
+    return ub_view(core, t.addr, n, np.uint32)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def repeats(nbytes):
     return (nbytes + 255) // 256

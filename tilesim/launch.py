@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import numba
 import numpy as np
 from numba import njit
 
@@ -79,6 +80,29 @@ def prepare(op: str, soc: SocSpec, tiling: Any, plan: UbPlan, block_dim: int, ch
     return Launch(op, soc, tiling, plan, block_dim, checks, gm_names)
 
 
+SERIAL_BELOW = 1 << 20  # GM bytes below which a launch runs its cores on one host thread
+
+
+@contextmanager
+def host_threads(*gm: np.ndarray) -> Iterator[int]:
+    """Run the launcher inside this block: on one host thread when its GM tensors ``gm`` hold less than
+    :data:`SERIAL_BELOW` bytes, otherwise on the caller's thread count (``numba.set_num_threads``).
+
+    Waking a second thread for a parallel region costs tens of microseconds on an idle host and milliseconds
+    on a busy one, more than a small kernel takes. The results do not depend on the thread count (each core
+    writes its own rows and shadows)."""
+    total = sum(int(a.nbytes) for a in gm)
+    prev = numba.get_num_threads()
+    n = 1 if total < SERIAL_BELOW else prev
+    if n != prev:
+        numba.set_num_threads(n)
+    try:
+        yield n
+    finally:
+        if n != prev:
+            numba.set_num_threads(prev)
+
+
 def workspace(size: int) -> np.ndarray:
     """A GM workspace of ``size`` bytes (untouched pages cost nothing until a kernel writes them)."""
     return np.empty(size, np.uint8)
@@ -129,7 +153,7 @@ def finish(launch: Launch, workspace_size: int = 0) -> RunReport:
     wall = time.perf_counter() - launch.t0
     names = launch.plan.names()
     reports = []
-    for c in range(launch.block_dim):
+    for c in np.flatnonzero(launch.err[:, 5]):
         kind, tag, off, nb, extra, count = (int(v) for v in launch.err[c])
         if count:
             where = (f"UB buffer {names[tag]}" if kind in (ERR_UB_OOB, ERR_UB_ALIGN, ERR_DATACOPY_LEN, ERR_DATACOPY_GAP,

@@ -17,17 +17,28 @@ from .ub import LocalTensor
 LANES = 64  # fp32 lanes in one 256 B repeat
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
+def _tree8(v, o, count):
+    """Adjacent-pair tree over lanes ``o .. o + 7`` of ``v``, lanes at or past ``count`` 0."""
+    z = np.float32(0)
+    a0 = v[o] if o < count else z
+    a1 = v[o + 1] if o + 1 < count else z
+    a2 = v[o + 2] if o + 2 < count else z
+    a3 = v[o + 3] if o + 3 < count else z
+    a4 = v[o + 4] if o + 4 < count else z
+    a5 = v[o + 5] if o + 5 < count else z
+    a6 = v[o + 6] if o + 6 < count else z
+    a7 = v[o + 7] if o + 7 < count else z
+    return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+
+
+@njit(cache=True)
 def _tree64(v, count):
-    """Adjacent-pair tree over ``v[0:count]`` (count <= 64), the other lanes 0."""
-    buf = np.zeros(LANES, np.float32)
-    buf[:count] = v[:count]
-    w = LANES
-    while w > 1:
-        w //= 2
-        for i in range(w):
-            buf[i] = buf[2 * i] + buf[2 * i + 1]
-    return buf[0]
+    """Adjacent-pair tree over ``v[0:count]`` (count <= 64), the other lanes 0: the tree of the eight 8-lane
+    trees, which is the same sum in the same order, in registers (no scratch array per call)."""
+    p0, p1, p2, p3 = _tree8(v, 0, count), _tree8(v, 8, count), _tree8(v, 16, count), _tree8(v, 24, count)
+    p4, p5, p6, p7 = _tree8(v, 32, count), _tree8(v, 40, count), _tree8(v, 48, count), _tree8(v, 56, count)
+    return ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
 
 
 @njit(cache=True)

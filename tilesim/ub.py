@@ -44,6 +44,7 @@ class UbPlan:
     capacity: int
     buffers: list[UbBuffer] = field(default_factory=list)
     region: int = 0  # index of the first buffer placed since the last reset
+    _end: int = field(default=0, repr=False)  # where the next buffer of the current region goes
 
     def add(self, name: str, nbytes: int, buffer_num: int = 1) -> int:
         """Place ``buffer_num`` slots of ``nbytes``; returns the buffer's index (its id on the device).
@@ -53,7 +54,8 @@ class UbPlan:
         if nbytes < 0 or buffer_num <= 0:
             raise ValueError(f"UB buffer {name}: nbytes must be >= 0 and buffer_num positive, got {nbytes}, "
                              f"{buffer_num}")
-        offset = sum(b.total for b in self.buffers[self.region:])
+        offset = self._end if self.region < len(self.buffers) else 0
+        self._end = offset + align_up(int(nbytes), BLOCK) * int(buffer_num)
         self.buffers.append(UbBuffer(name, offset, align_up(int(nbytes), BLOCK), int(buffer_num)))
         return len(self.buffers) - 1
 

@@ -22,13 +22,25 @@ def align_up(a: int, b: int) -> int:
     return ceil_div(a, b) * b
 
 
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
 def dtype_name(t: Any) -> str:
     """'float32', 'float16', 'bfloat16' (ml_dtypes), or whatever numpy calls the dtype."""
     d = t.dtype
     try:
-        return np.dtype(d).name
+        return _DTYPE_NAMES[d]
+    except (KeyError, TypeError):  # TypeError: an unhashable dtype-like object
+        pass
+    try:
+        name = np.dtype(d).name
     except TypeError:
         return str(d)
+    try:
+        _DTYPE_NAMES[d] = name
+    except TypeError:
+        pass
+    return name
 
 
 def shape_of(t: Any) -> tuple[int, ...]:
