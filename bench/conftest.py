@@ -1,11 +1,18 @@
-"""The benchmark summary: after a run with ``--benchmark-enable``, a table of kernel, op, dtype, median, effective
-GB/s, its share of the memory-bandwidth probe and the speedups over torch and over numpy, also written to
-``bench/results.json``. Nothing is printed or written when benchmarks are disabled (the default addopts).
+"""The benchmark summary: after a run with ``--benchmark-enable``, a table of kernel, shape, op, dtype, median,
+effective GB/s, its share of the memory-bandwidth probe, the speedups over torch and over numpy and the cost of
+checked mode; then the small calls (µs), the scaling run (ns per element), the warm start and issue 7's targets,
+each a short section printed only when its benchmarks ran. Everything is also written to ``bench/results.json``.
+Nothing is printed or written when benchmarks are disabled (the default addopts).
 
-The benchmarks put ``op``, ``dtype`` and ``bytes`` (what the op must move) in their ``extra_info``; GB/s here is
-bytes / median time / 1e9, the probe's GB/s is the triad's (2 reads + 1 write counted). The kernel is the first
-word of the benchmark group; speedups compare rows of one group (one kernel, dtype and shape), torch's row being
-the op named ``torch ...``, numpy's ``numpy ...``. Files may share the probe: only its first run is kept.
+The benchmarks put ``op``, ``dtype`` and (but for the start-up) ``bytes`` (what the op must move) in their
+``extra_info``; GB/s here is bytes / median time / 1e9, the probe's GB/s is the triad's (2 reads + 1 write
+counted). The kernel is ``extra_info["kernel"]`` when given, else the first word of the benchmark group;
+speedups compare rows of one group (one kernel, dtype and shape), torch's row being the op named ``torch ...``,
+numpy's ``numpy ...``; checked/fast is the median of the group's ``tilesim checked`` row over its ``tilesim`` row's,
+shown on the latter. Files may share the probe: only its first run is kept.
+
+Sections by benchmark group: ``small calls`` (test_bench_small_calls.py), ``scaling`` (test_bench_scaling.py),
+``startup`` (test_bench_startup.py); every other group is a row of the main table.
 """
 
 from __future__ import annotations
@@ -22,44 +29,219 @@ RESULTS = Path(__file__).with_name("results.json")
 PROBE_OP = "bandwidth probe"
 TORCH_OP = "torch"  # prefix of the torch baseline's op name ("torch autograd", "torch aten")
 NUMPY_OP = "numpy"  # prefix of the numpy baseline's op name
+FAST_OP = "tilesim"
+CHECKED_OP = "tilesim checked"  # the same call with checks=True, in the fast row's group
+SMALL_GROUP = "small calls"
+SCALING_GROUP = "scaling"
+STARTUP_GROUP = "startup"
+
+# Issue 7's targets.
+NORMS = ("rms_norm_grad", "group_norm_backward", "layer_norm_grad")
+NORM_PCT = {"fp32": 60.0, "bf16": 50.0, "fp16": 50.0}  # % of the probe, by dtype (b16: bf16 and fp16)
+OTHER_PCT = 40.0  # swiglu_grad, nsa_compress_grad: % of the probe, any dtype
+CHECKED_MAX = 3.0  # checked median / fast median
+SMALL_MAX_US = 200.0  # per small call
+WARM_MAX_S = 1.5  # warm start: process start to the first result
+
+
+def _section(group: str | None) -> str:
+    if group == SMALL_GROUP:
+        return "small"
+    if group == SCALING_GROUP:
+        return "scaling"
+    if group == STARTUP_GROUP:
+        return "startup"
+    return "main"
 
 
 def _rows(config: Any) -> list[dict[str, Any]]:
+    """One dict per benchmark that ran and recorded an op (the probe once), with its section, median and GB/s."""
     bs = getattr(config, "_benchmarksession", None)
     if bs is None or bs.disabled:
         return []
     rows = []
     for bench in bs.benchmarks:
         info = bench.extra_info
-        if "op" not in info or "bytes" not in info or not bench:
+        if "op" not in info or not bench:
             continue
         probe = info["op"] == PROBE_OP
         if probe and any(r["op"] == PROBE_OP for r in rows):
             continue
         median = float(bench.stats.median)
-        kernel = "-" if probe else (bench.group or "").split(" ")[0]
-        rows.append({"kernel": kernel, "op": info["op"], "dtype": info["dtype"], "shape": info.get("shape"),
-                     "group": bench.group, "test": bench.fullname, "median_ms": median * 1e3,
-                     "rounds": int(bench.stats.rounds), "bytes": int(info["bytes"]),
-                     "gbs": info["bytes"] / median / 1e9, "timed": info.get("timed")})
+        kernel = "-" if probe else info.get("kernel") or (bench.group or "").split(" ")[0]
+        nbytes = info.get("bytes")
+        rows.append({"section": _section(bench.group), "kernel": kernel, "op": info["op"], "dtype": info["dtype"],
+                     "shape": info.get("shape"), "group": bench.group, "test": bench.fullname,
+                     "median_ms": median * 1e3, "min_ms": float(bench.stats.min) * 1e3,
+                     "rounds": int(bench.stats.rounds), "bytes": None if nbytes is None else int(nbytes),
+                     "gbs": None if nbytes is None else nbytes / median / 1e9, "timed": info.get("timed"),
+                     "info": {k: v for k, v in info.items() if k not in ("op", "dtype", "shape", "bytes", "timed")}})
     probe = next((r["gbs"] for r in rows if r["op"] == PROBE_OP), None)
-    torch_ms = {r["group"]: r["median_ms"] for r in rows if r["op"].startswith(TORCH_OP)}
-    numpy_ms = {r["group"]: r["median_ms"] for r in rows if r["op"].startswith(NUMPY_OP)}
+    main = [r for r in rows if r["section"] == "main"]
+    torch_ms = {r["group"]: r["median_ms"] for r in main if r["op"].startswith(TORCH_OP)}
+    numpy_ms = {r["group"]: r["median_ms"] for r in main if r["op"].startswith(NUMPY_OP)}
+    checked_ms = {r["group"]: r["median_ms"] for r in main if r["op"] == CHECKED_OP}
     for r in rows:
-        r["pct_of_probe"] = 100.0 * r["gbs"] / probe if probe else None
-        t, n = (None, None) if r["op"] == PROBE_OP else (torch_ms.get(r["group"]), numpy_ms.get(r["group"]))
+        r["pct_of_probe"] = 100.0 * r["gbs"] / probe if probe and r["gbs"] is not None else None
+        main_row = r["section"] == "main" and r["op"] != PROBE_OP
+        t, n = (torch_ms.get(r["group"]), numpy_ms.get(r["group"])) if main_row else (None, None)
         r["speedup_vs_torch"] = t / r["median_ms"] if t else None
         r["speedup_vs_numpy"] = n / r["median_ms"] if n else None
+        c = checked_ms.get(r["group"]) if main_row and r["op"] == FAST_OP else None
+        r["checked_over_fast"] = c / r["median_ms"] if c else None
+        if r["section"] == "small":
+            r["median_us"] = r["median_ms"] * 1e3
+        if r["section"] == "scaling":
+            n = r["info"].get("elements")
+            r["elements"], r["ns_per_element"] = n, r["median_ms"] * 1e6 / n if n else None
 
     def order(op: str) -> int:
-        return 0 if op == "tilesim" else 1 if op.startswith(NUMPY_OP) else 2 if op.startswith(TORCH_OP) else 9
+        return (0 if op == FAST_OP else 1 if op == CHECKED_OP else 2 if op.startswith(NUMPY_OP)
+                else 3 if op.startswith(TORCH_OP) else 9)
 
-    rows.sort(key=lambda r: (r["op"] == PROBE_OP, r["kernel"], r["dtype"], order(r["op"]), r["op"]))
+    rows.sort(key=lambda r: (r["op"] == PROBE_OP, r["kernel"], r["dtype"], r["info"].get("elements", 0),
+                             list(r["shape"] or []), order(r["op"]), r["op"]))
     return rows
 
 
-def _fmt(v: float | None, spec: str, unit: str) -> str:
+def _fmt(v: float | None, spec: str, unit: str = "") -> str:
     return "-" if v is None else format(v, spec) + unit
+
+
+def _shape(shape: Any) -> str:
+    return "-" if not shape else "x".join(str(s) for s in shape)
+
+
+def _warm(r: dict[str, Any]) -> dict[str, float | None]:
+    """The warm start's figures in seconds: the whole subprocess (the benchmark's median), and the medians the
+    subprocess measured itself: process start to result, interpreter start to result, import, first call."""
+    info = r["info"]
+    return {"process_s": r["median_ms"] / 1e3, "to_result_s": info.get("to_result_s"),
+            "after_start_s": info.get("after_start_s"), "import_s": info.get("import_s"),
+            "first_call_s": info.get("first_call_s")}
+
+
+def _targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 7's targets, one entry per (subject, target) that has its figures: the bandwidth share, the speedup
+    over torch and checked/fast of each fast tilesim row; each small call; the warm start."""
+    out = []
+
+    def add(subject: str, target: str, value: float | None, limit: float, ok: bool | None, shown: str,
+            limit_shown: str) -> None:
+        if value is not None:
+            out.append({"subject": subject, "target": target, "value": value, "limit": limit, "pass": ok,
+                        "shown": shown, "limit_shown": limit_shown})
+
+    for r in rows:
+        if r["section"] != "main" or r["op"] != FAST_OP:
+            continue
+        subject = f"{r['kernel']} {r['dtype']} {_shape(r['shape'])}"
+        need = NORM_PCT.get(r["dtype"]) if r["kernel"] in NORMS else OTHER_PCT
+        pct = r["pct_of_probe"]
+        if need is not None and pct is not None:
+            add(subject, "% of probe", pct, need, pct >= need, f"{pct:.1f}%", f">= {need:.0f}%")
+        vt = r["speedup_vs_torch"]
+        if vt is not None:
+            add(subject, "vs torch", vt, 1.0, vt > 1.0, f"{vt:.2f}x", "> 1x")
+        cf = r["checked_over_fast"]
+        if cf is not None:
+            add(subject, "checked/fast", cf, CHECKED_MAX, cf <= CHECKED_MAX, f"{cf:.2f}", f"<= {CHECKED_MAX:g}")
+    for r in rows:
+        if r["section"] == "small":
+            us = r["median_ms"] * 1e3
+            add(f"{r['kernel']} {r['dtype']} {_shape(r['shape'])}", "small call", us, SMALL_MAX_US,
+                us < SMALL_MAX_US, f"{us:.0f} µs", f"< {SMALL_MAX_US:.0f} µs")
+    for r in rows:
+        if r["section"] == "startup":
+            s = _warm(r)["to_result_s"]
+            add(r["op"], "start to result", s, WARM_MAX_S, s is not None and s < WARM_MAX_S, f"{s:.2f} s",
+                f"< {WARM_MAX_S:g} s")
+    return out
+
+
+def _main_table(tr: Any, rows: list[dict[str, Any]]) -> None:
+    kw = max(len("kernel"), *(len(r["kernel"]) for r in rows))
+    sw = max(len("shape"), *(len(_shape(r["shape"])) for r in rows))
+    head = (f"{'kernel':<{kw}} {'shape':<{sw}} {'op':<16} {'dtype':<6} {'median ms':>10} {'GB/s':>7} {'% probe':>8} "
+            f"{'vs torch':>9} {'vs numpy':>9} {'checked/fast':>12}")
+    tr.write_line(head)
+    tr.write_line("-" * len(head))
+    for r in rows:
+        pct = _fmt(r["pct_of_probe"], ".1f", "%")
+        vt, vn = _fmt(r["speedup_vs_torch"], ".2f", "x"), _fmt(r["speedup_vs_numpy"], ".2f", "x")
+        cf = _fmt(r["checked_over_fast"], ".2f", "x")
+        tr.write_line(f"{r['kernel']:<{kw}} {_shape(r['shape']):<{sw}} {r['op']:<16} {r['dtype']:<6} "
+                      f"{r['median_ms']:>10.2f} {_fmt(r['gbs'], '.2f'):>7} {pct:>8} {vt:>9} {vn:>9} {cf:>12}")
+    tr.write_line("GB/s = bytes the op must move (each input read once, each output written once; see each bench's "
+                  "op_bytes) / median; probe = triad, 2 reads + 1 write; vs torch / vs numpy = that baseline's "
+                  "median / this median, same kernel, dtype and shape (> 1: faster); checked/fast = median with "
+                  "checks=True / median with checks=False, same call")
+
+
+def _small_table(tr: Any, rows: list[dict[str, Any]]) -> None:
+    tr.write_sep("-", f"small calls (tiny inputs, checks off, preallocated out; target < {SMALL_MAX_US:.0f} µs)")
+    kw = max(len("kernel"), *(len(r["kernel"]) for r in rows))
+    sw = max(len("shape"), *(len(_shape(r["shape"])) for r in rows))
+    head = f"{'kernel':<{kw}} {'shape':<{sw}} {'dtype':<6} {'median µs':>10} {'min µs':>9} {'rounds':>7} {'target':>7}"
+    tr.write_line(head)
+    tr.write_line("-" * len(head))
+    for r in rows:
+        us = r["median_ms"] * 1e3
+        tr.write_line(f"{r['kernel']:<{kw}} {_shape(r['shape']):<{sw}} {r['dtype']:<6} {us:>10.1f} "
+                      f"{r['min_ms'] * 1e3:>9.1f} {r['rounds']:>7} {'PASS' if us < SMALL_MAX_US else 'FAIL':>7}")
+    tr.write_line(f"min µs = the fastest round; Numba: {numba.config.NUMBA_NUM_THREADS} threads, threading layer "
+                  f"{_threading_layer()}")
+
+
+def _scaling_table(tr: Any, rows: list[dict[str, Any]]) -> None:
+    kernels = sorted({f"{r['kernel']} {r['dtype']}" for r in rows})
+    tr.write_sep("-", f"scaling ({', '.join(kernels)}, tilesim, checks off)")
+    sw = max(len("shape"), *(len(_shape(r["shape"])) for r in rows))
+    head = (f"{'elements':>12} {'shape':<{sw}} {'median ms':>10} {'ns/element':>11} {'vs largest':>10} {'GB/s':>7} "
+            f"{'% probe':>8} {'rounds':>7}")
+    tr.write_line(head)
+    tr.write_line("-" * len(head))
+    largest = max(rows, key=lambda r: r["elements"] or 0)["ns_per_element"]
+    for r in rows:
+        n, ns = r["elements"], r["ns_per_element"]
+        rel = ns / largest if ns is not None and largest else None
+        pct = _fmt(r["pct_of_probe"], ".1f", "%")
+        tr.write_line(f"{_fmt(n, ',d'):>12} {_shape(r['shape']):<{sw}} {r['median_ms']:>10.2f} {_fmt(ns, '.3f'):>11} "
+                      f"{_fmt(rel, '.2f', 'x'):>10} {_fmt(r['gbs'], '.2f'):>7} {pct:>8} {r['rounds']:>7}")
+    tr.write_line("vs largest = ns/element / the largest size's: 1.00x at every size is linear scaling; above it at "
+                  "the small end, the call's fixed cost")
+
+
+def _startup_lines(tr: Any, rows: list[dict[str, Any]]) -> None:
+    tr.write_sep("-", f"startup (target: process start to first result < {WARM_MAX_S:g} s)")
+    for r in rows:
+        w = _warm(r)
+        after, to_result = w["after_start_s"], w["to_result_s"]
+        interp = to_result - after if to_result is not None and after is not None else None
+        tr.write_line(f"{r['op']}: {r['info'].get('what', '')}; median of {r['rounds']} runs")
+        tr.write_line(f"  process start to result {_fmt(to_result, '.3f', ' s')} = interpreter start "
+                      f"{_fmt(interp, '.3f', ' s')} + after it {_fmt(after, '.3f', ' s')} (import "
+                      f"{_fmt(w['import_s'], '.3f', ' s')}, first call {_fmt(w['first_call_s'], '.3f', ' s')}); "
+                      f"whole subprocess {w['process_s']:.3f} s")
+
+
+def _targets_lines(tr: Any, targets: list[dict[str, Any]]) -> None:
+    tr.write_sep("-", "issue 7 targets")
+    sw = max(len(t["subject"]) for t in targets)
+    tw = max(len(t["target"]) for t in targets)
+    for t in targets:
+        tr.write_line(f"{'PASS' if t['pass'] else 'FAIL'}  {t['subject']:<{sw}}  {t['target']:<{tw}}  "
+                      f"{t['shown']:>10}  {t['limit_shown']}")
+    passed = sum(1 for t in targets if t["pass"])
+    tr.write_line(f"{passed} of {len(targets)} pass")
+
+
+def _threading_layer() -> str | None:
+    """The Numba threading layer the parallel kernels ran on (None before any parallel launch)."""
+    try:
+        return numba.threading_layer()
+    except ValueError:
+        return None
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:
@@ -68,21 +250,24 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
         return
     tr = terminalreporter
     tr.write_sep("=", "bench summary")
-    kw = max(len("kernel"), *(len(r["kernel"]) for r in rows))
-    head = (f"{'kernel':<{kw}} {'op':<16} {'dtype':<6} {'median ms':>10} {'GB/s':>7} {'% probe':>8} {'vs torch':>9} "
-            f"{'vs numpy':>9}")
-    tr.write_line(head)
-    tr.write_line("-" * len(head))
-    for r in rows:
-        pct = _fmt(r["pct_of_probe"], ".1f", "%")
-        vt, vn = _fmt(r["speedup_vs_torch"], ".2f", "x"), _fmt(r["speedup_vs_numpy"], ".2f", "x")
-        tr.write_line(f"{r['kernel']:<{kw}} {r['op']:<16} {r['dtype']:<6} {r['median_ms']:>10.2f} {r['gbs']:>7.2f} "
-                      f"{pct:>8} {vt:>9} {vn:>9}")
-    tr.write_line("GB/s = bytes the op must move (each input read once, each output written once; see each bench's "
-                  "op_bytes) / median; probe = triad, 2 reads + 1 write; vs torch / vs numpy = that baseline's "
-                  "median / this median, same kernel, dtype and shape (> 1: faster)")
+    by = {s: [r for r in rows if r["section"] == s] for s in ("main", "small", "scaling", "startup")}
+    if by["main"]:
+        _main_table(tr, by["main"])
+    if by["small"]:
+        _small_table(tr, by["small"])
+    if by["scaling"]:
+        _scaling_table(tr, by["scaling"])
+    if by["startup"]:
+        _startup_lines(tr, by["startup"])
+    targets = _targets(rows)
+    if targets:
+        _targets_lines(tr, targets)
+    for r in by["startup"]:
+        r.update(_warm(r))
     payload = {"host": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                        "numba_threads": numba.config.NUMBA_NUM_THREADS},
-               "rows": rows}
-    RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
+                        "numba_threads": numba.config.NUMBA_NUM_THREADS,
+                        "threading_layer": _threading_layer()},
+               "rows": by["main"], "small_calls": by["small"], "scaling": by["scaling"], "startup": by["startup"],
+               "targets": targets}
+    RESULTS.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     tr.write_line(f"written to {RESULTS}")

@@ -3,6 +3,9 @@ float32 numpy implementation of the same math, torch's CPU kernel (``aten::nativ
 host's memory bandwidth (the triad probe of ``test_bench_rms_norm_grad.py``, imported so this file alone reports
 its share of it).
 
+tilesim is timed twice on the same call: checks off (op "tilesim") and in checked mode (``checks=True``, op
+"tilesim checked"), in the same group; the summary's checked/fast column is the ratio of their medians.
+
 ``make bench`` (``pytest bench --benchmark-enable``) times them; plain ``pytest bench`` (benchmarks disabled by
 the project's addopts) runs each body once, as a smoke test. Every benchmark stores in ``extra_info`` the bytes
 the op must move and, when timed, the effective GB/s at the median; ``bench/conftest.py`` prints the summary
@@ -110,17 +113,29 @@ def _record(benchmark, op: str, dtype: str, nbytes: int, timed: str) -> None:
     record(benchmark, op, dtype, nbytes, timed, shape=[N, C, HXW], groups=GROUPS)
 
 
-@pytest.mark.parametrize("dtype", PARAMS)
-def test_tilesim(benchmark, dtype):
-    """kernels.group_norm_backward on the default SoC, checks off, into preallocated outputs."""
+def _tilesim(benchmark, dtype: str, checks: bool) -> None:
+    """kernels.group_norm_backward with ``checks``, timed into preallocated outputs, after one
+    warm-up call with the same checks whose outputs are checked."""
     args = inputs(dtype)
     dy, _, _, _, gamma = args
     out = (np.empty_like(dy), np.empty_like(gamma), np.empty_like(gamma))
-    kernels.group_norm_backward(*args, N, C, HXW, GROUPS, checks=False, out=out)  # warm-up: compile / load cache
+    kernels.group_norm_backward(*args, N, C, HXW, GROUPS, checks=checks, out=out)  # warm-up: compile / load cache
     check(out, dtype)
-    benchmark(kernels.group_norm_backward, *args, N, C, HXW, GROUPS, checks=False, out=out)
-    _record(benchmark, "tilesim", dtype, op_bytes(*args),
-           "kernels.group_norm_backward(..., checks=False, out=(dx, dgamma, dbeta)): validation, tiling, launch")
+    benchmark(kernels.group_norm_backward, *args, N, C, HXW, GROUPS, checks=checks, out=out)
+    _record(benchmark, "tilesim checked" if checks else "tilesim", dtype, op_bytes(*args),
+            f"kernels.group_norm_backward(..., checks={checks}, out=(dx, dgamma, dbeta)): validation, tiling, launch")
+
+
+@pytest.mark.parametrize("dtype", PARAMS)
+def test_tilesim(benchmark, dtype):
+    """kernels.group_norm_backward on the default SoC, checks off, into preallocated outputs."""
+    _tilesim(benchmark, dtype, checks=False)
+
+
+@pytest.mark.parametrize("dtype", PARAMS)
+def test_tilesim_checked(benchmark, dtype):
+    """The same call in checked mode (``checks=True``: the kernel into temporaries, copied out when clean)."""
+    _tilesim(benchmark, dtype, checks=True)
 
 
 @pytest.mark.parametrize("dtype", PARAMS)

@@ -3,6 +3,9 @@ LayerNormGrad and LayerNormGradBeta APIs per UB tile), an untiled float32 numpy 
 torch's CPU kernel (``aten::native_layer_norm_backward``), and the host's memory bandwidth (the triad probe of
 ``test_bench_rms_norm_grad.py``, imported so this file alone reports its share of it).
 
+tilesim is timed twice on the same call: checks off (op "tilesim") and in checked mode (``checks=True``, op
+"tilesim checked"), in the same group; the summary's checked/fast column is the ratio of their medians.
+
 ``make bench`` (``pytest bench --benchmark-enable``) times them; plain ``pytest bench`` (benchmarks disabled by
 the project's addopts) runs each body once, as a smoke test. Every benchmark stores in ``extra_info`` the bytes
 the op must move and, when timed, the effective GB/s at the median; ``bench/conftest.py`` prints the summary
@@ -111,18 +114,31 @@ def _record(benchmark, op: str, dtype: str, nbytes: int, timed: str) -> None:
     record(benchmark, op, dtype, nbytes, timed, shape=[N, H], epsilon=EPS)
 
 
+def _tilesim(benchmark, dtype: str, checks: bool) -> None:
+    """kernels.layer_norm_grad with ``checks``, timed into preallocated outputs, after one
+    warm-up call with the same checks whose outputs are checked."""
+    args = inputs(dtype)
+    _, x, _, _, gamma = args
+    out = (np.empty_like(x), np.empty_like(gamma), np.empty_like(gamma))
+    kernels.layer_norm_grad(*args, epsilon=EPS, checks=checks, out=out)  # warm-up: compile / load the Numba cache
+    check(out, dtype)
+    benchmark(kernels.layer_norm_grad, *args, epsilon=EPS, checks=checks, out=out)
+    _record(benchmark, "tilesim checked" if checks else "tilesim", dtype, op_bytes(*args),
+            f"kernels.layer_norm_grad(..., checks={checks}, out=(pd_x, pd_gamma, pd_beta)): validation, tiling, "
+            f"launch")
+
+
 @pytest.mark.parametrize("dtype", PARAMS)
 def test_tilesim(benchmark, dtype):
     """kernels.layer_norm_grad on the default SoC (shared tmp, no isReuseSource), checks off, into preallocated
     outputs."""
-    args = inputs(dtype)
-    _, x, _, _, gamma = args
-    out = (np.empty_like(x), np.empty_like(gamma), np.empty_like(gamma))
-    kernels.layer_norm_grad(*args, epsilon=EPS, checks=False, out=out)  # warm-up: compile / load the Numba cache
-    check(out, dtype)
-    benchmark(kernels.layer_norm_grad, *args, epsilon=EPS, checks=False, out=out)
-    _record(benchmark, "tilesim", dtype, op_bytes(*args),
-           "kernels.layer_norm_grad(..., checks=False, out=(pd_x, pd_gamma, pd_beta)): validation, tiling, launch")
+    _tilesim(benchmark, dtype, checks=False)
+
+
+@pytest.mark.parametrize("dtype", PARAMS)
+def test_tilesim_checked(benchmark, dtype):
+    """The same call in checked mode (``checks=True``: the kernel into temporaries, copied out when clean)."""
+    _tilesim(benchmark, dtype, checks=True)
 
 
 @pytest.mark.parametrize("dtype", PARAMS)

@@ -4,6 +4,9 @@ tiled kernel, an untiled float32 numpy implementation of the same math, torch au
 (unfold + einsum) on the CPU, and the host's memory bandwidth (the triad probe of ``test_bench_rms_norm_grad.py``,
 imported so this file alone reports its share of it).
 
+tilesim is timed twice on the same call: checks off (op "tilesim") and in checked mode (``checks=True``, op
+"tilesim checked"), in the same group; the summary's checked/fast column is the ratio of their medians.
+
 ``make bench`` (``pytest bench --benchmark-enable``) times them; plain ``pytest bench`` (benchmarks disabled by
 the project's addopts) runs each body once, as a smoke test. Every benchmark stores in ``extra_info`` the bytes
 the op must move and, when timed, the effective GB/s at the median; ``bench/conftest.py`` prints the summary
@@ -135,18 +138,31 @@ def _record(benchmark, op: str, dtype: str, nbytes: int, timed: str) -> None:
            stride=STRIDE, windows=NUM_WINDOWS)
 
 
-@pytest.mark.parametrize("dtype", PARAMS)
-def test_tilesim(benchmark, dtype):
-    """kernels.nsa_compress_grad on the default SoC (TND), checks off, into preallocated outputs."""
+def _tilesim(benchmark, dtype: str, checks: bool) -> None:
+    """kernels.nsa_compress_grad with ``checks``, timed into preallocated outputs, after one
+    warm-up call with the same checks whose outputs are checked."""
     args = inputs(dtype)
     _, x, w = args
     out = (np.empty_like(x), np.empty_like(w))
     cum = list(CUM)
-    kernels.nsa_compress_grad(*args, cum, BLOCK_SIZE, STRIDE, checks=False, out=out)  # warm-up: compile / cache
+    kernels.nsa_compress_grad(*args, cum, BLOCK_SIZE, STRIDE, checks=checks, out=out)  # warm-up: compile / cache
     check(out, dtype)
-    benchmark(kernels.nsa_compress_grad, *args, cum, BLOCK_SIZE, STRIDE, checks=False, out=out)
-    _record(benchmark, "tilesim", dtype, op_bytes(*args),
-           "kernels.nsa_compress_grad(dy, x, w, cum, 32, 16, checks=False, out=(dx, dw)): validation, tiling, launch")
+    benchmark(kernels.nsa_compress_grad, *args, cum, BLOCK_SIZE, STRIDE, checks=checks, out=out)
+    _record(benchmark, "tilesim checked" if checks else "tilesim", dtype, op_bytes(*args),
+            f"kernels.nsa_compress_grad(dy, x, w, cum, 32, 16, checks={checks}, out=(dx, dw)): validation, tiling, "
+            f"launch")
+
+
+@pytest.mark.parametrize("dtype", PARAMS)
+def test_tilesim(benchmark, dtype):
+    """kernels.nsa_compress_grad on the default SoC (TND), checks off, into preallocated outputs."""
+    _tilesim(benchmark, dtype, checks=False)
+
+
+@pytest.mark.parametrize("dtype", PARAMS)
+def test_tilesim_checked(benchmark, dtype):
+    """The same call in checked mode (``checks=True``: the kernel into temporaries, copied out when clean)."""
+    _tilesim(benchmark, dtype, checks=True)
 
 
 @pytest.mark.parametrize("dtype", PARAMS)

@@ -1,5 +1,6 @@
-"""RmsNormGrad [4096, 4096] on this CPU, side by side: tilesim's tiled kernel, the untiled numpy reference, torch
-autograd, and the host's memory bandwidth (the triad probe).
+"""RmsNormGrad at the two standard shapes, [4096, 4096] and [16384, 1024], on this CPU, side by side: tilesim's tiled
+kernel (fast, and in checked mode), the untiled numpy reference, torch autograd, and the host's memory bandwidth
+(the triad probe).
 
 ``make bench`` (``pytest bench --benchmark-enable``) times them; plain ``pytest bench`` (benchmarks disabled by
 the project's addopts) runs each body once, as a smoke test. Every benchmark stores in ``extra_info`` the bytes
@@ -8,6 +9,10 @@ and writes ``bench/results.json``.
 
 Bytes an RmsNormGrad must move: read dy, x (N x D of the dtype), rstd (N fp32) and gamma (D of gamma's dtype);
 write dx (N x D of the dtype) and dgamma (D fp32). Workspace and cross-core partial sums are not counted.
+
+Checked mode (``checks=True``, op "tilesim checked") is timed on the same call in the same group: the summary's
+checked/fast column is its median over the fast one's. Both shapes hold 16 M elements, so their figures compare
+directly: [16384, 1024] has four times the rows, each a quarter as long.
 """
 
 from __future__ import annotations
@@ -25,32 +30,34 @@ from bench.bandwidth import make_arrays, triad, triad_bytes
 from bench.record import record, torch_threads
 from tilesim.precision import compare
 
-N, D = 4096, 4096
+SHAPES = ((4096, 4096), (16384, 1024))  # (N, D): the standard shapes, 16 M elements each
 EPS = 1e-6
 DTYPES = {"fp32": np.dtype(np.float32), "bf16": np.dtype(ml_dtypes.bfloat16)}
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 PROBE_MIB = 256
 
 
-def group(dtype: str) -> str:
-    return f"rms_norm_grad {dtype} [{N}, {D}]"
+def group(dtype: str, shape: tuple[int, int]) -> str:
+    return f"rms_norm_grad {dtype} [{shape[0]}, {shape[1]}]"
 
 
-# One benchmark group per dtype, so pytest-benchmark's table puts tilesim, numpy and torch side by side.
-PARAMS = [pytest.param(name, id=name, marks=pytest.mark.benchmark(group=group(name))) for name in DTYPES]
+# One benchmark group per (dtype, shape), so pytest-benchmark's table puts tilesim, numpy and torch side by side.
+PARAMS = [pytest.param(name, shape, id=f"{name}-{shape[0]}x{shape[1]}",
+                       marks=pytest.mark.benchmark(group=group(name, shape)))
+          for shape in SHAPES for name in DTYPES]
 
 
 @functools.cache
-def inputs(dtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(dy, x, rstd, gamma): x ~ U(-2, 2) and dy ~ N(0, 1) in the dtype, rstd from the rounded x in fp32,
-    gamma ~ U(0.5, 1.5) fp32."""
+def inputs(dtype: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(dy, x, rstd, gamma) of ``shape`` [N, D]: x ~ U(-2, 2) and dy ~ N(0, 1) in the dtype, rstd from the
+    rounded x in fp32, gamma ~ U(0.5, 1.5) fp32."""
     rng = np.random.default_rng(2024)
     dt = DTYPES[dtype]
-    x = rng.uniform(-2.0, 2.0, (N, D)).astype(np.float32).astype(dt)
-    dy = rng.standard_normal((N, D), dtype=np.float32).astype(dt)
+    x = rng.uniform(-2.0, 2.0, shape).astype(np.float32).astype(dt)
+    dy = rng.standard_normal(shape, dtype=np.float32).astype(dt)
     x32 = x.astype(np.float32)
     rstd = (1.0 / np.sqrt(np.mean(x32 * x32, axis=1) + np.float32(EPS))).astype(np.float32)
-    gamma = rng.uniform(0.5, 1.5, D).astype(np.float32)
+    gamma = rng.uniform(0.5, 1.5, shape[1]).astype(np.float32)
     return dy, x, rstd, gamma
 
 
@@ -59,55 +66,68 @@ def op_bytes(dy: np.ndarray, x: np.ndarray, rstd: np.ndarray, gamma: np.ndarray)
     return dy.nbytes + x.nbytes + rstd.nbytes + gamma.nbytes + dy.nbytes + gamma.size * 4
 
 
-def _record(benchmark, op: str, dtype: str, nbytes: int, timed: str) -> None:
-    record(benchmark, op, dtype, nbytes, timed, shape=[N, D])
+def _record(benchmark, op: str, dtype: str, shape: tuple[int, int], nbytes: int, timed: str) -> None:
+    record(benchmark, op, dtype, nbytes, timed, shape=list(shape))
 
 
-@pytest.mark.parametrize("dtype", PARAMS)
-def test_tilesim(benchmark, dtype):
-    """kernels.rms_norm_grad on the default SoC, checks off, into preallocated outputs."""
-    dy, x, rstd, gamma = inputs(dtype)
-    dx, dgamma = np.empty_like(dy), np.empty(D, np.float32)
+def _tilesim(benchmark, dtype: str, shape: tuple[int, int], checks: bool) -> None:
+    """kernels.rms_norm_grad with ``checks``, timed into preallocated outputs after a warm-up call; the timed
+    run's first 64 rows of dx checked against the float64 reference."""
+    dy, x, rstd, gamma = inputs(dtype, shape)
+    dx, dgamma = np.empty_like(dy), np.empty(shape[1], np.float32)
     out = (dx, dgamma)
-    kernels.rms_norm_grad(dy, x, rstd, gamma, checks=False, out=out)  # warm-up: compile / load the Numba cache
-    benchmark(kernels.rms_norm_grad, dy, x, rstd, gamma, checks=False, out=out)
-    _record(benchmark, "tilesim", dtype, op_bytes(dy, x, rstd, gamma),
-           "kernels.rms_norm_grad(..., checks=False, out=(dx, dgamma)): validation, tiling, launch")
+    kernels.rms_norm_grad(dy, x, rstd, gamma, checks=checks, out=out)  # warm-up: compile / load the Numba cache
+    benchmark(kernels.rms_norm_grad, dy, x, rstd, gamma, checks=checks, out=out)
+    _record(benchmark, "tilesim checked" if checks else "tilesim", dtype, shape, op_bytes(dy, x, rstd, gamma),
+            f"kernels.rms_norm_grad(..., checks={checks}, out=(dx, dgamma)): validation, tiling, launch")
     golden_dx, _ = kernels.reference.rms_norm_grad(dy[:64], x[:64], rstd[:64], gamma)  # the timed run was right
     precision = compare(dx[:64], golden_dx)
     assert precision.ok, f"dx: {precision}"
 
 
-@pytest.mark.parametrize("dtype", PARAMS)
-def test_numpy_reference(benchmark, dtype):
+@pytest.mark.parametrize("dtype,shape", PARAMS)
+def test_tilesim(benchmark, dtype, shape):
+    """kernels.rms_norm_grad on the default SoC, checks off, into preallocated outputs."""
+    _tilesim(benchmark, dtype, shape, checks=False)
+
+
+@pytest.mark.parametrize("dtype,shape", PARAMS)
+def test_tilesim_checked(benchmark, dtype, shape):
+    """The same call in checked mode (``checks=True``: the kernel into temporaries, copied out when clean)."""
+    _tilesim(benchmark, dtype, shape, checks=True)
+
+
+@pytest.mark.parametrize("dtype,shape", PARAMS)
+def test_numpy_reference(benchmark, dtype, shape):
     """kernels.reference.rms_norm_grad: untiled float64 numpy (casts in and out included)."""
-    dy, x, rstd, gamma = inputs(dtype)
+    dy, x, rstd, gamma = inputs(dtype, shape)
     benchmark(kernels.reference.rms_norm_grad, dy, x, rstd, gamma)
-    _record(benchmark, "numpy float64", dtype, op_bytes(dy, x, rstd, gamma),
-           "kernels.reference.rms_norm_grad (float64, untiled)")
+    _record(benchmark, "numpy float64", dtype, shape, op_bytes(dy, x, rstd, gamma),
+            "kernels.reference.rms_norm_grad (float64, untiled)")
 
 
-@pytest.mark.parametrize("dtype", PARAMS)
-def test_torch_autograd(benchmark, dtype):
+@pytest.mark.parametrize("dtype,shape", PARAMS)
+def test_torch_autograd(benchmark, dtype, shape):
     """torch.nn.functional.rms_norm forward once (eps 1e-6, weight in the input's dtype so torch takes its
     native path), then only the backward is timed: ``torch.autograd.grad(y, (x, w), dy, retain_graph=True)``,
     which computes dx and dweight from the saved graph."""
-    dy_np, x_np, rstd, gamma = inputs(dtype)
+    dy_np, x_np, rstd, gamma = inputs(dtype, shape)
+    n, d = shape
     tdt = TORCH_DTYPES[dtype]
     with torch_threads(2):
         x = torch.from_numpy(x_np.astype(np.float32)).to(tdt).requires_grad_(True)
         w = torch.from_numpy(gamma).to(tdt).requires_grad_(True)
         dy = torch.from_numpy(dy_np.astype(np.float32)).to(tdt)
-        y = torch.nn.functional.rms_norm(x, (D,), w, eps=EPS)
+        y = torch.nn.functional.rms_norm(x, (d,), w, eps=EPS)
 
         def backward():
             return torch.autograd.grad(y, (x, w), dy, retain_graph=True)
 
         backward()  # warm-up
         dx, dw = benchmark(backward)
-    _record(benchmark, "torch autograd", dtype, op_bytes(dy_np, x_np, rstd, gamma),
-           "torch.autograd.grad(y, (x, w), dy, retain_graph=True) after one rms_norm forward, 2 threads")
-    assert dx.dtype == tdt and dx.shape == (N, D) and dw.shape == (D,)
+    _record(benchmark, "torch autograd", dtype, shape, op_bytes(dy_np, x_np, rstd, gamma),
+            "torch.autograd.grad(y, (x, w), dy, retain_graph=True) after one rms_norm forward, 2 threads")
+    assert dx.dtype == tdt and dx.shape == (n, d) and dw.shape == (d,)
 
 
 @pytest.mark.benchmark(group="memory bandwidth")
@@ -122,7 +142,6 @@ def test_bandwidth_probe(benchmark):
         benchmark(triad, a, b, c, s)
     finally:
         numba.set_num_threads(prev)
-    _record(benchmark, "bandwidth probe", "fp32", triad_bytes(a),
-           f"triad a[i] = b[i] + s*c[i], 3 x {PROBE_MIB} MiB, {numba.config.NUMBA_NUM_THREADS} threads")
-    benchmark.extra_info["shape"] = [a.size]
+    _record(benchmark, "bandwidth probe", "fp32", (a.size,), triad_bytes(a),
+            f"triad a[i] = b[i] + s*c[i], 3 x {PROBE_MIB} MiB, {numba.config.NUMBA_NUM_THREADS} threads")
     assert a[0] == np.float32(7.0) and a[-1] == np.float32(7.0)

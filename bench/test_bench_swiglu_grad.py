@@ -3,6 +3,9 @@ untiled float32 numpy implementation of the same math, torch on the CPU (the bac
 and autograd's forward + backward, for what an autograd user pays), and the host's memory bandwidth (the triad
 probe of ``test_bench_rms_norm_grad.py``, imported so this file alone reports its share of it).
 
+tilesim is timed twice on the same call: checks off (op "tilesim") and in checked mode (``checks=True``, op
+"tilesim checked"), in the same group; the summary's checked/fast column is the ratio of their medians.
+
 ``make bench`` (``pytest bench --benchmark-enable``) times them; plain ``pytest bench`` (benchmarks disabled by
 the project's addopts) runs each body once, as a smoke test. Every benchmark stores in ``extra_info`` the bytes
 the op must move and, when timed, the effective GB/s at the median; ``bench/conftest.py`` prints the summary
@@ -105,16 +108,28 @@ def _record(benchmark, op: str, dtype: str, nbytes: int, timed: str) -> None:
     record(benchmark, op, dtype, nbytes, timed, shape=[ROWS, COLS], dim=DIM)
 
 
+def _tilesim(benchmark, dtype: str, checks: bool) -> None:
+    """kernels.swiglu_grad with ``checks``, timed into a preallocated dx, after one
+    warm-up call with the same checks whose outputs are checked."""
+    dy, x = inputs(dtype)
+    out = np.empty_like(x)
+    kernels.swiglu_grad(dy, x, DIM, checks=checks, out=out)  # warm-up: compile / load the Numba cache
+    check(out, dtype)
+    benchmark(kernels.swiglu_grad, dy, x, DIM, checks=checks, out=out)
+    _record(benchmark, "tilesim checked" if checks else "tilesim", dtype, op_bytes(dy, x),
+            f"kernels.swiglu_grad(dy, x, -1, checks={checks}, out=dx): validation, tiling, launch")
+
+
 @pytest.mark.parametrize("dtype", PARAMS)
 def test_tilesim(benchmark, dtype):
     """kernels.swiglu_grad on the default SoC, checks off, into a preallocated dx."""
-    dy, x = inputs(dtype)
-    out = np.empty_like(x)
-    kernels.swiglu_grad(dy, x, DIM, checks=False, out=out)  # warm-up: compile / load the Numba cache
-    check(out, dtype)
-    benchmark(kernels.swiglu_grad, dy, x, DIM, checks=False, out=out)
-    _record(benchmark, "tilesim", dtype, op_bytes(dy, x),
-           "kernels.swiglu_grad(dy, x, -1, checks=False, out=dx): validation, tiling, launch")
+    _tilesim(benchmark, dtype, checks=False)
+
+
+@pytest.mark.parametrize("dtype", PARAMS)
+def test_tilesim_checked(benchmark, dtype):
+    """The same call in checked mode (``checks=True``: the kernel into a temporary, copied out when clean)."""
+    _tilesim(benchmark, dtype, checks=True)
 
 
 @pytest.mark.parametrize("dtype", PARAMS)
