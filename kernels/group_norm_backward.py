@@ -25,14 +25,14 @@ from dataclasses import fields
 from typing import Any
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from tilesim.cast import CAST_ROUND, b16_to_f32_bits, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
 from tilesim.device import SCALAR_ACCESS, GlobalTensor, at, gm_f32, gm_size, gm_u16, make_core, slot
 from tilesim.errors import invalid
 from tilesim.intrinsics import u32_as_f32
-from tilesim.launch import AtomicTarget, finish, host_threads, prepare, workspace
+from tilesim.launch import AtomicTarget, finish, host_threads, prepare, run_cores, workspace
 from tilesim.reduce import reduce_sum
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.vector import (
@@ -450,13 +450,12 @@ def _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rs
                            g_sh1b, kind)
 
 
-@njit(cache=True, parallel=True)
-def _phase(phase, block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rstd, gamma, dx, dgamma, dbeta, wsg,
-           wsb, sh1g, sh1b, sh2g, sh2b, kind):
-    """One SyncAll phase: every core runs it to the end before the next phase starts."""
-    for c in prange(block_dim):
-        _core(phase, np.int64(c), block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rstd, gamma, dx, dgamma,
-              dbeta, wsg, wsb, sh1g, sh1b, sh2g, sh2b, kind)
+@njit(cache=True, nogil=True)
+def _cores(first, last, phase, block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rstd, gamma, dx, dgamma,
+           dbeta, wsg, wsb, sh1g, sh1b, sh2g, sh2b, kind):
+    for c in range(first, last):
+        _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rstd, gamma, dx, dgamma, dbeta, wsg,
+              wsb, sh1g, sh1b, sh2g, sh2b, kind)
 
 
 def device_tiling(t: GroupNormBackwardTiling) -> DeviceTiling:
@@ -484,15 +483,15 @@ def run(t: GroupNormBackwardTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray
             gm_out(wsg), gm_out(wsb), gm_out(sh1[0].shadow), gm_out(sh1[1].shadow), gm_out(sh2[0].shadow),
             gm_out(sh2[1].shadow), kind)
     with host_threads(dy, x, dx):
-        _phase(0, *args)
-        _phase(1, *args)
+        run_cores(_cores, t.block_dim, 0, *args)  # a SyncAll after each phase
+        run_cores(_cores, t.block_dim, 1, *args)
         if not (kind != 0 and t.n == 1 and not t.deterministic):
             targets = (wsg, wsb) if to_ws else (out_g, out_b)
             for a, target, req in zip(sh1, targets, (t.dgamma_is_require, t.dbeta_is_require), strict=True):
                 if req:
                     a.merge_into(target)
         if t.deterministic or kind != 0:
-            _phase(2, *args)
+            run_cores(_cores, t.block_dim, 2, *args)
     if fp32_stage2:
         for a, target, req in zip(sh2, (out_g, out_b), (t.dgamma_is_require, t.dbeta_is_require), strict=True):
             if req:

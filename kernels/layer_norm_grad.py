@@ -18,12 +18,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from tilesim.cast import CAST_RINT, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
 from tilesim.device import GlobalTensor, at, gm_f32, gm_u16, make_core, slot
-from tilesim.launch import finish, host_threads, prepare, workspace
+from tilesim.launch import finish, host_threads, prepare, run_cores, workspace
 from tilesim.normalization import layer_norm_grad as lng_api
 from tilesim.normalization import layer_norm_grad_beta as beta_api
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
@@ -165,14 +165,12 @@ def _core(phase, c, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, b
         done += n
 
 
-@njit(cache=True, parallel=True)
-def _launch(arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, bt2, dy, x, var, mean, gamma, pdx, pg, pb,
-            ws, eps, kind, reuse):
-    block_dim = t[6]
-    for phase in range(2):  # SyncAll between the tiles and the final sums
-        for c in prange(block_dim):
-            _core(phase, np.int64(c), arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, bt2, dy, x, var, mean,
-                  gamma, pdx, pg, pb, ws, eps, kind, reuse)
+@njit(cache=True, nogil=True)
+def _cores(first, last, phase, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, bt2, dy, x, var, mean,
+           gamma, pdx, pg, pb, ws, eps, kind, reuse):
+    for c in range(first, last):
+        _core(phase, c, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, bt2, dy, x, var, mean, gamma, pdx,
+              pg, pb, ws, eps, kind, reuse)
 
 
 def _device_params(t: LayerNormGradOpTiling) -> tuple[int, ...]:
@@ -191,11 +189,13 @@ def run(t: LayerNormGradOpTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, 
     kind = KIND[t.dtype]
     eps = float(np.float32(epsilon))  # the float APIs' epsilon
     user_ws = ws[SYS_WORKSPACE:t.workspace_size]
+    args = (launch.arena, launch.plan_array, launch.counters, launch.err, checks, _device_params(t),
+            *(device_tiling(a) for a in t.lng), *(device_tiling(b) for b in t.beta), to_gm(dy), to_gm(x),
+            to_gm(variance), to_gm(mean), to_gm(gamma), gm_out(pd_x), gm_out(pd_gamma), gm_out(pd_beta), user_ws, eps,
+            kind, bool(t.is_reuse_source))
     with host_threads(dy, x, pd_x):
-        _launch(launch.arena, launch.plan_array, launch.counters, launch.err, checks, _device_params(t),
-                *(device_tiling(a) for a in t.lng), *(device_tiling(b) for b in t.beta), to_gm(dy), to_gm(x),
-                to_gm(variance), to_gm(mean), to_gm(gamma), gm_out(pd_x), gm_out(pd_gamma), gm_out(pd_beta), user_ws,
-                eps, kind, bool(t.is_reuse_source))
+        for phase in range(2):  # SyncAll between the tiles and the final sums
+            run_cores(_cores, t.block_dim, phase, *args)
     finish(launch, t.workspace_size)
 
 

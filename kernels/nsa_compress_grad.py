@@ -24,13 +24,13 @@ from dataclasses import fields
 from typing import Any
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from tilesim.cast import CAST_NONE, CAST_RINT, KIND_BF16, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
 from tilesim.device import GlobalTensor, at, make_core, slot
 from tilesim.errors import tiling_error
-from tilesim.launch import finish, host_threads, prepare, workspace
+from tilesim.launch import finish, host_threads, prepare, run_cores, workspace
 from tilesim.reduce import block_reduce_sum, whole_reduce_sum_to
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan
@@ -233,17 +233,18 @@ def _core(phase, c, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw
             _move_input_grad(core, t, g_wsx, g_dx, kind)
 
 
-@njit(cache=True, parallel=True)
-def _phase(phase, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw, wsx, shadow, kind):
-    for c in prange(t.block_dim):
-        _core(phase, np.int64(c), arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw, wsx, shadow, kind)
+@njit(cache=True, nogil=True)
+def _cores(first, last, phase, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw, wsx, shadow, kind):
+    for c in range(first, last):
+        _core(phase, c, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw, wsx, shadow, kind)
 
 
-@njit(cache=True, parallel=True)
-def _merge_shadows(shadow, ws, k):
-    """The atomic adds into the inputGrad workspace, in window-parity order at every address."""
+@njit(cache=True, nogil=True)
+def _merge_shadows(first, last, shadow, ws, k):
+    """The atomic adds into the inputGrad workspace, in window-parity order at every address (elements
+    ``first .. last - 1``; :func:`tilesim.launch.run_cores` splits the range over the host threads)."""
     n = ws.size
-    for i in prange(n):
+    for i in range(first, last):
         for r in range(k):
             ws[i] += shadow[r * n + i]
 
@@ -273,9 +274,10 @@ def run(t: NsaCompressGradTiling, spec: SocSpec, output_grad: np.ndarray, input:
             gm_out(wsw), gm_out(wsx), gm_out(shadow), kind)
     with host_threads(output_grad, input, input_grad):
         for phase in range(3):
-            _phase(phase, launch.arena, launch.plan_array, launch.counters, launch.err, checks, *args)
+            run_cores(_cores, t.block_dim, phase, launch.arena, launch.plan_array, launch.counters, launch.err, checks,
+                      *args)
             if phase == 1 and t.is_overlap:
-                _merge_shadows(shadow, wsx, dt.shadows)
+                run_cores(_merge_shadows, wsx.size, shadow, wsx, dt.shadows)
     finish(launch, t.workspace_size)
 
 

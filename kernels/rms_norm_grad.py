@@ -15,13 +15,13 @@ from dataclasses import fields
 from typing import Any
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from tilesim.cast import CAST_NONE, CAST_RINT, KIND_BF16, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
 from tilesim.device import GlobalTensor, at, make_core, slot
 from tilesim.errors import tiling_error
-from tilesim.launch import AtomicTarget, finish, host_threads, prepare, workspace
+from tilesim.launch import AtomicTarget, finish, host_threads, prepare, run_cores, workspace
 from tilesim.reduce import reduce_sum_half_interval, reduce_sum_multi_n
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.vector import (
@@ -293,13 +293,12 @@ def _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, rstd, ga
         _split_d(core, t, phase, g_dy, g_x, g_rstd, g_gamma, g_dx, g_dgamma, g_ws, g_sh, kind, gkind, mode)
 
 
-@njit(cache=True, parallel=True)
-def _launch(n_phases, block_dim, arena, plan, cnt, err, checks, t, dy, x, rstd, gamma, dx, dgamma, ws, shadow,
-            kind, gkind, mode):
-    for phase in range(n_phases):  # a SyncAll between phases
-        for c in prange(block_dim):
-            _core(phase, np.int64(c), block_dim, arena, plan, cnt, err, checks, t, dy, x, rstd, gamma, dx, dgamma, ws,
-                  shadow, kind, gkind, mode)
+@njit(cache=True, nogil=True)
+def _cores(first, last, phase, block_dim, arena, plan, cnt, err, checks, t, dy, x, rstd, gamma, dx, dgamma, ws,
+           shadow, kind, gkind, mode):
+    for c in range(first, last):
+        _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, rstd, gamma, dx, dgamma, ws, shadow, kind,
+              gkind, mode)
 
 
 def check_supported(t: RmsNormGradTiling) -> None:
@@ -324,9 +323,11 @@ def run(t: RmsNormGradTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, rstd
     atomic = AtomicTarget(t.block_dim, 0 if det else t.col)
     out_dgamma = dgamma.reshape(-1)
     with host_threads(dy, x, dx):
-        _launch(n_phases, t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, checks,
+        args = (t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, checks,
                 DeviceTiling(*(getattr(t, f) for f in DeviceTiling._fields)), to_gm(dy), to_gm(x), to_gm(rstd),
                 to_gm(gamma), gm_out(dx), gm_out(out_dgamma), user_ws, gm_out(atomic.shadow), kind, gkind, mode)
+        for phase in range(n_phases):  # a SyncAll between phases
+            run_cores(_cores, t.block_dim, phase, *args)
     if not det:
         atomic.merge_into(out_dgamma)
     finish(launch, t.workspace_size)

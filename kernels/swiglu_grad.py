@@ -17,12 +17,12 @@ from dataclasses import fields
 from typing import Any
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from tilesim.cast import CAST_NONE, CAST_RINT, elem_size
 from tilesim.datamove import data_copy_pad, data_copy_pad_out, data_copy_rows, data_copy_rows_out
 from tilesim.device import GlobalTensor, make_core, slot
-from tilesim.launch import finish, host_threads, prepare, workspace
+from tilesim.launch import finish, host_threads, prepare, run_cores, workspace
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.vector import add, adds, cast_from_f32, cast_to_f32, div, duplicate, exp, mul, muls
 from tiling.common import dtype_name, shape_of
@@ -158,10 +158,10 @@ def _core(c, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode
         k += 1
 
 
-@njit(cache=True, parallel=True)
-def _launch(block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode):
-    for c in prange(block_dim):
-        _core(np.int64(c), block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode)
+@njit(cache=True, nogil=True)
+def _cores(first, last, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode):
+    for c in range(first, last):
+        _core(c, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode)
 
 
 def run(t: SwiGluGradTiling, spec: SocSpec, y_grad: np.ndarray, x: np.ndarray, out: np.ndarray, ws: np.ndarray | None,
@@ -173,9 +173,9 @@ def run(t: SwiGluGradTiling, spec: SocSpec, y_grad: np.ndarray, x: np.ndarray, o
     kind = KIND[dtype_name(x)]
     mode = CAST_RINT if spec.arch == 220 else CAST_NONE
     with host_threads(y_grad, x, out):
-        _launch(t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, checks,
-                DeviceTiling(*(getattr(t, f) for f in DeviceTiling._fields)), to_gm(y_grad), to_gm(x), gm_out(out),
-                kind, mode)
+        run_cores(_cores, t.block_dim, t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err,
+                  checks, DeviceTiling(*(getattr(t, f) for f in DeviceTiling._fields)), to_gm(y_grad), to_gm(x),
+                  gm_out(out), kind, mode)
     finish(launch, t.workspace_size)
 
 

@@ -1,8 +1,8 @@
 """The per-core device context every primitive takes, the counters it feeds and the checked-mode records.
 
-``Core`` is built inside the per-core body (never before a ``prange``: Numba drops writes through views taken
-there). Counters are int64 rows per core; checked mode writes the first violation of each core into ``err`` and
-counts the rest, and the host turns them into a :class:`tilesim.CheckError` after the launch.
+``Core`` is built inside the per-core body. Counters are int64 rows per core; checked mode writes the first
+violation of each core into ``err`` and counts the rest, and the host turns them into a
+:class:`tilesim.CheckError` after the launch.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ N_ERR = 6
 
 @njit(cache=True)
 def make_core(idx, block_num, arena, plan, cnt, err, checks):
-    """The context of core ``idx``. Its fields get one type whatever the launcher passes (a prange index is
+    """The context of core ``idx``. Its fields get one type whatever the caller passes (a prange index is
     unsigned, a range index signed), so every primitive compiles once, not once per launcher style."""
     i = np.int64(idx)
     ub = arena[i]

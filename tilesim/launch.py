@@ -1,14 +1,16 @@
 """Host side of a kernel launch: per-core arenas and counters, the workspace, atomic targets, the run report.
 
-A kernel module writes its own ``@njit(parallel=True)`` launcher (``for phase: for core in prange(block_dim)``:
-a SyncAll between phases) and calls :func:`prepare` before and :func:`finish` after it.
+A kernel module writes its per-core body and an ``@njit(nogil=True)`` loop over a range of cores, calls
+:func:`prepare`, then :func:`run_cores` once per phase (it returns when every core has finished: a SyncAll), then
+:func:`finish`.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,6 +83,35 @@ def prepare(op: str, soc: SocSpec, tiling: Any, plan: UbPlan, block_dim: int, ch
 
 
 SERIAL_BELOW = 1 << 20  # GM bytes below which a launch runs its cores on one host thread
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def run_cores(cores: Callable[..., None], block_dim: int, *args: Any) -> None:
+    """One SyncAll phase: ``cores(first, last, *args)`` over contiguous ranges of the ``block_dim`` cores, one
+    range per host thread (``numba.get_num_threads()``; the calling thread takes the first), returning when
+    every core has finished. ``cores`` is the kernel's ``@njit(nogil=True)`` loop over its per-core body, so the
+    threads run in parallel; the split does not change the results (each core writes its own rows and shadows).
+
+    This replaces a ``prange`` launcher: a parallel=True function costs seconds of extra compile time per kernel
+    (its gufunc recompiles the whole call tree) and wakes Numba's thread pool on every launch.
+    """
+    global _pool
+    n = max(1, min(numba.get_num_threads(), block_dim))
+    if n == 1:
+        cores(0, block_dim, *args)
+        return
+    if _pool is None:
+        with _lock:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(max_workers=numba.config.NUMBA_NUM_THREADS, thread_name_prefix="tilesim")
+    cuts = [block_dim * k // n for k in range(n + 1)]
+    futures = [_pool.submit(cores, cuts[k], cuts[k + 1], *args) for k in range(1, n)]
+    try:
+        cores(cuts[0], cuts[1], *args)
+    finally:
+        for f in futures:
+            f.result()
 
 
 @contextmanager
