@@ -190,38 +190,67 @@ def f32_bits_to_b16(u, kind, mode):
     return f32_bits_to_fp16(u, mode)
 
 
+CHUNK = 256  # elements an in-place cast converts into a scratch row before writing them back
+
+
 @njit(cache=True)
-def narrow_bits(src, dst, n, kind, mode):
-    """``dst[i] = f32_bits_to_b16(src[i], kind, mode)`` for i < n, one loop per case so that each vectorises.
-    ``dst`` may alias ``src`` from its start (an in-place cast): element i is read before any write reaches it."""
+def _narrow_into(src, tmp, m, kind, mode):
+    """``tmp[k] = f32_bits_to_b16(src[k], kind, mode)`` for k < m, one loop per case so that each vectorises
+    (indices from a ``range(m)`` are provably non-negative, so Numba adds no wraparound test that would stop it)."""
     if mode == CAST_RINT or mode == CAST_NONE:
         if kind == KIND_BF16:
-            for i in range(n):
-                dst[i] = f32_bits_to_bf16_nearest(src[i], False)
+            for k in range(m):
+                tmp[k] = f32_bits_to_bf16_nearest(src[k], False)
         else:
-            for i in range(n):
-                dst[i] = f32_bits_to_fp16_nearest(src[i], False)
+            for k in range(m):
+                tmp[k] = f32_bits_to_fp16_nearest(src[k], False)
     elif mode == CAST_ROUND:
         if kind == KIND_BF16:
-            for i in range(n):
-                dst[i] = f32_bits_to_bf16_nearest(src[i], True)
+            for k in range(m):
+                tmp[k] = f32_bits_to_bf16_nearest(src[k], True)
         else:
-            for i in range(n):
-                dst[i] = f32_bits_to_fp16_nearest(src[i], True)
+            for k in range(m):
+                tmp[k] = f32_bits_to_fp16_nearest(src[k], True)
     else:
-        for i in range(n):
-            dst[i] = f32_bits_to_b16(src[i], kind, mode)
+        for k in range(m):
+            tmp[k] = f32_bits_to_b16(src[k], kind, mode)
+
+
+@njit(cache=True)
+def _widen_into(src, tmp, m, kind):
+    if kind == KIND_BF16:
+        for k in range(m):
+            tmp[k] = bf16_to_f32_bits(src[k])
+    else:
+        for k in range(m):
+            tmp[k] = fp16_to_f32_bits(src[k])
+
+
+@njit(cache=True)
+def narrow_bits(src, dst, n, kind, mode):
+    """``dst[i] = f32_bits_to_b16(src[i], kind, mode)`` for i < n. ``dst`` may alias ``src`` from its start (the
+    kernels' in-place cast): each chunk of :data:`CHUNK` elements is converted into a scratch row, then written,
+    so every element is read before a write can reach it, and LLVM, seeing no overlap, vectorises both loops."""
+    tmp = np.empty(CHUNK, np.uint16)
+    for c0 in range(0, n, CHUNK):
+        m = min(CHUNK, n - c0)
+        _narrow_into(src[c0:c0 + m], tmp, m, kind, mode)
+        d = dst[c0:c0 + m]
+        for k in range(m):
+            d[k] = tmp[k]
 
 
 @njit(cache=True)
 def widen_bits(src, dst, n, kind):
-    """``dst[i] = b16_to_f32_bits(src[i], kind)`` for i < n, one loop per kind."""
-    if kind == KIND_BF16:
-        for i in range(n):
-            dst[i] = bf16_to_f32_bits(src[i])
-    else:
-        for i in range(n):
-            dst[i] = fp16_to_f32_bits(src[i])
+    """``dst[i] = b16_to_f32_bits(src[i], kind)`` for i < n, exactly. ``src`` may be the upper half of ``dst``'s
+    bytes (the kernels' in-place widening): chunks as in :func:`narrow_bits`."""
+    tmp = np.empty(CHUNK, np.uint32)
+    for c0 in range(0, n, CHUNK):
+        m = min(CHUNK, n - c0)
+        _widen_into(src[c0:c0 + m], tmp, m, kind)
+        d = dst[c0:c0 + m]
+        for k in range(m):
+            d[k] = tmp[k]
 
 
 @njit(cache=True, parallel=True)

@@ -28,13 +28,14 @@ from .device import (
     ub_ok,
     ub_view,
 )
+from .intrinsics import copy_bytes
 from .ub import BLOCK
 
 
 @njit(cache=True)
-def _move(dst, dst_off, src, src_off, n):
-    """``dst[dst_off:+n] = src[src_off:+n]``, bytes."""
-    dst[dst_off:dst_off + n] = src[src_off:src_off + n]
+def _gm_addr(g, off):
+    """The address of element ``off`` of a GM tensor."""
+    return g.data.ctypes.data + off * g.isz
 
 
 @njit(cache=True)
@@ -84,9 +85,9 @@ def data_copy_rows(core, dst, src, src_off, rows, row_len, src_stride):
         return
     if not (gm_ok(core, src, src_off, row_len) and gm_ok(core, src, src_off + (rows - 1) * src_stride, row_len)):
         return
-    d = ub_view(core, dst.addr, nbytes, np.uint8)
+    base = core.base + dst.addr
     for r in range(rows):
-        _move(d, r * row_b, src.data, (src_off + r * src_stride) * isz, row_b)
+        copy_bytes(base + r * row_b, _gm_addr(src, src_off + r * src_stride), row_b)
     core.cnt[MTE2_BYTES] += nbytes
     core.cnt[MTE2_XFERS] += 1
 
@@ -103,9 +104,9 @@ def data_copy_rows_out(core, dst, dst_off, src, rows, row_len, dst_stride):
         return
     if not (gm_ok(core, dst, dst_off, row_len) and gm_ok(core, dst, dst_off + (rows - 1) * dst_stride, row_len)):
         return
-    s = ub_view(core, src.addr, nbytes, np.uint8)
+    base = core.base + src.addr
     for r in range(rows):
-        _move(dst.data, (dst_off + r * dst_stride) * isz, s, r * row_b, row_b)
+        copy_bytes(_gm_addr(dst, dst_off + r * dst_stride), base + r * row_b, row_b)
     core.cnt[MTE3_BYTES] += nbytes
     core.cnt[MTE3_XFERS] += 1
 
@@ -137,9 +138,8 @@ def data_copy_pad(core, dst, src, src_off, rows, row_len, src_stride, pad_value,
             and gm_ok(core, src, src_off + (rows - 1) * src_stride, row_len)):
         return
     filled = (pitch - BLOCK * dst_gap) // isz
-    d = ub_view(core, dst.addr, rows * pitch - BLOCK * dst_gap, np.uint8)
     for r in range(rows):
-        _move(d, r * pitch, src.data, (src_off + r * src_stride) * isz, row_bytes)
+        copy_bytes(core.base + dst.addr + r * pitch, _gm_addr(src, src_off + r * src_stride), row_bytes)
         if filled > row_len:
             _fill(core, dst.addr + r * pitch, row_len, filled, isz, pad_value)
     core.cnt[MTE2_BYTES] += rows * row_bytes
@@ -157,9 +157,8 @@ def data_copy_pad_out(core, dst, dst_off, src, rows, row_len, dst_stride):
     if not (ub_ok(core, src, (rows - 1) * pitch + row_bytes) and gm_ok(core, dst, dst_off, row_len)
             and gm_ok(core, dst, dst_off + (rows - 1) * dst_stride, row_len)):
         return
-    s = ub_view(core, src.addr, rows * pitch, np.uint8)
     for r in range(rows):
-        _move(dst.data, (dst_off + r * dst_stride) * isz, s, r * pitch, row_bytes)
+        copy_bytes(_gm_addr(dst, dst_off + r * dst_stride), core.base + src.addr + r * pitch, row_bytes)
     core.cnt[MTE3_BYTES] += rows * row_bytes
     core.cnt[MTE3_XFERS] += 1
 

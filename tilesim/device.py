@@ -72,14 +72,14 @@ def report(core, kind, tag, offset, nbytes, extra):
     e[5] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def slot(core, buf, k):
     """LocalTensor of slot ``k`` of plan buffer ``buf`` (a queue's ping-pong slot is ``k % buffer_num``)."""
     p = core.plan
     return LocalTensor(buf, p[buf, 0] + (k % p[buf, 2]) * p[buf, 1])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def at(t, nbytes):
     """``tensor[k]`` of Ascend C, in bytes: the same buffer, ``nbytes`` further on."""
     return LocalTensor(t.buf, t.addr + nbytes)
@@ -135,28 +135,28 @@ def gm_u16(g):
     return carray(address_as_pointer(g.data.ctypes.data, np.uint16), g.data.size // 2)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def ub_view(core, addr, n, dtype):
     """``n`` elements of ``dtype`` of this core's UB from byte ``addr``: the ``arr[a:b].view(dtype)`` of the arena,
     built from the address (no slicing checks, no reference count: an instruction's view costs nothing)."""
     return carray(address_as_pointer(core.base + addr, dtype), n)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def f32(core, t, n):
     return ub_view(core, t.addr, n, np.float32)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def u16(core, t, n):
     return ub_view(core, t.addr, n, np.uint16)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def u32(core, t, n):
     return ub_view(core, t.addr, n, np.uint32)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def repeats(nbytes):
     return (nbytes + 255) // 256

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 
@@ -76,3 +77,21 @@ def address_as_pointer(typingctx, addr, dtype):
         return builder.inttoptr(args[0], context.get_value_type(ptr))
 
     return ptr(addr, dtype), codegen
+
+
+@intrinsic
+def copy_bytes(typingctx, dst, src, n):
+    """``memcpy(dst, src, n)`` between integer addresses (``llvm.memcpy``: the C library's tuned copy for long
+    runs, inline moves for short ones). The ranges must not overlap."""
+    if not all(isinstance(a, types.Integer) for a in (dst, src, n)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i8p = ir.IntType(8).as_pointer()
+        d = builder.inttoptr(args[0], i8p)
+        s = builder.inttoptr(args[1], i8p)
+        count = context.cast(builder, args[2], signature.args[2], types.int64)
+        cgutils.raw_memcpy(builder, d, s, count, context.get_constant(types.int64, 1))
+        return context.get_dummy_value()
+
+    return types.none(dst, src, n), codegen

@@ -72,6 +72,13 @@ def block_reduce_sum(core, dst, src, n_blocks):
 
 
 @njit(cache=True)
+def _fold(head, rest, n):
+    """``head[i] += rest[i]``: two views, so that the loop indexes from 0 and vectorises."""
+    for i in range(n):
+        head[i] = head[i] + rest[i]
+
+
+@njit(cache=True)
 def reduce_sum_half_interval(core, t, count):
     """ReduceSumHalfInterval: sum of ``t[0:count]``, computed in place (``t`` is clobbered).
 
@@ -88,13 +95,11 @@ def reduce_sum_half_interval(core, t, count):
         body *= 2
     tail = count - body
     if tail > 0:
-        for i in range(tail):
-            v[i] = v[i] + v[body + i]
+        _fold(v[:tail], v[body:body + tail], tail)
         core.cnt[VEC_BINARY] += repeats(4 * tail)
     while body > LANES:
         body //= 2
-        for i in range(body):
-            v[i] = v[i] + v[body + i]
+        _fold(v[:body], v[body:2 * body], body)
         core.cnt[VEC_BINARY] += repeats(4 * body)
     return whole_reduce_sum(core, t, LANES)
 

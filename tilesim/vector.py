@@ -26,18 +26,33 @@ from .device import (
 from .expf import exp_f32
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ok3(core, a, b, c, n):
     return ub_ok(core, a, 4 * n) and ub_ok(core, b, 4 * n) and ub_ok(core, c, 4 * n)
 
+
+# The elementwise instructions. A kernel often computes in place (dst is a source); two views of one address look
+# like overlapping arrays to LLVM, whose runtime overlap check then sends the loop down its scalar path (8x slower
+# for Exp). So each instruction has a loop over one view for the in-place case. (Passing the operation as a
+# function argument would remove the repetition, but Numba cannot cache a function that takes one.)
 
 @njit(cache=True)
 def add(core, dst, a, b, n):
     if not _ok3(core, dst, a, b, n):
         return
-    d, x, y = f32(core, dst, n), f32(core, a, n), f32(core, b, n)
-    for i in range(n):
-        d[i] = x[i] + y[i]
+    d = f32(core, dst, n)
+    if a.addr == dst.addr:
+        y = f32(core, b, n)
+        for i in range(n):
+            d[i] = d[i] + y[i]
+    elif b.addr == dst.addr:
+        x = f32(core, a, n)
+        for i in range(n):
+            d[i] = x[i] + d[i]
+    else:
+        x, y = f32(core, a, n), f32(core, b, n)
+        for i in range(n):
+            d[i] = x[i] + y[i]
     core.cnt[VEC_BINARY] += repeats(4 * n)
 
 
@@ -45,9 +60,19 @@ def add(core, dst, a, b, n):
 def sub(core, dst, a, b, n):
     if not _ok3(core, dst, a, b, n):
         return
-    d, x, y = f32(core, dst, n), f32(core, a, n), f32(core, b, n)
-    for i in range(n):
-        d[i] = x[i] - y[i]
+    d = f32(core, dst, n)
+    if a.addr == dst.addr:
+        y = f32(core, b, n)
+        for i in range(n):
+            d[i] = d[i] - y[i]
+    elif b.addr == dst.addr:
+        x = f32(core, a, n)
+        for i in range(n):
+            d[i] = x[i] - d[i]
+    else:
+        x, y = f32(core, a, n), f32(core, b, n)
+        for i in range(n):
+            d[i] = x[i] - y[i]
     core.cnt[VEC_BINARY] += repeats(4 * n)
 
 
@@ -55,19 +80,41 @@ def sub(core, dst, a, b, n):
 def mul(core, dst, a, b, n):
     if not _ok3(core, dst, a, b, n):
         return
-    d, x, y = f32(core, dst, n), f32(core, a, n), f32(core, b, n)
-    for i in range(n):
-        d[i] = x[i] * y[i]
+    d = f32(core, dst, n)
+    if a.addr == dst.addr:
+        y = f32(core, b, n)
+        for i in range(n):
+            d[i] = d[i] * y[i]
+    elif b.addr == dst.addr:
+        x = f32(core, a, n)
+        for i in range(n):
+            d[i] = x[i] * d[i]
+    else:
+        x, y = f32(core, a, n), f32(core, b, n)
+        for i in range(n):
+            d[i] = x[i] * y[i]
     core.cnt[VEC_BINARY] += repeats(4 * n)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def div(core, dst, a, b, n):
+    """IEEE division: x/0 is ±inf or NaN, as on the NPU (Numba's default error model would test every divisor
+    and raise ZeroDivisionError, which also keeps the loop from vectorising)."""
     if not _ok3(core, dst, a, b, n):
         return
-    d, x, y = f32(core, dst, n), f32(core, a, n), f32(core, b, n)
-    for i in range(n):
-        d[i] = x[i] / y[i]
+    d = f32(core, dst, n)
+    if a.addr == dst.addr:
+        y = f32(core, b, n)
+        for i in range(n):
+            d[i] = d[i] / y[i]
+    elif b.addr == dst.addr:
+        x = f32(core, a, n)
+        for i in range(n):
+            d[i] = x[i] / d[i]
+    else:
+        x, y = f32(core, a, n), f32(core, b, n)
+        for i in range(n):
+            d[i] = x[i] / y[i]
     core.cnt[VEC_DIV] += repeats(4 * n)
 
 
@@ -75,10 +122,15 @@ def div(core, dst, a, b, n):
 def muls(core, dst, a, s, n):
     if not (ub_ok(core, dst, 4 * n) and ub_ok(core, a, 4 * n)):
         return
-    d, x = f32(core, dst, n), f32(core, a, n)
+    d = f32(core, dst, n)
     v = np.float32(s)
-    for i in range(n):
-        d[i] = x[i] * v
+    if a.addr == dst.addr:
+        for i in range(n):
+            d[i] = d[i] * v
+    else:
+        x = f32(core, a, n)
+        for i in range(n):
+            d[i] = x[i] * v
     core.cnt[VEC_SCALAR] += repeats(4 * n)
 
 
@@ -86,10 +138,15 @@ def muls(core, dst, a, s, n):
 def adds(core, dst, a, s, n):
     if not (ub_ok(core, dst, 4 * n) and ub_ok(core, a, 4 * n)):
         return
-    d, x = f32(core, dst, n), f32(core, a, n)
+    d = f32(core, dst, n)
     v = np.float32(s)
-    for i in range(n):
-        d[i] = x[i] + v
+    if a.addr == dst.addr:
+        for i in range(n):
+            d[i] = d[i] + v
+    else:
+        x = f32(core, a, n)
+        for i in range(n):
+            d[i] = x[i] + v
     core.cnt[VEC_SCALAR] += repeats(4 * n)
 
 
@@ -104,9 +161,14 @@ def _exp(v):
 def exp(core, dst, a, n):
     if not (ub_ok(core, dst, 4 * n) and ub_ok(core, a, 4 * n)):
         return
-    d, x = f32(core, dst, n), f32(core, a, n)
-    for i in range(n):
-        d[i] = _exp(x[i])
+    d = f32(core, dst, n)
+    if a.addr == dst.addr:
+        for i in range(n):
+            d[i] = _exp(d[i])
+    else:
+        x = f32(core, a, n)
+        for i in range(n):
+            d[i] = _exp(x[i])
     core.cnt[VEC_UNARY] += repeats(4 * n)
 
 
@@ -121,13 +183,19 @@ def exp_values(a):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def sqrt(core, dst, a, n):
+    """IEEE square root: NaN below 0 (Numba's default error model would raise)."""
     if not (ub_ok(core, dst, 4 * n) and ub_ok(core, a, 4 * n)):
         return
-    d, x = f32(core, dst, n), f32(core, a, n)
-    for i in range(n):
-        d[i] = np.sqrt(x[i])
+    d = f32(core, dst, n)
+    if a.addr == dst.addr:
+        for i in range(n):
+            d[i] = np.sqrt(d[i])
+    else:
+        x = f32(core, a, n)
+        for i in range(n):
+            d[i] = np.sqrt(x[i])
     core.cnt[VEC_UNARY] += repeats(4 * n)
 
 
