@@ -30,7 +30,7 @@ from tilesim.cast import CAST_NONE, CAST_RINT, KIND_BF16, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
 from tilesim.device import GlobalTensor, at, make_core, slot
 from tilesim.errors import tiling_error
-from tilesim.launch import finish, host_threads, prepare, run_cores, workspace
+from tilesim.launch import finish, host_threads, prepare, run_cores, workspace, zeros
 from tilesim.reduce import block_reduce_sum, whole_reduce_sum_to
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan
@@ -268,11 +268,11 @@ def run(t: NsaCompressGradTiling, spec: SocSpec, output_grad: np.ndarray, input:
     tnd = int(np.prod(shape_of(input)))
     wsw = ws[SYS_WORKSPACE:SYS_WORKSPACE + 4 * nw].view(np.float32)
     wsx = ws[SYS_WORKSPACE + 4 * nw:SYS_WORKSPACE + 4 * nw + 4 * tnd].view(np.float32)
-    shadow = np.zeros(dt.shadows * tnd if t.is_overlap else 1, np.float32)
     cum = np.asarray(act_seq_len, np.int64).reshape(-1)
-    args = (dt, cum, to_gm(output_grad), to_gm(input), to_gm(weight), gm_out(input_grad), gm_out(weight_grad),
-            gm_out(wsw), gm_out(wsx), gm_out(shadow), kind)
     with host_threads(output_grad, input, input_grad):
+        shadow = zeros("nsa_compress_grad shadows", dt.shadows * tnd if t.is_overlap else 1)
+        args = (dt, cum, to_gm(output_grad), to_gm(input), to_gm(weight), gm_out(input_grad), gm_out(weight_grad),
+                gm_out(wsw), gm_out(wsx), gm_out(shadow), kind)
         for phase in range(3):
             run_cores(_cores, t.block_dim, phase, launch.arena, launch.plan_array, launch.counters, launch.err, checks,
                       *args)

@@ -134,9 +134,44 @@ def host_threads(*gm: np.ndarray) -> Iterator[int]:
             numba.set_num_threads(prev)
 
 
+_scratch = threading.local()
+
+
+def _reused(name: str, nbytes: int) -> np.ndarray:
+    """This host thread's buffer ``name``, at least ``nbytes`` long, kept across launches: a fresh allocation of
+    a large buffer costs a page fault per 4 KiB page the kernel touches (the kernel zeroing each page first),
+    which for NsaCompressGrad's 384 MiB of workspace and shadows took longer than the kernel's own work."""
+    pool = getattr(_scratch, "pool", None)
+    if pool is None:
+        pool = _scratch.pool = {}
+    buf = pool.get(name)
+    if buf is None or buf.size < nbytes:
+        buf = pool[name] = np.empty(max(nbytes, 1), np.uint8)
+    return buf[:nbytes]
+
+
 def workspace(size: int) -> np.ndarray:
-    """A GM workspace of ``size`` bytes (untouched pages cost nothing until a kernel writes them)."""
-    return np.empty(size, np.uint8)
+    """A GM workspace of ``size`` bytes, with whatever an earlier launch left in it, as on the NPU (kernels
+    initialise what they read). One buffer per host thread, reused: see :func:`release_scratch`."""
+    return _reused("workspace", size)
+
+
+@njit(cache=True, nogil=True)
+def _zero(first, last, a):
+    a[first:last] = 0
+
+
+def zeros(name: str, n: int, dtype: Any = np.float32) -> np.ndarray:
+    """``n`` zeros of ``dtype`` in this host thread's reused buffer ``name`` (for atomic-add shadows), zeroed by
+    all the host threads."""
+    buf = _reused(name, n * np.dtype(dtype).itemsize)
+    run_cores(_zero, buf.size, buf)
+    return buf.view(dtype)
+
+
+def release_scratch() -> None:
+    """Free this host thread's reused workspace and shadow buffers (they are kept for the next launch)."""
+    _scratch.pool = {}
 
 
 class AtomicTarget:

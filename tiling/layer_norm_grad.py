@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -171,7 +172,14 @@ def layer_norm_grad(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, *, ep
     """The tiling for these arguments; ``core_num`` and ``ub_rows`` override the split and the tile."""
     spec = get_soc(soc)
     rows, h, dt = check_args(dy, x, variance, mean, gamma, epsilon, is_reuse_source, tmp)
-    reuse = bool(is_reuse_source)
+    return _tiling(rows, h, dt, bool(is_reuse_source), tmp, spec, core_num, ub_rows)
+
+
+@functools.lru_cache(maxsize=256)
+def _tiling(rows: int, h: int, dt: str, reuse: bool, tmp: str, spec: SocSpec, core_num: int | None,
+            ub_rows: int | None) -> LayerNormGradOpTiling:
+    """The tiling of checked arguments, remembered: it runs the API helpers six times, more than a small
+    launch takes."""
     hp = align_up(h, 32 // ITEMSIZE[dt])  # whole 32 B blocks of T (half rows must land 32 B apart too)
     cores = spec.core_num_aiv if core_num is None else int(core_num)
     if not 1 <= cores <= spec.core_num_aiv:

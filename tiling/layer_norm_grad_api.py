@@ -10,6 +10,7 @@ The non-950 paths only (910B, 910_93, 310P).
 
 from __future__ import annotations
 
+import functools
 from collections import namedtuple
 from dataclasses import dataclass, fields
 from typing import Any
@@ -266,6 +267,7 @@ _DEVICE_TYPES: dict[type, Any] = {LayerNormGradTiling: LayerNormGradTilingDevice
                                   LayerNormGradBetaTiling: LayerNormGradBetaTilingDevice}
 
 
+@functools.lru_cache(maxsize=1024)
 def device_tiling(t: LayerNormGradTiling | LayerNormGradBetaTiling) -> Any:
     """An API tiling as the namedtuple its device function takes (the same fields, Numba-friendly)."""
     nt = _DEVICE_TYPES[type(t)]
