@@ -55,8 +55,23 @@ def make_core(idx, block_num, arena, plan, cnt, err, checks):
     """The context of core ``idx``. Its fields get one type whatever the caller passes (a prange index is
     unsigned, a range index signed), so every primitive compiles once, not once per launcher style."""
     i = np.int64(idx)
-    ub = arena[i]
-    return Core(i, np.int64(block_num), ub, plan, cnt[i], err[i], bool(checks), np.int64(ub.ctypes.data))
+    base = np.int64(arena.ctypes.data) + i * arena.shape[1]
+    return Core(i, np.int64(block_num), _borrow(base, arena.shape[1], np.uint8), _borrow2(plan),
+                _borrow(np.int64(cnt.ctypes.data) + i * cnt.shape[1] * 8, cnt.shape[1], np.int64),
+                _borrow(np.int64(err.ctypes.data) + i * err.shape[1] * 8, err.shape[1], np.int64), bool(checks), base)
+
+
+@njit(cache=True)
+def _borrow(addr, n, dtype):
+    """An array over memory the launch owns, without a reference count: every primitive reads the core's
+    arrays, and counting references to them (atomic increments on one shared counter, from every host thread)
+    took a third of a kernel's time."""
+    return carray(address_as_pointer(addr, dtype), n)
+
+
+@njit(cache=True)
+def _borrow2(a):
+    return carray(address_as_pointer(a.ctypes.data, np.int64), (a.shape[0], a.shape[1]))
 
 
 @njit(cache=True)
