@@ -29,7 +29,7 @@ from numba import njit
 
 from tilesim.cast import CAST_ROUND, b16_to_f32_bits, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
-from tilesim.device import SCALAR_ACCESS, GlobalTensor, at, gm_f32, gm_size, gm_u16, make_core, slot
+from tilesim.device import SCALAR_ACCESS, at, gm_f32, gm_size, gm_tensor, gm_u16, make_core, slot
 from tilesim.errors import invalid
 from tilesim.intrinsics import u32_as_f32
 from tilesim.launch import AtomicTarget, finish, host_threads, prepare, run_cores, workspace
@@ -424,19 +424,19 @@ def _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rs
           wsb, sh1g, sh1b, sh2g, sh2b, kind):
     core = make_core(c, block_dim, arena, plan, cnt, err, checks)
     isz = elem_size(kind)
-    g_dgamma, g_dbeta = GlobalTensor(G_DGAMMA, dgamma, isz), GlobalTensor(G_DBETA, dbeta, isz)
-    g_wsg, g_wsb = GlobalTensor(G_WSG, wsg, 4), GlobalTensor(G_WSB, wsb, 4)
+    g_dgamma, g_dbeta = gm_tensor(G_DGAMMA, dgamma, isz), gm_tensor(G_DBETA, dbeta, isz)
+    g_wsg, g_wsb = gm_tensor(G_WSG, wsg, 4), gm_tensor(G_WSB, wsb, 4)
     if phase == 0:
         _init_outputs(core, t, g_dgamma, g_dbeta, g_wsg, g_wsb, kind)
         return
     if phase == 2:
-        _stage2(core, t, g_dgamma, g_dbeta, g_wsg, g_wsb, GlobalTensor(G_SH2G, sh2g, 4),
-                GlobalTensor(G_SH2B, sh2b, 4), kind)
+        _stage2(core, t, g_dgamma, g_dbeta, g_wsg, g_wsb, gm_tensor(G_SH2G, sh2g, 4),
+                gm_tensor(G_SH2B, sh2b, 4), kind)
         return
-    g_dy, g_x, g_mean, g_rstd = GlobalTensor(G_DY, dy, isz), GlobalTensor(G_X, x, isz), \
-        GlobalTensor(G_MEAN, mean, isz), GlobalTensor(G_RSTD, rstd, isz)
-    g_gamma, g_dx = GlobalTensor(G_GAMMA, gamma, isz), GlobalTensor(G_DX, dx, isz)
-    g_sh1g, g_sh1b = GlobalTensor(G_SH1G, sh1g, 4), GlobalTensor(G_SH1B, sh1b, 4)
+    g_dy, g_x, g_mean, g_rstd = gm_tensor(G_DY, dy, isz), gm_tensor(G_X, x, isz), \
+        gm_tensor(G_MEAN, mean, isz), gm_tensor(G_RSTD, rstd, isz)
+    g_gamma, g_dx = gm_tensor(G_GAMMA, gamma, isz), gm_tensor(G_DX, dx, isz)
+    g_sh1g, g_sh1b = gm_tensor(G_SH1G, sh1g, 4), gm_tensor(G_SH1B, sh1b, 4)
     if c < t.tail_core:
         first, count = c * t.task_num_per_core, t.task_num_per_core
     else:

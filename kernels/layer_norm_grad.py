@@ -22,7 +22,7 @@ from numba import njit
 
 from tilesim.cast import CAST_RINT, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
-from tilesim.device import GlobalTensor, at, gm_f32, gm_u16, make_core, slot
+from tilesim.device import at, gm_f32, gm_tensor, gm_u16, make_core, slot
 from tilesim.launch import finish, host_threads, prepare, run_cores, workspace
 from tilesim.normalization import layer_norm_grad as lng_api
 from tilesim.normalization import layer_norm_grad_beta as beta_api
@@ -138,11 +138,11 @@ def _core(phase, c, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, b
     h, hp, bf, bd, tail, ub_rows = t[0], t[1], t[5], t[6], t[7], t[8]
     core = make_core(c, bd, arena, plan, cnt, err, checks)
     isz = elem_size(kind)
-    g_dy, g_x, g_var, g_mean = GlobalTensor(0, dy, isz), GlobalTensor(1, x, isz), GlobalTensor(2, var, isz), \
-        GlobalTensor(3, mean, isz)
-    g_gamma, g_pdx, g_pg, g_pb = GlobalTensor(4, gamma, isz), GlobalTensor(5, pdx, isz), GlobalTensor(6, pg, isz), \
-        GlobalTensor(7, pb, isz)
-    g_ws = GlobalTensor(8, ws, 4)
+    g_dy, g_x, g_var, g_mean = gm_tensor(0, dy, isz), gm_tensor(1, x, isz), gm_tensor(2, var, isz), \
+        gm_tensor(3, mean, isz)
+    g_gamma, g_pdx, g_pg, g_pb = gm_tensor(4, gamma, isz), gm_tensor(5, pdx, isz), gm_tensor(6, pg, isz), \
+        gm_tensor(7, pb, isz)
+    g_ws = gm_tensor(8, ws, 4)
     if phase == 1:
         _final(core, t, g_ws, g_pg, g_pb, bd, kind)
         return

@@ -13,7 +13,7 @@ from numba import njit
 
 from tilesim.cast import elem_size
 from tilesim.datamove import data_copy, data_copy_out
-from tilesim.device import GlobalTensor, make_core, slot
+from tilesim.device import gm_tensor, make_core, slot
 from tilesim.errors import invalid
 from tilesim.launch import finish, prepare
 from tilesim.normalization import layer_norm_grad_beta as api
@@ -72,8 +72,8 @@ def tmp_region(plan: UbPlan, tmp: str, tmp_bytes: int | None, need: tuple[int, i
 def _kernel(arena, plan, cnt, err, checks, t, res, dy, pd_gamma, pd_beta, tmp_bytes, kind, reuse):
     core = make_core(0, 1, arena, plan, cnt, err, checks)
     isz = elem_size(kind)
-    g_res, g_dy = GlobalTensor(0, res, isz), GlobalTensor(1, dy, isz)
-    g_pg, g_pb = GlobalTensor(2, pd_gamma, isz), GlobalTensor(3, pd_beta, isz)
+    g_res, g_dy = gm_tensor(0, res, isz), gm_tensor(1, dy, isz)
+    g_pg, g_pb = gm_tensor(2, pd_gamma, isz), gm_tensor(3, pd_beta, isz)
     r, d = slot(core, RES, 0), slot(core, DY, 0)
     pg, pb = slot(core, PD_GAMMA, 0), slot(core, PD_BETA, 0)
     bsh, h = t.bsh_length, t.h_length

@@ -28,7 +28,7 @@ from numba import njit
 
 from tilesim.cast import CAST_NONE, CAST_RINT, KIND_BF16, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
-from tilesim.device import GlobalTensor, at, make_core, slot
+from tilesim.device import at, gm_tensor, make_core, slot
 from tilesim.errors import tiling_error
 from tilesim.launch import finish, host_threads, prepare, run_cores, workspace, zeros
 from tilesim.reduce import block_reduce_sum, whole_reduce_sum_to
@@ -220,9 +220,9 @@ def _move_input_grad(core, t, g_wsx, g_dx, kind):
 def _core(phase, c, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw, wsx, shadow, kind):
     core = make_core(c, t.block_dim, arena, plan, cnt, err, checks)
     isz = elem_size(kind)
-    g_dy, g_x, g_w = GlobalTensor(0, dy, isz), GlobalTensor(1, x, isz), GlobalTensor(2, w, isz)
-    g_dx, g_dw = GlobalTensor(3, dx, isz), GlobalTensor(4, dw, isz)
-    g_wsw, g_wsx, g_sh = GlobalTensor(5, wsw, 4), GlobalTensor(6, wsx, 4), GlobalTensor(7, shadow, 4)
+    g_dy, g_x, g_w = gm_tensor(0, dy, isz), gm_tensor(1, x, isz), gm_tensor(2, w, isz)
+    g_dx, g_dw = gm_tensor(3, dx, isz), gm_tensor(4, dw, isz)
+    g_wsw, g_wsx, g_sh = gm_tensor(5, wsw, 4), gm_tensor(6, wsx, 4), gm_tensor(7, shadow, 4)
     if phase == 0:
         _zero(core, t, g_wsw, g_wsx, g_dx)
     elif phase == 1:

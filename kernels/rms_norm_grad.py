@@ -19,7 +19,7 @@ from numba import njit
 
 from tilesim.cast import CAST_NONE, CAST_RINT, KIND_BF16, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
-from tilesim.device import GlobalTensor, at, make_core, slot
+from tilesim.device import at, gm_tensor, make_core, slot
 from tilesim.errors import tiling_error
 from tilesim.launch import AtomicTarget, finish, host_threads, prepare, run_cores, workspace
 from tilesim.reduce import reduce_sum_half_interval, reduce_sum_multi_n
@@ -283,10 +283,10 @@ def _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, rstd, ga
           gkind, mode):
     core = make_core(c, block_dim, arena, plan, cnt, err, checks)
     isz, gsz = elem_size(kind), elem_size(gkind)
-    g_dy, g_x, g_rstd = GlobalTensor(G_DY, dy, isz), GlobalTensor(G_X, x, isz), GlobalTensor(G_RSTD, rstd, 4)
-    g_gamma, g_dx, g_dgamma = GlobalTensor(G_GAMMA, gamma, gsz), GlobalTensor(G_DX, dx, isz), \
-        GlobalTensor(G_DGAMMA, dgamma, 4)
-    g_ws, g_sh = GlobalTensor(G_WS, ws, 4), GlobalTensor(G_SHADOW, shadow, 4)
+    g_dy, g_x, g_rstd = gm_tensor(G_DY, dy, isz), gm_tensor(G_X, x, isz), gm_tensor(G_RSTD, rstd, 4)
+    g_gamma, g_dx, g_dgamma = gm_tensor(G_GAMMA, gamma, gsz), gm_tensor(G_DX, dx, isz), \
+        gm_tensor(G_DGAMMA, dgamma, 4)
+    g_ws, g_sh = gm_tensor(G_WS, ws, 4), gm_tensor(G_SHADOW, shadow, 4)
     if t.tiling_key == SPLIT_N:
         _split_n(core, t, phase, g_dy, g_x, g_rstd, g_gamma, g_dx, g_dgamma, g_ws, g_sh, kind, gkind, mode)
     else:

@@ -21,7 +21,7 @@ from numba import njit
 
 from tilesim.cast import CAST_NONE, CAST_RINT, elem_size
 from tilesim.datamove import data_copy_pad, data_copy_pad_out, data_copy_rows, data_copy_rows_out
-from tilesim.device import GlobalTensor, make_core, slot
+from tilesim.device import gm_tensor, make_core, slot
 from tilesim.launch import finish, host_threads, prepare, run_cores, workspace
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.vector import add, adds, cast_from_f32, cast_to_f32, div, duplicate, exp, mul, muls
@@ -149,7 +149,7 @@ def _tile(core, t, k, tile, dy, x, out, kind, mode):
 def _core(c, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode):
     core = make_core(c, block_dim, arena, plan, cnt, err, checks)
     isz = elem_size(kind)
-    g_dy, g_x, g_out = GlobalTensor(G_DY, dy, isz), GlobalTensor(G_X, x, isz), GlobalTensor(G_OUT, out, isz)
+    g_dy, g_x, g_out = gm_tensor(G_DY, dy, isz), gm_tensor(G_X, x, isz), gm_tensor(G_OUT, out, isz)
     col_tiles = (t.col_len + t.base_col_len - 1) // t.base_col_len
     total = (t.row_len + t.base_row_len - 1) // t.base_row_len * col_tiles
     k = 0

@@ -127,6 +127,13 @@ def gm_ok(core, g, off, n):
 
 
 @njit(cache=True)
+def gm_tensor(tag, data, isz):
+    """The :class:`GlobalTensor` a kernel builds from a launch argument (the tensor's bytes): the bytes are
+    borrowed without a reference count, like the core's own arrays (the launch keeps them alive)."""
+    return GlobalTensor(np.int64(tag), _borrow(np.int64(data.ctypes.data), data.size, np.uint8), np.int64(isz))
+
+
+@njit(cache=True)
 def global_tensor(tag, arr):
     """A :class:`GlobalTensor` over a flat, C-contiguous typed array (in device code; the op APIs pass bytes)."""
     return GlobalTensor(np.int64(tag), arr.view(np.uint8), np.int64(arr.itemsize))
