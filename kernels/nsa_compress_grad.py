@@ -244,9 +244,13 @@ def _merge_shadows(first, last, shadow, ws, k):
     """The atomic adds into the inputGrad workspace, in window-parity order at every address (elements
     ``first .. last - 1``; :func:`tilesim.launch.run_cores` splits the range over the host threads)."""
     n = ws.size
-    for i in range(first, last):
+    for c0 in range(first, last, 1024):  # chunks that stay in L1 while each row is added, in row order
+        c1 = min(c0 + 1024, last)
+        w = ws[c0:c1]
         for r in range(k):
-            ws[i] += shadow[r * n + i]
+            s = shadow[r * n + c0:r * n + c1]
+            for j in range(c1 - c0):
+                w[j] += s[j]
 
 
 def ub_plan(t: NsaCompressGradTiling, soc: str | SocSpec = DEFAULT_SOC) -> UbPlan:

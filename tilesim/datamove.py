@@ -43,14 +43,14 @@ def _fill(core, addr, start, stop, isz, value):
     """Elements ``start .. stop - 1`` of the ``isz``-byte elements at UB ``addr`` set to ``value`` (a float for
     fp32 elements, the bits for b16 ones)."""
     if isz == 4:
-        f = ub_view(core, addr, stop, np.float32)
+        f = ub_view(core, addr + 4 * start, stop - start, np.float32)
         v = np.float32(value)
-        for k in range(start, stop):
+        for k in range(stop - start):
             f[k] = v
     else:
-        h = ub_view(core, addr, stop, np.uint16)
+        h = ub_view(core, addr + 2 * start, stop - start, np.uint16)
         b = np.uint16(value)
-        for k in range(start, stop):
+        for k in range(stop - start):
             h[k] = b
 
 
@@ -189,9 +189,9 @@ def atomic_add_pad_out(core, acc, acc_off, src, row_len):
     if not (ub_ok(core, src, row_len * 4) and gm_ok(core, acc, acc_off, row_len)):
         return
     s = ub_view(core, src.addr, row_len, np.float32)
-    d = gm_f32(acc)
+    d = gm_f32(acc)[acc_off:acc_off + row_len]  # indexed from 0, so that the loop vectorises
     for k in range(row_len):
-        d[acc_off + k] += s[k]
+        d[k] += s[k]
     core.cnt[MTE3_BYTES] += row_len * 4
     core.cnt[ATOMIC_BYTES] += row_len * 4
     core.cnt[MTE3_XFERS] += 1
