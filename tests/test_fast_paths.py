@@ -1,0 +1,255 @@
+"""The machinery issue 7 added for speed, checked for what it must not change.
+
+- Every elementwise instruction gives the same bits whether it computes in place (dst is a source) or not: the
+  in-place cases run their own loops so that they vectorise.
+- Div and Sqrt follow IEEE (x/0 = ±inf, 0/0 = NaN, sqrt(-1) = NaN), as the NPU does; they do not raise.
+- In-place casts (narrowing over the source, widening from the upper half) equal the out-of-place ones.
+- ``run_cores`` runs every core once whatever the host thread count; ``host_threads`` runs small launches on one
+  thread and restores the caller's count; reused workspaces and shadows never leak one launch into the next.
+- A constant argument does not give a device function a second compiled version (``tilesim.specialise``).
+- A GM access outside a tensor is reported in fast mode too (the movers copy raw bytes).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+from numba import njit
+
+import kernels
+import tilesim
+from tilesim import vector
+from tilesim.cast import KIND_BF16, KIND_FP16, narrow, widen
+from tilesim.datamove import data_copy
+from tilesim.device import at, global_tensor, make_core
+from tilesim.launch import SERIAL_BELOW, finish, host_threads, prepare, release_scratch, run_cores, workspace, zeros
+from tilesim.soc import get_soc
+from tilesim.ub import LocalTensor, UbPlan
+
+SOC = get_soc("Ascend910B1")
+N = 1000  # not a multiple of any vector width: the loops' tails run too
+A, B, C = 0, 8192, 16384  # byte addresses of three fp32 rows in the arena
+
+
+def _arena_core_args():
+    arena = np.zeros((1, SOC.ub_size), np.uint8)
+    plan = np.array([[0, SOC.ub_size, 1]], np.int64)
+    return arena, plan, np.zeros((1, 14), np.int64), np.zeros((1, 6), np.int64)
+
+
+@njit(cache=True)
+def _binary(arena, plan, cnt, err, op, dst, a, b, n):
+    core = make_core(0, 1, arena, plan, cnt, err, False)
+    d, x, y = LocalTensor(0, dst), LocalTensor(0, a), LocalTensor(0, b)
+    if op == 0:
+        vector.add(core, d, x, y, n)
+    elif op == 1:
+        vector.sub(core, d, x, y, n)
+    elif op == 2:
+        vector.mul(core, d, x, y, n)
+    else:
+        vector.div(core, d, x, y, n)
+
+
+@njit(cache=True)
+def _unary(arena, plan, cnt, err, op, dst, a, n):
+    core = make_core(0, 1, arena, plan, cnt, err, False)
+    d, x = LocalTensor(0, dst), LocalTensor(0, a)
+    if op == 0:
+        vector.muls(core, d, x, np.float32(-1.5), n)
+    elif op == 1:
+        vector.adds(core, d, x, np.float32(0.25), n)
+    elif op == 2:
+        vector.exp(core, d, x, n)
+    else:
+        vector.sqrt(core, d, x, n)
+
+
+def _rows(arena: np.ndarray) -> np.ndarray:
+    return arena[0].view(np.float32)
+
+
+def _fill(arena: np.ndarray, rng: np.random.Generator) -> None:
+    f = _rows(arena)
+    f[A // 4:A // 4 + N] = rng.uniform(-5, 5, N).astype(np.float32)
+    f[B // 4:B // 4 + N] = rng.uniform(-5, 5, N).astype(np.float32)
+    f[B // 4:B // 4 + 7] = [0.0, -0.0, 0.0, np.inf, np.nan, 1e-30, -3.0]  # x/0, 0/0, specials
+
+
+@pytest.mark.parametrize("op", range(4), ids=["add", "sub", "mul", "div"])
+@pytest.mark.parametrize("alias", ["none", "dst=a", "dst=b", "dst=a=b"])
+def test_binary_in_place_equals_out_of_place(op, alias):
+    arena, plan, cnt, err = _arena_core_args()
+    _fill(arena, np.random.default_rng(op))
+    f = _rows(arena)
+    x, y = f[A // 4:A // 4 + N].copy(), f[B // 4:B // 4 + N].copy()
+    with np.errstate(all="ignore"):
+        ref = [x + y, x - y, x * y, x / y][op] if alias != "dst=a=b" else [x + x, x - x, x * x, x / x][op]
+    dst, a, b = {"none": (C, A, B), "dst=a": (A, A, B), "dst=b": (B, A, B), "dst=a=b": (A, A, A)}[alias]
+    _binary(arena, plan, cnt, err, op, dst, a, b, N)
+    np.testing.assert_array_equal(f[dst // 4:dst // 4 + N].view(np.uint32), ref.view(np.uint32))
+
+
+@pytest.mark.parametrize("op", range(4), ids=["muls", "adds", "exp", "sqrt"])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_unary_in_place_equals_out_of_place(op, in_place):
+    arena, plan, cnt, err = _arena_core_args()
+    _fill(arena, np.random.default_rng(10 + op))
+    f = _rows(arena)
+    x = f[A // 4:A // 4 + N].copy()
+    _unary(arena, plan, cnt, err, op, C, A, N)
+    out_of_place = f[C // 4:C // 4 + N].copy()
+    _unary(arena, plan, cnt, err, op, A if in_place else C, A, N)
+    got = f[(A if in_place else C) // 4:(A if in_place else C) // 4 + N]
+    np.testing.assert_array_equal(got.view(np.uint32), out_of_place.view(np.uint32))
+    with np.errstate(all="ignore"):
+        if op == 0:
+            np.testing.assert_array_equal(out_of_place, x * np.float32(-1.5))
+        elif op == 1:
+            np.testing.assert_array_equal(out_of_place, x + np.float32(0.25))
+        elif op == 3:
+            np.testing.assert_array_equal(out_of_place, np.sqrt(x))  # NaN below 0, no exception
+
+
+def test_div_and_sqrt_are_ieee():
+    arena, plan, cnt, err = _arena_core_args()
+    f = _rows(arena)
+    f[A // 4:A // 4 + 4] = [1.0, -1.0, 0.0, -4.0]
+    f[B // 4:B // 4 + 4] = [0.0, 0.0, 0.0, 2.0]
+    _binary(arena, plan, cnt, err, 3, C, A, B, 4)
+    q = f[C // 4:C // 4 + 4]
+    assert q[0] == np.inf and q[1] == -np.inf and np.isnan(q[2]) and q[3] == -2.0
+    _unary(arena, plan, cnt, err, 3, C, A, 4)
+    r = f[C // 4:C // 4 + 4]
+    assert r[0] == 1.0 and np.isnan(r[1]) and r[2] == 0.0 and np.isnan(r[3])
+
+
+@njit(cache=True)
+def _casts(arena, plan, cnt, err, kind, mode, n):
+    """Narrow row A out of place into C and in place; widen C's b16 out of place into B and from the upper half
+    of row A (the kernels' in-place widening)."""
+    core = make_core(0, 1, arena, plan, cnt, err, False)
+    ta, tb, tc = LocalTensor(0, A), LocalTensor(0, B), LocalTensor(0, C)
+    vector.cast_from_f32(core, tc, ta, n, kind, mode)
+    vector.cast_from_f32(core, ta, ta, n, kind, mode)
+    vector.cast_to_f32(core, tb, tc, n, kind)
+    vector.copy(core, at(ta, 2 * n), tb, (n + 1) // 2)  # the b16 bits again, now in A's upper half
+    vector.cast_to_f32(core, ta, at(ta, 2 * n), n, kind)
+
+
+@pytest.mark.parametrize("kind", [KIND_BF16, KIND_FP16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("n", [1, 255, 256, 257, 1000, 1536])
+def test_in_place_casts_equal_out_of_place(kind, n):
+    arena, plan, cnt, err = _arena_core_args()
+    f = _rows(arena)
+    x = np.random.default_rng(n).uniform(-70000, 70000, n).astype(np.float32)
+    f[A // 4:A // 4 + n] = x
+    _casts(arena, plan, cnt, err, kind, 1, n)
+    fmt = "bfloat16" if kind == KIND_BF16 else "float16"
+    bits = narrow(x, fmt)
+    u16 = arena[0].view(np.uint16)
+    np.testing.assert_array_equal(u16[C // 2:C // 2 + n], bits)
+    np.testing.assert_array_equal(f[B // 4:B // 4 + n].view(np.uint32), widen(bits, fmt).view(np.uint32))
+
+
+@njit(cache=True, nogil=True)
+def _mark(first, last, hits):
+    for c in range(first, last):
+        hits[c] += 1
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("block_dim", [1, 2, 3, 48])
+def test_run_cores_runs_every_core_once(threads, block_dim):
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        hits = np.zeros(block_dim, np.int64)
+        run_cores(_mark, block_dim, hits)
+    finally:
+        numba.set_num_threads(before)
+    assert hits.tolist() == [1] * block_dim
+
+
+def test_host_threads_serialises_small_launches_and_restores_the_count():
+    before = numba.get_num_threads()
+    small = np.zeros(SERIAL_BELOW // 8, np.float32)
+    big = np.zeros(SERIAL_BELOW // 4, np.float32)
+    with host_threads(small) as n:
+        assert n == 1 and numba.get_num_threads() == 1
+    assert numba.get_num_threads() == before
+    with host_threads(big) as n:
+        assert n == before
+    assert numba.get_num_threads() == before
+
+
+def test_reused_buffers_start_clean_where_they_must():
+    release_scratch()
+    z = zeros("test", 1000)
+    z[:] = 7.0
+    again = zeros("test", 1000)
+    assert again.dtype == np.float32 and not again.any()  # shadows are zeroed on every reuse
+    w1 = workspace(4096)
+    w2 = workspace(1024)
+    assert w2.base is w1.base or np.shares_memory(w1, w2)  # one workspace per thread, reused
+    release_scratch()
+
+
+def test_repeated_ops_with_reused_buffers_match_fresh_ones():
+    """NsaCompressGrad with overlapping windows accumulates into reused shadows and workspace: a second call on
+    other inputs must equal a call made after the buffers were released."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(3)
+    t, n, d, bs, stride = 128, 2, 32, 32, 16
+    wins = (t - bs) // stride + 1
+    bf = ml_dtypes.bfloat16
+
+    def inputs():
+        return (rng.standard_normal((wins, n, d)).astype(bf), rng.standard_normal((t, n, d)).astype(bf),
+                rng.uniform(-1, 1, (bs, n)).astype(bf))
+
+    first, second = inputs(), inputs()
+    kernels.nsa_compress_grad(*first, [t], bs, stride)
+    reused = kernels.nsa_compress_grad(*second, [t], bs, stride)
+    release_scratch()
+    fresh = kernels.nsa_compress_grad(*second, [t], bs, stride)
+    for a, b in zip(reused, fresh, strict=True):
+        np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
+@njit(cache=True)
+def _device_fn(core, t, n):
+    vector.duplicate(core, t, 1.0, n)
+
+
+@njit(cache=True)
+def _two_call_sites(arena, plan, cnt, err, n):
+    core = make_core(0, 1, arena, plan, cnt, err, False)
+    _device_fn(core, LocalTensor(0, 0), 64)  # a constant
+    _device_fn(core, LocalTensor(0, 0), n)  # a variable
+
+
+def test_a_constant_argument_compiles_no_second_version():
+    """Test modules are not in tilesim.specialise.PACKAGES, so check a tilesim function called both ways."""
+    arena, plan, cnt, err = _arena_core_args()
+    _two_call_sites(arena, plan, cnt, err, 32)
+    sigs = [str(s) for s in vector.duplicate.signatures]
+    assert not any("Literal" in s for s in sigs), sigs
+
+
+@njit(cache=True)
+def _read_past_the_end(arena, plan, cnt, err, src, n):
+    core = make_core(0, 1, arena, plan, cnt, err, False)
+    data_copy(core, LocalTensor(0, 0), global_tensor(0, src), 0, n)
+
+
+def test_gm_out_of_bounds_is_reported_in_fast_mode():
+    plan = UbPlan(SOC.ub_size)
+    plan.add("t", 4096)
+    launch = prepare("oob", SOC, None, plan, 1, False, ["src"])
+    src = np.ones(64, np.float32)
+    _read_past_the_end(launch.arena, launch.plan_array, launch.counters, launch.err, src, 128)
+    with pytest.raises(tilesim.CheckError, match="GM access of 512 B at byte offset 0 of GM tensor src"):
+        finish(launch)
