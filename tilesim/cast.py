@@ -194,9 +194,10 @@ CHUNK = 256  # elements an in-place cast converts into a scratch row before writ
 
 
 @njit(cache=True)
-def _narrow_into(src, tmp, m, kind, mode):
-    """``tmp[k] = f32_bits_to_b16(src[k], kind, mode)`` for k < m, one loop per case so that each vectorises
-    (indices from a ``range(m)`` are provably non-negative, so Numba adds no wraparound test that would stop it)."""
+def narrow_into(src, tmp, m, kind, mode):
+    """``tmp[k] = f32_bits_to_b16(src[k], kind, mode)`` for k < m (the arrays must not overlap), one loop per
+    case so that each vectorises (indices from a ``range(m)`` are provably non-negative, so Numba adds no
+    wraparound test that would stop it)."""
     if mode == CAST_RINT or mode == CAST_NONE:
         if kind == KIND_BF16:
             for k in range(m):
@@ -217,7 +218,8 @@ def _narrow_into(src, tmp, m, kind, mode):
 
 
 @njit(cache=True)
-def _widen_into(src, tmp, m, kind):
+def widen_into(src, tmp, m, kind):
+    """``tmp[k] = b16_to_f32_bits(src[k], kind)`` for k < m (the arrays must not overlap), one loop per kind."""
     if kind == KIND_BF16:
         for k in range(m):
             tmp[k] = bf16_to_f32_bits(src[k])
@@ -234,7 +236,7 @@ def narrow_bits(src, dst, n, kind, mode):
     tmp = np.empty(CHUNK, np.uint16)
     for c0 in range(0, n, CHUNK):
         m = min(CHUNK, n - c0)
-        _narrow_into(src[c0:c0 + m], tmp, m, kind, mode)
+        narrow_into(src[c0:c0 + m], tmp, m, kind, mode)
         d = dst[c0:c0 + m]
         for k in range(m):
             d[k] = tmp[k]
@@ -247,7 +249,7 @@ def widen_bits(src, dst, n, kind):
     tmp = np.empty(CHUNK, np.uint32)
     for c0 in range(0, n, CHUNK):
         m = min(CHUNK, n - c0)
-        _widen_into(src[c0:c0 + m], tmp, m, kind)
+        widen_into(src[c0:c0 + m], tmp, m, kind)
         d = dst[c0:c0 + m]
         for k in range(m):
             d[k] = tmp[k]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .cast import narrow_bits, widen_bits
+from .cast import narrow_bits, narrow_into, widen_bits, widen_into
 from .device import (
     SCALAR_ACCESS,
     VEC_BINARY,
@@ -24,6 +24,13 @@ from .device import (
     ub_ok,
 )
 from .expf import exp_f32
+from .intrinsics import copy_bytes
+
+
+@njit(cache=True)
+def _disjoint(a, na, b, nb):
+    """The byte ranges [a, a + na) and [b, b + nb) do not overlap."""
+    return a + na <= b or b + nb <= a
 
 
 @njit(cache=True, inline="always")
@@ -204,7 +211,12 @@ def copy(core, dst, src, n):
     """Copy: UB to UB through the vector unit, ``n`` fp32 elements."""
     if not (ub_ok(core, dst, 4 * n) and ub_ok(core, src, 4 * n)):
         return
-    f32(core, dst, n)[:] = f32(core, src, n)
+    if _disjoint(dst.addr, 4 * n, src.addr, 4 * n):
+        copy_bytes(core.base + dst.addr, core.base + src.addr, 4 * n)
+    else:  # element by element, in order, as the instruction reads element k before writing it
+        d, s = f32(core, dst, n), f32(core, src, n)
+        for i in range(n):
+            d[i] = s[i]
     core.cnt[VEC_UNARY] += repeats(4 * n)
 
 
@@ -245,7 +257,10 @@ def cast_to_f32(core, dst, src, n, kind):
     if not (ub_ok(core, dst, 4 * n) and ub_ok(core, src, 2 * n)):
         return
     d, s = u32(core, dst, n), u16(core, src, n)
-    widen_bits(s, d, n, kind)
+    if _disjoint(dst.addr, 4 * n, src.addr, 2 * n):
+        widen_into(s, d, n, kind)
+    else:
+        widen_bits(s, d, n, kind)
     core.cnt[VEC_CAST] += repeats(4 * n)
 
 
@@ -255,7 +270,10 @@ def cast_from_f32(core, dst, src, n, kind, mode):
     if not (ub_ok(core, dst, 2 * n) and ub_ok(core, src, 4 * n)):
         return
     d, s = u16(core, dst, n), u32(core, src, n)
-    narrow_bits(s, d, n, kind, mode)
+    if _disjoint(dst.addr, 2 * n, src.addr, 4 * n):
+        narrow_into(s, d, n, kind, mode)
+    else:
+        narrow_bits(s, d, n, kind, mode)
     core.cnt[VEC_CAST] += repeats(4 * n)
 
 
