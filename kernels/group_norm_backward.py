@@ -419,7 +419,7 @@ def _stage2(core, t, dgamma, dbeta, wsg, wsb, sh2g, sh2b, kind):
         atomic_add_pad_out(core, sh2b, way * t.c + ch, sb, count)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # compiled once, inside _cores
 def _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rstd, gamma, dx, dgamma, dbeta, wsg,
           wsb, sh1g, sh1b, sh2g, sh2b, kind):
     core = make_core(c, block_dim, arena, plan, cnt, err, checks)

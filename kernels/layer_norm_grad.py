@@ -132,7 +132,7 @@ def _final(core, t, g_ws, g_pg, g_pb, block_dim, kind):
         data_copy_pad_out(core, out, col0, acc, 1, w, w)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # compiled once, inside _cores
 def _core(phase, c, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, bt2, dy, x, var, mean, gamma, pdx,
           pg, pb, ws, eps, kind, reuse):
     h, hp, bf, bd, tail, ub_rows = t[0], t[1], t[5], t[6], t[7], t[8]

@@ -216,7 +216,7 @@ def _move_input_grad(core, t, g_wsx, g_dx, kind):
         data_copy_pad_out(core, g_dx, off, buf, 1, rows * d, rows * d)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # compiled once, inside _cores
 def _core(phase, c, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw, wsx, shadow, kind):
     core = make_core(c, t.block_dim, arena, plan, cnt, err, checks)
     isz = elem_size(kind)

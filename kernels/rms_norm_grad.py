@@ -278,7 +278,7 @@ def _split_d(core, t, phase, dy, x, rstd, gamma, dx, dgamma, ws, shadow, kind, g
                 data_copy_pad_out(core, dx, (r0 + i) * d + col0, dxl, 1, w, w)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # compiled once, inside _cores
 def _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, rstd, gamma, dx, dgamma, ws, shadow, kind,
           gkind, mode):
     core = make_core(c, block_dim, arena, plan, cnt, err, checks)

@@ -145,7 +145,7 @@ def _tile(core, t, k, tile, dy, x, out, kind, mode):
         data_copy_pad_out(core, out, off_b, db, rows, cols, 2 * col)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # compiled once, inside _cores
 def _core(c, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode):
     core = make_core(c, block_dim, arena, plan, cnt, err, checks)
     isz = elem_size(kind)
