@@ -253,3 +253,22 @@ def test_gm_out_of_bounds_is_reported_in_fast_mode():
     _read_past_the_end(launch.arena, launch.plan_array, launch.counters, launch.err, src, 128)
     with pytest.raises(tilesim.CheckError, match="GM access of 512 B at byte offset 0 of GM tensor src"):
         finish(launch)
+
+
+def test_cache_stamps_carry_the_machine_hash():
+    """A cached kernel inlines tilesim's primitives, so its cache stamp must change when tilesim's sources do
+    (Numba's own stamp covers only the function's file)."""
+    import hashlib
+    import sys
+    from pathlib import Path
+
+    from tilesim import jit_cache
+
+    h = hashlib.sha256()
+    for p in sorted(Path(jit_cache.__file__).parent.glob("*.py")):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    assert jit_cache.MACHINE_HASH == h.hexdigest()[:16]
+    for fn in (sys.modules["kernels.rms_norm_grad"]._cores, _two_call_sites):
+        stamp = fn._cache._cache_file._source_stamp
+        assert isinstance(stamp, tuple) and stamp[-1] == jit_cache.MACHINE_HASH

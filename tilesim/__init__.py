@@ -1,5 +1,8 @@
 """tilesim: the Ascend AI Core (vector core) execution model for tiled kernels, on the CPU, with Numba."""
 
+# isort: off
+from . import jit_cache  # noqa: F401  (first: njit caches are stamped when their functions are decorated)
+# isort: on
 from . import (
     cast,
     datamove,

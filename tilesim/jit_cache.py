@@ -1,0 +1,37 @@
+"""Numba's on-disk cache, kept consistent with tilesim's own sources.
+
+Numba stamps each cached function with its own source file only. A kernel's machine code inlines tilesim's
+primitives, so after an edit to (or an upgrade of) ``tilesim``, every kernel loaded from the cache, ours and a
+user's alike, would still run the old primitives. This adds a hash of tilesim's sources to every stamp: when they
+change, each cached function is compiled again on first use.
+
+It must run before the first ``@njit(cache=True)`` is decorated (the stamp is taken then), so
+``tilesim/__init__.py`` imports it first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from numba.core import caching
+
+
+def _sources_hash() -> str:
+    h = hashlib.sha256()
+    for p in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+MACHINE_HASH = _sources_hash()
+
+_numba_stamp = caching._SourceFileBackedLocatorMixin.get_source_stamp
+
+
+def _stamp(self):  # type: ignore[no-untyped-def]
+    return (_numba_stamp(self), MACHINE_HASH)
+
+
+caching._SourceFileBackedLocatorMixin.get_source_stamp = _stamp
