@@ -190,9 +190,6 @@ def f32_bits_to_b16(u, kind, mode):
     return f32_bits_to_fp16(u, mode)
 
 
-CHUNK = 256  # elements an in-place cast converts into a scratch row before writing them back
-
-
 @njit(cache=True)
 def narrow_into(src, tmp, m, kind, mode):
     """``tmp[k] = f32_bits_to_b16(src[k], kind, mode)`` for k < m (the arrays must not overlap), one loop per
@@ -229,30 +226,51 @@ def widen_into(src, tmp, m, kind):
 
 
 @njit(cache=True)
+def _run(dst_addr, dst_size, src_addr, src_size, i, m):
+    """The longest run of elements from ``i`` (at most ``m``, halving; 0 below 8) whose destination bytes do not
+    overlap their source bytes: a loop over such a run gives the in-order loop's results and vectorises."""
+    while m >= 8:
+        d0 = dst_addr + dst_size * i
+        s0 = src_addr + src_size * i
+        if d0 + dst_size * m <= s0 or s0 + src_size * m <= d0:
+            return m
+        m //= 2
+    return 0
+
+
+@njit(cache=True)
 def narrow_bits(src, dst, n, kind, mode):
-    """``dst[i] = f32_bits_to_b16(src[i], kind, mode)`` for i < n. ``dst`` may alias ``src`` from its start (the
-    kernels' in-place cast): each chunk of :data:`CHUNK` elements is converted into a scratch row, then written,
-    so every element is read before a write can reach it, and LLVM, seeing no overlap, vectorises both loops."""
-    tmp = np.empty(CHUNK, np.uint16)
-    for c0 in range(0, n, CHUNK):
-        m = min(CHUNK, n - c0)
-        narrow_into(src[c0:c0 + m], tmp, m, kind, mode)
-        d = dst[c0:c0 + m]
-        for k in range(m):
-            d[k] = tmp[k]
+    """``dst[i] = f32_bits_to_b16(src[i], kind, mode)`` for i < n, with the in-order loop's results whatever the
+    overlap (the kernels narrow in place). It converts in runs whose destination does not overlap their source:
+    one run when the arrays are disjoint; in place, runs that double from a few scalar elements at the start."""
+    da, sa = np.int64(dst.ctypes.data), np.int64(src.ctypes.data)
+    i = 0
+    while i < n:
+        m = _run(da, 2, sa, 4, i, n - i)
+        if m:
+            narrow_into(src[i:i + m], dst[i:i + m], m, kind, mode)
+        else:
+            m = min(8, n - i)
+            for k in range(i, i + m):
+                dst[k] = f32_bits_to_b16(src[k], kind, mode)
+        i += m
 
 
 @njit(cache=True)
 def widen_bits(src, dst, n, kind):
-    """``dst[i] = b16_to_f32_bits(src[i], kind)`` for i < n, exactly. ``src`` may be the upper half of ``dst``'s
-    bytes (the kernels' in-place widening): chunks as in :func:`narrow_bits`."""
-    tmp = np.empty(CHUNK, np.uint32)
-    for c0 in range(0, n, CHUNK):
-        m = min(CHUNK, n - c0)
-        widen_into(src[c0:c0 + m], tmp, m, kind)
-        d = dst[c0:c0 + m]
-        for k in range(m):
-            d[k] = tmp[k]
+    """``dst[i] = b16_to_f32_bits(src[i], kind)`` for i < n, exactly, in runs as in :func:`narrow_bits` (the
+    kernels widen from the upper half of the destination's bytes)."""
+    da, sa = np.int64(dst.ctypes.data), np.int64(src.ctypes.data)
+    i = 0
+    while i < n:
+        m = _run(da, 4, sa, 2, i, n - i)
+        if m:
+            widen_into(src[i:i + m], dst[i:i + m], m, kind)
+        else:
+            m = min(8, n - i)
+            for k in range(i, i + m):
+                dst[k] = b16_to_f32_bits(src[k], kind)
+        i += m
 
 
 @njit(cache=True, parallel=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .cast import narrow_bits, narrow_into, widen_bits, widen_into
+from .cast import narrow_bits, widen_bits
 from .device import (
     SCALAR_ACCESS,
     VEC_BINARY,
@@ -257,10 +257,7 @@ def cast_to_f32(core, dst, src, n, kind):
     if not (ub_ok(core, dst, 4 * n) and ub_ok(core, src, 2 * n)):
         return
     d, s = u32(core, dst, n), u16(core, src, n)
-    if _disjoint(dst.addr, 4 * n, src.addr, 2 * n):
-        widen_into(s, d, n, kind)
-    else:
-        widen_bits(s, d, n, kind)
+    widen_bits(s, d, n, kind)
     core.cnt[VEC_CAST] += repeats(4 * n)
 
 
@@ -270,10 +267,7 @@ def cast_from_f32(core, dst, src, n, kind, mode):
     if not (ub_ok(core, dst, 2 * n) and ub_ok(core, src, 4 * n)):
         return
     d, s = u16(core, dst, n), u32(core, src, n)
-    if _disjoint(dst.addr, 2 * n, src.addr, 4 * n):
-        narrow_into(s, d, n, kind, mode)
-    else:
-        narrow_bits(s, d, n, kind, mode)
+    narrow_bits(s, d, n, kind, mode)
     core.cnt[VEC_CAST] += repeats(4 * n)
 
 
