@@ -23,7 +23,7 @@ from .errors import (
     CheckError,
     UbOverflowError,
 )
-from .launch import AtomicTarget, RunReport, capture
+from .launch import AtomicTarget, RunReport, capture, recorded
 from .soc import DEFAULT_SOC, SocSpec, get_soc, list_socs
 from .ub import LocalTensor, UbPlan
 
@@ -31,5 +31,5 @@ __all__ = [
     "ACLNN_ERR_INNER_TILING_ERROR", "ACLNN_ERR_PARAM_INVALID", "ACLNN_ERR_PARAM_NULLPTR", "ACLNN_ERR_RUNTIME_ERROR",
     "ACLNN_SUCCESS", "AclnnError", "AtomicTarget", "COUNTER_NAMES", "CheckError", "Core", "DEFAULT_SOC",
     "GlobalTensor", "LocalTensor", "RunReport", "SocSpec", "UbOverflowError", "UbPlan", "capture", "cast",
-    "datamove", "device", "get_soc", "list_socs", "precision", "reduce", "vector",
+    "datamove", "device", "get_soc", "list_socs", "precision", "recorded", "reduce", "vector",
 ]

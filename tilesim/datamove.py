@@ -12,15 +12,12 @@ import numpy as np
 from numba import njit
 
 from .device import (
-    ATOMIC_BYTES,
     ERR_DATACOPY_GAP,
     ERR_DATACOPY_LEN,
     ERR_UB_ALIGN,
-    MTE2_BYTES,
-    MTE2_PAD_BYTES,
-    MTE2_XFERS,
-    MTE3_BYTES,
-    MTE3_XFERS,
+    NO_TENSOR,
+    count_mte2,
+    count_mte3,
     gm_f32,
     gm_ok,
     gm_u16,
@@ -88,8 +85,7 @@ def data_copy_rows(core, dst, src, src_off, rows, row_len, src_stride):
     base = core.base + dst.addr
     for r in range(rows):
         copy_bytes(base + r * row_b, _gm_addr(src, src_off + r * src_stride), row_b)
-    core.cnt[MTE2_BYTES] += nbytes
-    core.cnt[MTE2_XFERS] += 1
+    count_mte2(core, dst, src, nbytes, 0, rows)
 
 
 @njit(cache=True)
@@ -107,8 +103,7 @@ def data_copy_rows_out(core, dst, dst_off, src, rows, row_len, dst_stride):
     base = core.base + src.addr
     for r in range(rows):
         copy_bytes(_gm_addr(dst, dst_off + r * dst_stride), base + r * row_b, row_b)
-    core.cnt[MTE3_BYTES] += nbytes
-    core.cnt[MTE3_XFERS] += 1
+    count_mte3(core, dst, src, nbytes, rows, False)
 
 
 @njit(cache=True)
@@ -142,9 +137,7 @@ def data_copy_pad(core, dst, src, src_off, rows, row_len, src_stride, pad_value,
         copy_bytes(core.base + dst.addr + r * pitch, _gm_addr(src, src_off + r * src_stride), row_bytes)
         if filled > row_len:
             _fill(core, dst.addr + r * pitch, row_len, filled, isz, pad_value)
-    core.cnt[MTE2_BYTES] += rows * row_bytes
-    core.cnt[MTE2_PAD_BYTES] += rows * (filled * isz - row_bytes)
-    core.cnt[MTE2_XFERS] += 1
+    count_mte2(core, dst, src, rows * row_bytes, rows * (filled * isz - row_bytes), rows)
 
 
 @njit(cache=True)
@@ -159,8 +152,7 @@ def data_copy_pad_out(core, dst, dst_off, src, rows, row_len, dst_stride):
         return
     for r in range(rows):
         copy_bytes(_gm_addr(dst, dst_off + r * dst_stride), core.base + src.addr + r * pitch, row_bytes)
-    core.cnt[MTE3_BYTES] += rows * row_bytes
-    core.cnt[MTE3_XFERS] += 1
+    count_mte3(core, dst, src, rows * row_bytes, rows, False)
 
 
 @njit(cache=True)
@@ -173,8 +165,7 @@ def init_output(core, dst, dst_off, n, value):
         gm_f32(dst)[dst_off:dst_off + n] = np.float32(value)
     else:
         gm_u16(dst)[dst_off:dst_off + n] = np.uint16(value)
-    core.cnt[MTE3_BYTES] += n * dst.isz
-    core.cnt[MTE3_XFERS] += 1
+    count_mte3(core, dst, NO_TENSOR, n * dst.isz, 1, False)
 
 
 @njit(cache=True)
@@ -192,6 +183,4 @@ def atomic_add_pad_out(core, acc, acc_off, src, row_len):
     d = gm_f32(acc)[acc_off:acc_off + row_len]  # indexed from 0, so that the loop vectorises
     for k in range(row_len):
         d[k] += s[k]
-    core.cnt[MTE3_BYTES] += row_len * 4
-    core.cnt[ATOMIC_BYTES] += row_len * 4
-    core.cnt[MTE3_XFERS] += 1
+    count_mte3(core, acc, src, row_len * 4, 1, True)

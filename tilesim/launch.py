@@ -27,6 +27,8 @@ from .device import (
     ERR_GM_OOB,
     ERR_UB_ALIGN,
     ERR_UB_OOB,
+    LOG_COUNT,
+    LOG_FIELDS,
     N_COUNTERS,
     N_ERR,
 )
@@ -68,13 +70,30 @@ class Launch:
     counters: np.ndarray = field(init=False)
     err: np.ndarray = field(init=False)
     t0: float = field(init=False)
+    log_room: int = field(init=False)  # instructions per core the log holds; 0 when not recording
+    phase_ends: list[np.ndarray] = field(init=False)  # per SyncAll phase: each core's log length at its end
 
     def __post_init__(self) -> None:
         self.arena = arena(self.soc, self.block_dim)
         self.plan_array = self.plan.as_array()
-        self.counters = np.zeros((self.block_dim, N_COUNTERS), np.int64)
+        self.log_room = _log_room.get(self.op, LOG_ROOM) if _recording() else 0
+        width = N_COUNTERS + (1 + self.log_room * LOG_FIELDS if self.log_room else 0)
+        self.counters = np.zeros((self.block_dim, width), np.int64)
         self.err = np.zeros((self.block_dim, N_ERR), np.int64)
+        self.phase_ends = []
         self.t0 = time.perf_counter()
+        _local.launch = self
+
+    def end_phase(self) -> None:
+        """SyncAll: note where each core's log stands (a phase in which no core issued anything is no phase)."""
+        if self.log_room:
+            ends = self.counters[:, LOG_COUNT].copy()
+            if not self.phase_ends or (ends != self.phase_ends[-1]).any():
+                self.phase_ends.append(ends)
+
+
+LOG_ROOM = 4096  # instructions per core a recording launch first makes room for
+_log_room: dict[str, int] = {}  # per op: the room its last recorded launch turned out to need
 
 
 def prepare(op: str, soc: SocSpec, tiling: Any, plan: UbPlan, block_dim: int, checks: bool,
@@ -100,6 +119,7 @@ def run_cores(cores: Callable[..., None], block_dim: int, *args: Any) -> None:
     n = max(1, min(numba.get_num_threads(), block_dim))
     if n == 1:
         cores(0, block_dim, *args)
+        _end_phase()
         return
     if _pool is None:
         with _lock:
@@ -112,6 +132,13 @@ def run_cores(cores: Callable[..., None], block_dim: int, *args: Any) -> None:
     finally:
         for f in futures:
             f.result()
+    _end_phase()
+
+
+def _end_phase() -> None:
+    launch = getattr(_local, "launch", None)
+    if launch is not None:
+        launch.end_phase()
 
 
 @contextmanager
@@ -227,9 +254,12 @@ def finish(launch: Launch, workspace_size: int = 0) -> RunReport:
                      else f"GM tensor {launch.gm_names[tag]}")
             more = f" ({count - 1} more on this core)" if count > 1 else ""
             reports.append(f"{launch.op}: core {c}: " + _describe(kind, where, off, nb, extra) + more)
+    _local.launch = None
     rep = RunReport(op=launch.op, soc=launch.soc.name, tiling=launch.tiling, ub_plan=launch.plan,
-                    block_dim=launch.block_dim, counters=launch.counters, workspace_size=workspace_size,
-                    checks=launch.checks, wall_s=wall)
+                    block_dim=launch.block_dim, counters=launch.counters[:, :N_COUNTERS].copy(),
+                    workspace_size=workspace_size, checks=launch.checks, wall_s=wall, gm_names=list(launch.gm_names))
+    if launch.log_room:
+        _attach_log(rep, launch)
     for sink in _sinks():
         sink.append(rep)
     if reports:
@@ -237,9 +267,25 @@ def finish(launch: Launch, workspace_size: int = 0) -> RunReport:
     return rep
 
 
+def _attach_log(rep: RunReport, launch: Launch) -> None:
+    """Give a recorded launch's report its instruction log, or, when a core issued more than the log held, say
+    how much room a rerun needs (and make that room for the op's next recorded launch)."""
+    issued = launch.counters[:, LOG_COUNT]
+    need = int(issued.max(initial=0))
+    if need > launch.log_room:
+        _log_room[launch.op] = need
+        rep.log_needed = need
+        return
+    body = launch.counters[:, LOG_COUNT + 1:].reshape(launch.block_dim, launch.log_room, LOG_FIELDS)
+    rep.log = [body[c, :issued[c]].copy() for c in range(launch.block_dim)]
+    rep.phase_ends = np.array(launch.phase_ends or [issued], np.int64).reshape(-1, launch.block_dim)
+
+
 @dataclass
 class RunReport:
-    """One kernel launch: its tiling, UB plan (with offsets), per-core counters, wall time."""
+    """One kernel launch: its tiling, UB plan (with offsets), per-core counters, wall time; when recorded
+    (``capture(log=True)``), every core's instruction log (``tilesim.device`` L_* fields) and where each SyncAll
+    phase ends in it."""
 
     op: str
     soc: str
@@ -250,6 +296,10 @@ class RunReport:
     workspace_size: int
     checks: bool
     wall_s: float
+    gm_names: list[str] = field(default_factory=list)
+    log: list[np.ndarray] | None = None  # per core: [instructions, LOG_FIELDS]
+    phase_ends: np.ndarray | None = None  # [phases, block_dim]: each core's log length at the end of each phase
+    log_needed: int = 0  # when the log did not fit: the room per core a rerun needs
 
     def counter(self, name: str) -> np.ndarray:
         """Per-core values of one counter (see ``tilesim.device.COUNTER_NAMES``)."""
@@ -278,12 +328,32 @@ def _sinks() -> list[list[RunReport]]:
     return getattr(_local, "sinks", [])
 
 
+def _recording() -> bool:
+    return getattr(_local, "log", False)
+
+
 @contextmanager
-def capture() -> Iterator[list[RunReport]]:
-    """Collect the :class:`RunReport` of every launch in the block: ``with tilesim.capture() as runs: ...``."""
+def capture(log: bool = False) -> Iterator[list[RunReport]]:
+    """Collect the :class:`RunReport` of every launch in the block: ``with tilesim.capture() as runs: ...``.
+    With ``log=True`` the launches record their instruction logs, which the cost model needs (see
+    :func:`recorded`: a log that did not fit is reported, not cut short)."""
     runs: list[RunReport] = []
     _local.sinks = _sinks() + [runs]
+    prev = _recording()
+    _local.log = prev or log
     try:
         yield runs
     finally:
         _local.sinks = [s for s in _sinks() if s is not runs]
+        _local.log = prev
+
+
+def recorded(call: Callable[[], Any]) -> tuple[Any, list[RunReport]]:
+    """``call()``'s result and the recorded reports of its launches, complete: a launch whose log outgrew the
+    room made for it is run again with the room it turned out to need (the op remembers it)."""
+    for _ in range(3):
+        with capture(log=True) as runs:
+            out = call()
+        if all(r.log is not None for r in runs):
+            return out, runs
+    raise RuntimeError(f"instruction logs of {[r.op for r in runs if r.log is None]} did not fit after 3 tries")

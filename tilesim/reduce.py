@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .device import VEC_BINARY, VEC_DUP, VEC_REDUCE, f32, repeats, ub_ok
+from .device import VEC_BINARY, VEC_DUP, VEC_REDUCE, count_vector, f32, ub_ok
 from .ub import LocalTensor
 
 LANES = 64  # fp32 lanes in one 256 B repeat
@@ -46,7 +46,7 @@ def whole_reduce_sum(core, t, count):
     """vcadd over ``count`` <= 64 fp32 lanes of ``t``; returns the sum."""
     if not ub_ok(core, t, 4 * count):
         return np.float32(0)
-    core.cnt[VEC_REDUCE] += 1
+    count_vector(core, VEC_REDUCE, 4 * count, t, t, t)
     return _tree64(f32(core, t, count), count)
 
 
@@ -68,7 +68,7 @@ def block_reduce_sum(core, dst, src, n_blocks):
     for b in range(n_blocks):
         o = 8 * b
         d[b] = ((s[o] + s[o + 1]) + (s[o + 2] + s[o + 3])) + ((s[o + 4] + s[o + 5]) + (s[o + 6] + s[o + 7]))
-    core.cnt[VEC_REDUCE] += repeats(32 * n_blocks)
+    count_vector(core, VEC_REDUCE, 32 * n_blocks, dst, src, src)
 
 
 @njit(cache=True)
@@ -96,11 +96,11 @@ def reduce_sum_half_interval(core, t, count):
     tail = count - body
     if tail > 0:
         _fold(v[:tail], v[body:body + tail], tail)
-        core.cnt[VEC_BINARY] += repeats(4 * tail)
+        count_vector(core, VEC_BINARY, 4 * tail, t, t, t)
     while body > LANES:
         body //= 2
         _fold(v[:body], v[body:2 * body], body)
-        core.cnt[VEC_BINARY] += repeats(4 * body)
+        count_vector(core, VEC_BINARY, 4 * body, t, t, t)
     return whole_reduce_sum(core, t, LANES)
 
 
@@ -115,7 +115,7 @@ def reduce_sum_multi_n(core, dst, src, tmp, rows, cols, cols_align):
     s = f32(core, src, rows * cols_align)
     d = f32(core, dst, rows)
     acc[:] = np.float32(0)
-    core.cnt[VEC_DUP] += repeats(4 * rows * LANES)
+    count_vector(core, VEC_DUP, 4 * rows * LANES, tmp, tmp, tmp)
     full = cols // LANES
     for k in range(full + 1):
         w = LANES if k < full else cols - full * LANES
@@ -126,7 +126,7 @@ def reduce_sum_multi_n(core, dst, src, tmp, rows, cols, cols_align):
             b = r * cols_align + k * LANES
             for i in range(w):
                 acc[a + i] = acc[a + i] + s[b + i]
-        core.cnt[VEC_BINARY] += rows
+        count_vector(core, VEC_BINARY, 256 * rows, tmp, tmp, src)
     for r in range(rows):
         d[r] = whole_reduce_sum(core, LocalTensor(tmp.buf, tmp.addr + 4 * r * LANES), LANES)
 

@@ -10,15 +10,15 @@ from numba import njit
 
 from .cast import narrow_bits, widen_bits
 from .device import (
-    SCALAR_ACCESS,
     VEC_BINARY,
     VEC_CAST,
     VEC_DIV,
     VEC_DUP,
     VEC_SCALAR,
     VEC_UNARY,
+    count_scalar,
+    count_vector,
     f32,
-    repeats,
     u16,
     u32,
     ub_ok,
@@ -60,7 +60,7 @@ def add(core, dst, a, b, n):
         x, y = f32(core, a, n), f32(core, b, n)
         for i in range(n):
             d[i] = x[i] + y[i]
-    core.cnt[VEC_BINARY] += repeats(4 * n)
+    count_vector(core, VEC_BINARY, 4 * n, dst, a, b)
 
 
 @njit(cache=True)
@@ -80,7 +80,7 @@ def sub(core, dst, a, b, n):
         x, y = f32(core, a, n), f32(core, b, n)
         for i in range(n):
             d[i] = x[i] - y[i]
-    core.cnt[VEC_BINARY] += repeats(4 * n)
+    count_vector(core, VEC_BINARY, 4 * n, dst, a, b)
 
 
 @njit(cache=True)
@@ -100,7 +100,7 @@ def mul(core, dst, a, b, n):
         x, y = f32(core, a, n), f32(core, b, n)
         for i in range(n):
             d[i] = x[i] * y[i]
-    core.cnt[VEC_BINARY] += repeats(4 * n)
+    count_vector(core, VEC_BINARY, 4 * n, dst, a, b)
 
 
 @njit(cache=True, error_model="numpy")
@@ -122,7 +122,7 @@ def div(core, dst, a, b, n):
         x, y = f32(core, a, n), f32(core, b, n)
         for i in range(n):
             d[i] = x[i] / y[i]
-    core.cnt[VEC_DIV] += repeats(4 * n)
+    count_vector(core, VEC_DIV, 4 * n, dst, a, b)
 
 
 @njit(cache=True)
@@ -138,7 +138,7 @@ def muls(core, dst, a, s, n):
         x = f32(core, a, n)
         for i in range(n):
             d[i] = x[i] * v
-    core.cnt[VEC_SCALAR] += repeats(4 * n)
+    count_vector(core, VEC_SCALAR, 4 * n, dst, a, a)
 
 
 @njit(cache=True)
@@ -154,7 +154,7 @@ def adds(core, dst, a, s, n):
         x = f32(core, a, n)
         for i in range(n):
             d[i] = x[i] + v
-    core.cnt[VEC_SCALAR] += repeats(4 * n)
+    count_vector(core, VEC_SCALAR, 4 * n, dst, a, a)
 
 
 @njit(cache=True)
@@ -176,7 +176,7 @@ def exp(core, dst, a, n):
         x = f32(core, a, n)
         for i in range(n):
             d[i] = _exp(x[i])
-    core.cnt[VEC_UNARY] += repeats(4 * n)
+    count_vector(core, VEC_UNARY, 4 * n, dst, a, a)
 
 
 @njit(cache=True)
@@ -203,7 +203,7 @@ def sqrt(core, dst, a, n):
         x = f32(core, a, n)
         for i in range(n):
             d[i] = np.sqrt(x[i])
-    core.cnt[VEC_UNARY] += repeats(4 * n)
+    count_vector(core, VEC_UNARY, 4 * n, dst, a, a)
 
 
 @njit(cache=True)
@@ -217,7 +217,7 @@ def copy(core, dst, src, n):
         d, s = f32(core, dst, n), f32(core, src, n)
         for i in range(n):
             d[i] = s[i]
-    core.cnt[VEC_UNARY] += repeats(4 * n)
+    count_vector(core, VEC_UNARY, 4 * n, dst, src, src)
 
 
 @njit(cache=True)
@@ -225,7 +225,7 @@ def duplicate(core, dst, value, n):
     if not ub_ok(core, dst, 4 * n):
         return
     f32(core, dst, n)[:] = np.float32(value)
-    core.cnt[VEC_DUP] += repeats(4 * n)
+    count_vector(core, VEC_DUP, 4 * n, dst, dst, dst)
 
 
 @njit(cache=True)
@@ -236,7 +236,7 @@ def broadcast_col(core, dst, src, rows, cols):
     d, s = f32(core, dst, rows * cols), f32(core, src, rows)
     for r in range(rows):
         d[r * cols:(r + 1) * cols] = s[r]
-    core.cnt[VEC_DUP] += repeats(4 * rows * cols)
+    count_vector(core, VEC_DUP, 4 * rows * cols, dst, src, src)
 
 
 @njit(cache=True)
@@ -247,7 +247,7 @@ def broadcast_row(core, dst, src, rows, cols):
     d, s = f32(core, dst, rows * cols), f32(core, src, cols)
     for r in range(rows):
         d[r * cols:(r + 1) * cols] = s
-    core.cnt[VEC_DUP] += repeats(4 * rows * cols)
+    count_vector(core, VEC_DUP, 4 * rows * cols, dst, src, src)
 
 
 @njit(cache=True)
@@ -258,7 +258,7 @@ def cast_to_f32(core, dst, src, n, kind):
         return
     d, s = u32(core, dst, n), u16(core, src, n)
     widen_bits(s, d, n, kind)
-    core.cnt[VEC_CAST] += repeats(4 * n)
+    count_vector(core, VEC_CAST, 4 * n, dst, src, src)
 
 
 @njit(cache=True)
@@ -268,7 +268,7 @@ def cast_from_f32(core, dst, src, n, kind, mode):
         return
     d, s = u16(core, dst, n), u32(core, src, n)
     narrow_bits(s, d, n, kind, mode)
-    core.cnt[VEC_CAST] += repeats(4 * n)
+    count_vector(core, VEC_CAST, 4 * n, dst, src, src)
 
 
 @njit(cache=True)
@@ -276,7 +276,7 @@ def get_value(core, t, k):
     """LocalTensor.GetValue(k) on fp32: a scalar read of UB."""
     if not ub_ok(core, t, 4 * (k + 1)):
         return np.float32(0)
-    core.cnt[SCALAR_ACCESS] += 1
+    count_scalar(core, t, False)
     return f32(core, t, k + 1)[k]
 
 
@@ -284,5 +284,5 @@ def get_value(core, t, k):
 def set_value(core, t, k, v):
     if not ub_ok(core, t, 4 * (k + 1)):
         return
-    core.cnt[SCALAR_ACCESS] += 1
+    count_scalar(core, t, True)
     f32(core, t, k + 1)[k] = np.float32(v)
