@@ -1,0 +1,208 @@
+"""The cost model's figures per SoC family, as data, each with its public source and whether it is an estimate.
+
+Where the figures come from. Clocks and memory rates come from CANN's platform files (``platform_config/*.ini``
+in the CANN 8.1.RC1 toolkit) and from Huawei's A2 spec table in hicann/ops-nn. Per-core MTE rates and latencies,
+vector throughputs and start-ups, and scalar latencies are constants of PyPTO's A2/A3 cost models in
+hicann/pypto: the instruction-level ``simulation_ca/A2A3/model`` and the fitted task-level table
+``simulation/arch/A2A3/PostSimulatorA2A3.h``. Neither model is a published measurement, and they disagree. The
+fitted table puts a binary op at about 2 cycles per 256 B repeat and a GM read at about 1400 cycles. The
+instruction-level model gives 1 cycle and 311 cycles.
+
+How far to trust them. The clocks and chip bandwidths of Ascend910B, Ascend910_93 and Ascend310P are public
+figures. The Ascend910B and Ascend910_93 per-instruction figures are only as good as PyPTO's models, probably
+within a factor of 2. Nothing public gives per-instruction figures for Ascend310P or Ascend910, so they reuse the
+A2/A3 figures at their own clocks. The only support for that is the vector width their inis give,
+``vec_calc_size=128``, the same as A2/A3. All Ascend910 figures, and the SyncAll and launch overheads of every
+family, are our estimates. ``estimates`` lists every field that has no published figure behind it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import ACLNN_ERR_PARAM_INVALID, AclnnError
+from .soc import SocSpec, get_soc
+
+# Vector instruction classes, as the counters name them (tilesim.device VEC_*).
+VEC_CLASSES = ("binary", "scalar", "unary", "div", "reduce", "cast", "dup")
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """Timing figures of one SoC family. Times are in cycles of ``clock_ghz`` unless the name says otherwise."""
+
+    family: str  # SocSpec.short_soc
+    clock_ghz: float
+    gm_bandwidth_gbs: float  # GM (HBM/DDR) bandwidth of the whole chip, shared by the cores that move data
+    mte2_core_gbs: float  # the most one core's MTE2 (GM -> UB) moves per second
+    mte3_core_gbs: float  # the most one core's MTE3 (UB -> GM) moves per second
+    mte2_latency_cycles: float  # GM read latency of one DataCopy / DataCopyPad GM -> UB
+    mte3_latency_cycles: float  # GM write latency of one DataCopy / DataCopyPad UB -> GM
+    mte_burst_cycles: float  # each further row (burst) of a strided or padded transfer
+    vec_startup_cycles: dict[str, float]  # issue to result of one vector instruction beyond its repeats, by class
+    vec_repeat_cycles: dict[str, float]  # cycles per 256 B repeat, by class (VEC_CLASSES): the pipe's occupancy
+    scalar_issue_cycles: float  # the scalar unit issuing one instruction to a pipe's queue
+    get_value_cycles: float  # GetValue / SetValue: a UB scalar access, after the pipe sync it needs
+    sync_all_us: float  # one SyncAll across the launched cores
+    launch_us: float  # kernel launch overhead, once per launch
+    sources: dict[str, str] = field(default_factory=dict, compare=False)  # field -> public source
+    estimates: frozenset[str] = frozenset()  # fields that are our estimates, not published figures
+
+
+# Public sources, cited per field below.
+_INI = "leideng/CANN-8.1.RC1 Ascend/ascend-toolkit/8.1.RC1/aarch64-linux/data/platform_config/"
+_OPS_NN_GUIDE = "hicann/ops-nn docs/zh/develop/cross_platform_migration_guide.md"
+_CA = "hicann/pypto framework/src/cost_model/simulation_ca/A2A3/"  # instruction-level A2/A3 model
+_FIT = "hicann/pypto framework/src/cost_model/simulation/arch/A2A3/PostSimulatorA2A3.h"  # fitted {a, b} table
+_FAST = "hicann/pypto framework/src/cost_model/simulation/arch/PipeSimulatorFast.cpp"
+_SYNCALL_DOC = "hiascend.com Ascend C API SyncAll (atlasascendc_api_07_0204)"
+
+# Per-repeat cycles on A2/A3. The instruction-level model (def.h VEC_VALU_TAB {bytes/cycle, throughput, delay})
+# gives 256 / bytes-per-cycle x throughput. For binary ops we take the fitted figures instead (ADD/SUB/MUL 2.46 /
+# 1.68 / 1.68 cycles per 256 B), which agree with the Fast model's 128 B/cycle.
+_A2A3_REPEAT = {"binary": 2.0, "scalar": 1.0, "unary": 2.0, "div": 2.0, "reduce": 7.0, "cast": 1.0, "dup": 1.0}
+# The fixed vector delay 15 plus the op's own (binary: VADD 6 / VMUL 7; scalar: VADDS 6 / VMULS 7; unary: VEXP 12;
+# div: VDIV 13; reduce: VCADD fp32 20; cast: VCONV 4; dup: no entry, VCONV's 4 taken).
+_A2A3_STARTUP = {"binary": 22.0, "scalar": 22.0, "unary": 27.0, "div": 28.0, "reduce": 35.0, "cast": 19.0,
+                 "dup": 19.0}
+
+_A2A3_VECTOR_SOURCES = {
+    "vec_startup_cycles": f"{_CA}model/pipe.h vecDelay_=15 plus the op's delay in {_CA}model/def.h VEC_VALU_TAB: "
+                          "VADD/VSUB/VADDS 6, VMUL/VMULS 7, VMAX/VMIN/VABS 4, VEXP 12, VSQRT/VDIV 13, VLN 14, "
+                          "VCONV 4, VCADD 20 (fp32) / 23 (fp16), VCGADD 12; we give each class 15 + its op's "
+                          "delay (binary and scalar 7, unary VEXP's 12, reduce VCADD's 20, dup VCONV's 4). In "
+                          f"pipe.cpp CalcVecOp, end = issue + repeats*256/bytes_per_cycle + delay + 15. {_FIT}'s "
+                          "b term (x2000 cycles/us) is 28-52 cycles per tile op (ADD 37.6, EXP 51.9)",
+    "vec_repeat_cycles": f"{_CA}model/def.h VEC_VALU_TAB: binary VADD/VSUB/VMUL/VMAX fp16/fp32 256 B/cycle = 1 "
+                         f"cycle/repeat (peak). We take binary = 2 from {_FIT} (a*ratio*0.512 cycles per 256 B: "
+                         f"ADD 2.46, SUB 1.68, MUL 1.68) and {_FAST} (parallelism 128 B/cycle = 2 cycles/repeat). "
+                         "scalar VADDS/VMULS/VMAXS 1 (fit ADDS 0.78, MULS 0.98). unary VEXP/VLN/VSQRT fp32 128 "
+                         "B/cycle = 2 (fp16 64 B/cycle = 4; VABS/VRSQRT/VREC 1; VCOPY 2; fit EXP 1.79, SQRT 1.88). "
+                         "div VDIV fp32 2 (fp16 4; fit DIV 1.96). reduce VCADD (WholeReduceSum) with "
+                         "mode 0 and VCMAX/VCMIN take vecRmwDelay_=7 cycles/repeat; VCGADD (BlockReduceSum) 1. "
+                         "cast VCONV 1 (fit CAST 0.93). dup: vector_dup has no entry; MOVEV {256,1,1} = 1 (VBRCB "
+                         "128 B/cycle = 2; fit EXPAND 0.59)",
+    "scalar_issue_cycles": f"{_CA}model/pipe.cpp GetOpCycle: one instruction enters the pipe per tick; CalcAlu "
+                           "aluLatency=2 for a scalar ALU op",
+    "get_value_cycles": f"{_CA}model/pipe.cpp CalcLd ldLatency=6 (CalcSt sdLatency=4); the pipe sync before "
+                        "it is not included. The Ascend C SetValue/GetValue docs say only that frequent use is slow",
+}
+
+_A2A3_MTE_SOURCES = {
+    "mte2_latency_cycles": f"{_CA}SimulatorA2A3.cpp sets the GM read latency to 307, plus ddrRdLatencyDiver_=4 "
+                           f"in model/pipe.h (default 347). {_FAST} PostSimulate adds rGmLatency=1400 per COPY_IN",
+    "mte3_latency_cycles": f"{_CA}SimulatorA2A3.cpp sets the GM write latency to 153, plus 4 (default 203). "
+                           f"{_FAST} PostSimulate adds wGmLatency=300 per COPY_OUT",
+    "mte_burst_cycles": f"{_CA}model/pipe.cpp CalcMovOutUb/CalcMovUbOut(Align): a strided transfer costs "
+                        "burstNum*max(ceil(burst/87), ceil(burst/128)) cycles and issues burstNum*ceil(burst/512) "
+                        "uops, so each burst costs at least one cycle beyond its bytes",
+}
+
+
+def _a2a3(family: str, clock: float, clock_src: str, gm: float, gm_src: str, estimates: frozenset[str]):
+    """An A2/A3 family (DAV_2201): PyPTO's A2A3 models apply to both Ascend910B and Ascend910_93."""
+    mte = round(87 * clock, 1)
+    return CostParams(
+        family=family, clock_ghz=clock, gm_bandwidth_gbs=gm, mte2_core_gbs=mte, mte3_core_gbs=mte,
+        mte2_latency_cycles=311.0, mte3_latency_cycles=157.0, mte_burst_cycles=1.0,
+        vec_startup_cycles=dict(_A2A3_STARTUP),
+        vec_repeat_cycles=dict(_A2A3_REPEAT), scalar_issue_cycles=1.0, get_value_cycles=6.0,
+        sync_all_us=1.0, launch_us=5.0,
+        sources={
+            "clock_ghz": clock_src,
+            "gm_bandwidth_gbs": gm_src,
+            "mte2_core_gbs": f"{_CA}model/pipe.h ddrRdBandWidth_=87 B/cycle (UB write 128 B/cycle), x clock. "
+                             f"{_FIT} COPY_IN a=2.613 (x ratio 2) is 95.7 B/cycle at freqTrans=2000. "
+                             f"{_INI}Ascend910B1.ini ddr_read_rate=32 B/cycle/core is the all-cores fair share",
+            "mte3_core_gbs": f"{_CA}model/pipe.h ddrWrBandWidth_=87 B/cycle (UB read 128 B/cycle), x clock. "
+                             f"{_FIT} COPY_OUT a=3.2883 is 76 B/cycle. {_INI}Ascend910B1.ini ub_to_ddr_rate=64",
+            **_A2A3_MTE_SOURCES,
+            **_A2A3_VECTOR_SOURCES,
+            "sync_all_us": f"estimate: hardware SyncAll exists on A2/A3 ({_SYNCALL_DOC}); no published cost. "
+                           "hicann/pypto simulation/config/CoreConfig.toml calendarSetQueueWDelay=140 cycles "
+                           "per cross-core counter set; a set, a wait and core skew come to about 1 us",
+            "launch_us": "estimate: no public figure for an aclnn kernel's device-side start and end; "
+                         "msprof's Task Duration includes them",
+        },
+        estimates=estimates,
+    )
+
+
+def _older(family: str, clock: float, clock_src: str, gm: float, gm_src: str, estimates: frozenset[str]):
+    """A family PyPTO does not model (310P: DAV_2002; 910: DAV_1001): the A2/A3 per-instruction figures at its
+    own clock. Every figure except the clock and the GM bandwidth is an estimate."""
+    mte = round(87 * clock, 1)
+    reused = f"estimate: A2/A3 figure reused; nothing public for {family}. Its ini has vec_calc_size=128, as A2/A3"
+    return CostParams(
+        family=family, clock_ghz=clock, gm_bandwidth_gbs=gm, mte2_core_gbs=mte, mte3_core_gbs=mte,
+        mte2_latency_cycles=311.0, mte3_latency_cycles=157.0, mte_burst_cycles=1.0,
+        vec_startup_cycles=dict(_A2A3_STARTUP),
+        vec_repeat_cycles=dict(_A2A3_REPEAT), scalar_issue_cycles=1.0, get_value_cycles=6.0,
+        sync_all_us=3.0, launch_us=5.0,
+        sources={
+            "clock_ghz": clock_src,
+            "gm_bandwidth_gbs": gm_src,
+            "mte2_core_gbs": f"estimate: the A2/A3 single-core rate 87 B/cycle ({_CA}model/pipe.h) x clock",
+            "mte3_core_gbs": f"estimate: the A2/A3 single-core rate 87 B/cycle ({_CA}model/pipe.h) x clock",
+            **{k: f"{reused}. {v}" for k, v in _A2A3_MTE_SOURCES.items()},
+            **{k: f"{reused}. {v}" for k, v in _A2A3_VECTOR_SOURCES.items()},
+            "sync_all_us": f"estimate: {_SYNCALL_DOC} lists only the soft (GM-workspace) SyncAll here. Each core "
+                           "writes its flag through MTE3 and polls all flags through MTE2, several GM round "
+                           "trips at a lower clock",
+            "launch_us": "estimate: no public figure for a kernel's device-side start and end",
+        },
+        estimates=estimates,
+    )
+
+
+_EST_OLDER = frozenset({"mte2_core_gbs", "mte3_core_gbs", "mte2_latency_cycles", "mte3_latency_cycles",
+                        "mte_burst_cycles",
+                        "vec_startup_cycles", "vec_repeat_cycles", "scalar_issue_cycles", "get_value_cycles",
+                        "sync_all_us", "launch_us"})
+
+_PARAMS: dict[str, CostParams] = {
+    p.family: p
+    for p in (
+        _a2a3("Ascend910B", 1.8,
+              f"{_OPS_NN_GUIDE}: Atlas A2 AICore 频率 1.8 (GHz); {_INI}Ascend910B3.ini cube_freq=1800 "
+              "(910B1 1850, 910B4 1500)",
+              1600.0,
+              f"{_OPS_NN_GUIDE}: Atlas A2 Memory 64 GB, 带宽 1.6TB/s. {_INI}Ascend910B1.ini ddr_rate=32 "
+              "B/cycle/core x 24 cores x 1.85 GHz = 1.42 TB/s. 910B4 (32 GB) is lower; no public figure",
+              frozenset({"sync_all_us", "launch_us"})),
+        _a2a3("Ascend910_93", 1.85,
+              f"{_INI}Ascend910_9391.ini cube_freq=1850 (Ascend910_9362.ini: 1500)",
+              1600.0,
+              f"estimate: one Ascend910_93xx device is one die with the 910B1's memory rates ({_INI}"
+              "Ascend910_9391.ini ddr_rate=32, l2_rate=110, 64 GB), so we give the A2 1.6 TB/s "
+              f"({_OPS_NN_GUIDE})",
+              frozenset({"gm_bandwidth_gbs", "sync_all_us", "launch_us"})),
+        _older("Ascend310P", 1.06,
+               f"{_INI}Ascend310P3.ini and Ascend310P1.ini [AICoreSpec] cube_freq=1060 (Vector Core vec_freq=1000)",
+               204.8,
+               "https://avalanchenoticias.com.br/servidores-clusters-supercomputadores-computadores-industriais-"
+               "e-multiprocessadores/o-acelerador-huawei-atlas-300i-duo-e-equipado-com-um-par-de-chips-ascend-310-"
+               "ai : Atlas 300I Duo (two 310P chips) LPDDR4X up to 408 GB/s. "
+               f"{_INI}Ascend310P3.ini: 8 AI cores x ddr_rate 17 B/cycle x 1.06 GHz + 7 vector cores x 9 x "
+               "1.0 GHz = 207 GB/s",
+               _EST_OLDER),
+        _older("Ascend910", 1.0,
+               "estimate: 256 TFLOPS FP16 / (32 cores x 8192 FLOP/cycle) = 0.98 GHz (linleygroup.com newsletter "
+               f"6076, anandtech.com/show/14756); {_INI}Ascend910B.ini (legacy 910ProB, Short_SoC_version="
+               "Ascend910, 30 cores) cube_freq=900",
+               1200.0,
+               "estimate: four HBM2 stacks (linleygroup.com/newsletters/newsletter_detail.php?num=6076), the "
+               f"commonly quoted 1.2 TB/s; {_INI}Ascend910B.ini ddr_rate=32 x 30 cores x 0.9 GHz = 864 GB/s",
+               _EST_OLDER | {"clock_ghz", "gm_bandwidth_gbs"}),
+    )
+}
+
+
+def cost_params(soc: str | SocSpec) -> CostParams:
+    """The cost figures of ``soc``'s family."""
+    spec = get_soc(soc)
+    try:
+        return _PARAMS[spec.short_soc]
+    except KeyError:
+        raise AclnnError(ACLNN_ERR_PARAM_INVALID, f"soc: no cost figures for {spec.name} ({spec.short_soc}); "
+                                                  f"known families: {', '.join(sorted(_PARAMS))}") from None
