@@ -62,7 +62,8 @@ N_PIPES = len(PIPE_NAMES)
 @dataclass(frozen=True)
 class Stage:
     """A run of consecutive instructions of one pipe on one core (a tile's CopyIn, Compute or CopyOut): one
-    timeline event. Times in µs from the start of the launch."""
+    timeline event, from its first instruction's start to its last one's release of the pipe (a pipe's stages
+    never overlap). Times in µs from the start of the launch."""
 
     core: int
     phase: int
@@ -271,7 +272,7 @@ def estimate(report: RunReport, params: CostParams | None = None, stages: bool =
             core_cyc[c] += float(end.max()) - t0
             np.add.at(pipe_cyc[c], part[:, L_PIPE], occ)
             if stages:
-                all_stages += _stages(c, ph, part, start, end, hz, report.gm_names)
+                all_stages += _stages(c, ph, part, start, start + occ, hz, report.gm_names)
         phase_us.append((phase_end - t0) / hz)
         t0 = phase_end + (p.sync_all_us * hz if ph + 1 < ends.shape[0] else 0.0)
     total = t0 / hz

@@ -1,0 +1,267 @@
+"""The cost model (tilesim.cost) on hand-computed schedules, its monotonicity, the recording it reads, and the
+Chrome trace it feeds."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kernels
+import tilesim
+import tiling
+from tilesim import launch
+from tilesim.cost import estimate
+from tilesim.cost_params import VEC_CLASSES, CostParams, cost_params
+from tilesim.device import (
+    LOG_FIELDS,
+    MTE2_BYTES,
+    MTE3_BYTES,
+    N_COUNTERS,
+    PIPE_MTE2,
+    PIPE_MTE3,
+    PIPE_NAMES,
+    PIPE_SCALAR,
+    PIPE_VECTOR,
+    SCALAR_ACCESS,
+    SLOT_SPAN,
+    VEC_BINARY,
+)
+from tilesim.launch import RunReport
+from tilesim.trace import chrome_trace
+from tilesim.ub import UbPlan
+
+# Round figures, so that schedules can be worked out by hand: 1 GHz (a cycle is a ns), 1 GB/s per MTE (a byte
+# is a cycle), no launch or SyncAll cost unless a test sets one.
+P = CostParams(family="test", clock_ghz=1.0, gm_bandwidth_gbs=1e9, mte2_core_gbs=1.0, mte3_core_gbs=1.0,
+               mte2_latency_cycles=100.0, mte3_latency_cycles=50.0, mte_burst_cycles=0.0,
+               vec_startup_cycles=dict.fromkeys(VEC_CLASSES, 10.0), vec_repeat_cycles=dict.fromkeys(VEC_CLASSES, 2.0),
+               scalar_issue_cycles=1.0, get_value_cycles=6.0, sync_all_us=0.0, launch_us=0.0)
+
+X, Z = 0, 1  # UB buffers of the hand-made logs: an input queue and an output queue
+
+
+def slot(buf: int, k: int) -> int:
+    return buf * SLOT_SPAN + k
+
+
+def mte2(dst: int, nbytes: int, gm: int = 0) -> list[int]:
+    return [PIPE_MTE2, MTE2_BYTES, nbytes, 1, dst, -1, -1, gm]
+
+
+def vec(dst: int, src: int, reps: int) -> list[int]:
+    return [PIPE_VECTOR, VEC_BINARY, reps, 1, dst, src, src, -1]
+
+
+def mte3(src: int, nbytes: int, gm: int = 1) -> list[int]:
+    return [PIPE_MTE3, MTE3_BYTES, nbytes, 1, -1, src, -1, gm]
+
+
+def tiles(n: int, buffer_num: int, in_bytes: int = 1000, reps: int = 4, out_bytes: int = 1000) -> list[list[int]]:
+    """CopyIn, Compute, CopyOut of ``n`` tiles through queues of ``buffer_num`` slots."""
+    log = []
+    for i in range(n):
+        k = i % buffer_num
+        log += [mte2(slot(X, k), in_bytes), vec(slot(Z, k), slot(X, k), reps), mte3(slot(Z, k), out_bytes)]
+    return log
+
+
+def report(*phases: list[list[list[int]]], soc: str = "Ascend910B1") -> RunReport:
+    """A recorded report of ``phases``, each a list of per-core instruction lists."""
+    cores = len(phases[0])
+    logs = [np.array([ins for ph in phases for ins in ph[c]], np.int64).reshape(-1, LOG_FIELDS) for c in range(cores)]
+    ends = np.cumsum([[len(ph[c]) for c in range(cores)] for ph in phases], axis=0)
+    counters = np.zeros((cores, N_COUNTERS), np.int64)
+    for c, log in enumerate(logs):
+        for p, col in ((PIPE_MTE2, MTE2_BYTES), (PIPE_MTE3, MTE3_BYTES)):
+            counters[c, col] = log[log[:, 0] == p, 2].sum()
+    plan = UbPlan(capacity=196608)
+    plan.add("x", 1024, 2)
+    plan.add("z", 1024, 2)
+    return RunReport(op="hand", soc=soc, tiling=None, ub_plan=plan, block_dim=cores, counters=counters,
+                     workspace_size=0, checks=False, wall_s=0.0, gm_names=["in", "out"], log=logs, phase_ends=ends)
+
+
+def cycles(rep: RunReport, p: CostParams = P) -> float:
+    return estimate(rep, p).total_us * 1e3
+
+
+def test_one_tile_is_the_sum_of_its_stages():
+    # CopyIn issued at 1: 100 latency + 1000 B = ends 1101; Compute waits for it: 4 repeats x 2 + 10 start-up
+    # = 1119; CopyOut: 50 + 1000 = 2169.
+    e = estimate(report([tiles(1, 1)]), P)
+    assert e.total_us * 1e3 == pytest.approx(2169)
+    assert [s.pipe for s in e.stages] == ["MTE2", "VECTOR", "MTE3"]
+    assert [round(s.end_us * 1e3) for s in e.stages] == [1101, 1109, 2169]  # the pipe free again
+    assert e.pipe_us[0] * 1e3 == pytest.approx([1100, 8, 1050, 0])
+    assert e.bottleneck == "MTE2"
+
+
+def test_two_tiles_one_buffer_waits_for_the_slot_two_buffers_do_not():
+    # One buffer: CopyIn 2 waits for Compute 1 to release X (1119): 2219; Compute 2 2237; CopyOut 2 waits for it
+    # and for CopyOut 1 (2169): 3287. Two buffers: CopyIn 2 starts when MTE2 is free (1101): 2201; Compute 2219;
+    # CopyOut 2 3269.
+    assert cycles(report([tiles(2, 1)])) == pytest.approx(3287)
+    assert cycles(report([tiles(2, 2)])) == pytest.approx(3269)
+
+
+def test_double_buffering_reaches_the_slowest_stage_in_steady_state():
+    # Compute-bound tiles: 10-byte transfers, 500 repeats (1000 cycles each). With two buffers every CopyIn after
+    # the first hides behind a Compute; with one, each waits for the Compute before it.
+    n = 20
+    one = cycles(report([tiles(n, 1, 10, 500, 10)]))
+    two = cycles(report([tiles(n, 2, 10, 500, 10)]))
+    assert two < one
+    steady = n * 1000  # the vector pipe busy without a gap
+    assert steady <= two <= steady + 2 * (110 + 60 + 10) + n * 2  # plus fill, drain and issue
+    assert one >= n * (110 + 1000 + 10)  # CopyIn and Compute add up
+
+
+def test_vector_start_up_overlaps_back_to_back():
+    # Three independent 4-repeat instructions: the pipe takes one every 8 cycles, the last result 10 later.
+    log = [vec(slot(Z, k), slot(X, k), 4) for k in range(3)]
+    assert cycles(report([log])) == pytest.approx(1 + 3 * 8 + 10)
+    # A chain (each reads the last one's result) pays the start-up each time.
+    chain = [vec(slot(Z, 0), slot(X, 0), 4), vec(slot(X, 0), slot(Z, 0), 4), vec(slot(Z, 0), slot(X, 0), 4)]
+    assert cycles(report([chain])) == pytest.approx(1 + 3 * 18)
+
+
+def test_scalar_access_stalls_issue():
+    # GetValue of Compute's result (done at 1 + 18 = 19): 6 cycles, issue resumes at 25, the next instruction
+    # issues at 26.
+    log = [vec(slot(Z, 0), slot(X, 0), 4), [PIPE_SCALAR, SCALAR_ACCESS, 1, 1, -1, slot(Z, 0), -1, -1],
+           vec(slot(Z, 1), slot(X, 1), 4)]
+    e = estimate(report([log]), P)
+    assert e.total_us * 1e3 == pytest.approx(26 + 18)
+
+
+def test_load_imbalance_and_the_slowest_core():
+    e = estimate(report([tiles(2, 2), tiles(1, 2)]), P)
+    assert e.core_us * 1e3 == pytest.approx([3269, 2169])
+    assert e.total_us * 1e3 == pytest.approx(3269)
+    assert e.slowest_core == 0
+    assert e.imbalance == pytest.approx(3269 / ((3269 + 2169) / 2))
+
+
+def test_phases_are_separated_by_sync_all_and_the_launch_pays_its_overhead():
+    p = replace(P, sync_all_us=1.0, launch_us=5.0)
+    # Phase 0: core 0 one tile (2169), core 1 nothing; phase 1: both one tile.
+    e = estimate(report([tiles(1, 1), []], [tiles(1, 1), tiles(1, 1)]), p)
+    assert e.phase_us == pytest.approx([2.169, 2.169])
+    assert e.total_us == pytest.approx(5.0 + 2.169 + 1.0 + 2.169)
+
+
+def test_cores_share_gm_bandwidth_and_mte2_mte3_split_a_cores_share():
+    p = replace(P, gm_bandwidth_gbs=2.0, mte2_core_gbs=100.0, mte3_core_gbs=100.0)
+    # Two cores moving data: 1 GB/s each; a core that only reads gets all of it.
+    e = estimate(report([[mte2(slot(X, 0), 1000)], [mte2(slot(X, 0), 1000)]]), p)
+    assert e.total_us * 1e3 == pytest.approx(1 + 100 + 1000)
+    # Equal bytes in and out: half the share each.
+    one = estimate(report([[mte2(slot(X, 0), 1000), mte3(slot(Z, 0), 1000)]]), replace(p, gm_bandwidth_gbs=1.0))
+    assert one.pipe_us[0] * 1e3 == pytest.approx([100 + 2000, 0, 50 + 2000, 0])
+
+
+def test_a_read_of_gm_waits_for_this_cores_write_of_it():
+    log = [mte3(slot(Z, 0), 1000, gm=0), mte2(slot(X, 0), 1000, gm=0)]
+    e = estimate(report([log]), P)
+    assert e.total_us * 1e3 == pytest.approx(1 + 1050 + 1100)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 8), in_b=st.integers(32, 4096), reps=st.integers(1, 300), out_b=st.integers(32, 4096),
+       grow=st.integers(0, 2), extra=st.integers(1, 5000))
+def test_more_work_is_never_cheaper_and_two_buffers_never_slower(n, in_b, reps, out_b, grow, extra):
+    base = tiles(n, 1, in_b, reps, out_b)
+    more = [list(ins) for ins in base]
+    more[grow][2] += extra  # more bytes or repeats for one instruction of the first tile
+    assert cycles(report([more])) >= cycles(report([base]))
+    assert cycles(report([tiles(n, 2, in_b, reps, out_b)])) <= cycles(report([base])) + 1e-9
+
+
+def test_an_unrecorded_report_is_refused():
+    dy = np.ones((8, 64), np.float32)
+    with tilesim.capture() as runs:
+        kernels.rms_norm_grad(dy, dy, np.ones(8, np.float32), np.ones(64, np.float32))
+    with pytest.raises(ValueError, match="no instruction log"):
+        estimate(runs[0])
+
+
+@pytest.fixture(scope="module")
+def rms_inputs():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-2, 2, (96, 2048)).astype(np.float32)
+    dy = rng.standard_normal((96, 2048)).astype(np.float32)
+    rstd = (1 / np.sqrt(np.mean(x * x, axis=1) + 1e-6)).astype(np.float32)
+    return dy, x, rstd, rng.uniform(0.5, 1.5, 2048).astype(np.float32)
+
+
+def test_the_log_holds_what_the_counters_count(rms_inputs):
+    _, runs = tilesim.recorded(lambda: kernels.rms_norm_grad(*rms_inputs))
+    r = runs[0]
+    for c in range(r.block_dim):
+        log = r.log[c]
+        for pipe, col in ((PIPE_MTE2, MTE2_BYTES), (PIPE_MTE3, MTE3_BYTES)):
+            assert log[log[:, 0] == pipe, 2].sum() == r.counters[c, col]
+        assert (log[:, 0] == PIPE_VECTOR).any()
+    assert r.phase_ends.shape == (2, r.block_dim)  # zero dgamma, SyncAll, the rows
+    assert (r.phase_ends[-1] == [len(x) for x in r.log]).all()
+
+
+def test_a_log_that_outgrows_its_room_is_rerun_whole(rms_inputs, monkeypatch):
+    monkeypatch.setattr(launch, "LOG_ROOM", 8)
+    monkeypatch.setattr(launch, "_log_room", {})
+    with tilesim.capture(log=True) as runs:
+        kernels.rms_norm_grad(*rms_inputs)
+    need = runs[0].log_needed
+    assert runs[0].log is None and need > 8
+    out, runs = tilesim.recorded(lambda: kernels.rms_norm_grad(*rms_inputs))
+    assert max(len(x) for x in runs[0].log) == need
+    np.testing.assert_array_equal(out[0], kernels.rms_norm_grad(*rms_inputs)[0])
+
+
+def test_recording_does_not_change_the_results(rms_inputs):
+    plain = kernels.rms_norm_grad(*rms_inputs)
+    rec, _ = tilesim.recorded(lambda: kernels.rms_norm_grad(*rms_inputs))
+    for a, b in zip(plain, rec, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_second_buffer_never_slows_a_real_kernel(rms_inputs):
+    est = {}
+    for bn in (1, 2):
+        t = tiling.rms_norm_grad(*rms_inputs, buffer_num=bn)
+        _, runs = tilesim.recorded(lambda t=t: kernels.rms_norm_grad(*rms_inputs, tiling=t))
+        est[bn] = estimate(runs[0])
+    assert est[2].total_us <= est[1].total_us
+    assert est[2].ub_used > est[1].ub_used
+
+
+def test_every_soc_family_has_sourced_figures():
+    for name in tilesim.list_socs():
+        p = cost_params(name)
+        assert p.clock_ghz > 0 and p.gm_bandwidth_gbs > 0
+        assert set(p.vec_repeat_cycles) == set(VEC_CLASSES) == set(p.vec_startup_cycles)
+        fields = {f for f in p.__dataclass_fields__ if f not in ("family", "sources", "estimates")}
+        assert fields <= set(p.sources), f"{name}: no source for {fields - set(p.sources)}"
+        assert p.estimates <= fields
+
+
+def test_the_trace_has_a_process_per_core_and_a_lane_per_pipe(rms_inputs):
+    _, runs = tilesim.recorded(lambda: kernels.rms_norm_grad(*rms_inputs))
+    e = estimate(runs[0])
+    doc = json.loads(json.dumps(chrome_trace([e])))
+    ev = doc["traceEvents"]
+    procs = {x["pid"]: x["args"]["name"] for x in ev if x["ph"] == "M" and x["name"] == "process_name"}
+    assert procs == {c: f"core {c}" for c in range(e.block_dim)}
+    lanes = {(x["pid"], x["tid"]): x["args"]["name"] for x in ev if x["ph"] == "M" and x["name"] == "thread_name"}
+    assert lanes == {(c, i): p for c in range(e.block_dim) for i, p in enumerate(PIPE_NAMES)}
+    spans = [x for x in ev if x["ph"] == "X"]
+    assert len(spans) == len(e.stages) > 0
+    assert all(x["dur"] >= 0 and 0 <= x["ts"] <= e.total_us + 1e-9 and (x["pid"], x["tid"]) in lanes for x in spans)
+    for (c, i), _name in lanes.items():  # a pipe's stages never overlap: it runs its instructions in order
+        lane = sorted((x["ts"], x["ts"] + x["dur"]) for x in spans if x["pid"] == c and x["tid"] == i)
+        assert all(a[1] <= b[0] + 1e-9 for a, b in zip(lane, lane[1:], strict=False))
