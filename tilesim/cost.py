@@ -222,18 +222,27 @@ def _stage_name(pipe: int, gm_tags: np.ndarray, gm_names: list[str]) -> str:
     return ("CopyIn " if pipe == PIPE_MTE2 else "CopyOut ") + ", ".join(names)
 
 
-def _stages(core: int, phase: int, log: np.ndarray, start: np.ndarray, end: np.ndarray, hz: float,
+def _stages(core: int, phase: int, log: np.ndarray, start: np.ndarray, busy_end: np.ndarray, hz: float,
             gm_names: list[str]) -> list[Stage]:
     pipe = log[:, L_PIPE]
-    cuts = np.flatnonzero(np.diff(pipe)) + 1
+    first = np.r_[0, np.flatnonzero(np.diff(pipe)) + 1]
+    last = np.r_[first[1:], pipe.size]
+    t0 = np.minimum.reduceat(start, first) / hz
+    t1 = np.maximum.reduceat(busy_end, first) / hz
+    amount = np.add.reduceat(log[:, L_AMOUNT], first)
+    gm = log[:, L_GM]
+    one_tensor = np.minimum.reduceat(gm, first) == np.maximum.reduceat(gm, first)
+    names: dict[tuple[int, int], str] = {}
     out = []
-    for a, b in zip(np.r_[0, cuts], np.r_[cuts, pipe.size], strict=True):
-        if a == b:
-            continue
+    for k, (a, b) in enumerate(zip(first.tolist(), last.tolist(), strict=True)):
         p = int(pipe[a])
-        out.append(Stage(core, phase, PIPE_NAMES[p], _stage_name(p, log[a:b, L_GM], gm_names),
-                         float(start[a:b].min()) / hz, float(end[a:b].max()) / hz, int(b - a),
-                         int(log[a:b, L_AMOUNT].sum())))
+        key = (p, int(gm[a])) if one_tensor[k] else None
+        name = names.get(key) if key else None
+        if name is None:
+            name = _stage_name(p, gm[a:b], gm_names)
+            if key:
+                names[key] = name
+        out.append(Stage(core, phase, PIPE_NAMES[p], name, float(t0[k]), float(t1[k]), b - a, int(amount[k])))
     return out
 
 
