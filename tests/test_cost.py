@@ -99,6 +99,7 @@ def test_one_tile_is_the_sum_of_its_stages():
     assert [round(s.end_us * 1e3) for s in e.stages] == [1101, 1109, 2169]  # the pipe free again
     assert e.pipe_us[0] * 1e3 == pytest.approx([1100, 8, 1050, 0])
     assert e.bottleneck == "MTE2"
+    assert e.core_table().splitlines()[1].split()[:2] == ["0", "2.17"] and "slowest" in e.core_table()
 
 
 def test_two_tiles_one_buffer_waits_for_the_slot_two_buffers_do_not():

@@ -122,6 +122,15 @@ class Estimate:
                 "pad_bytes": self.pad_bytes, "phases": len(self.phase_us),
                 **{f"{p.lower()}_us": round(float(self.pipe_us[c, i]), 3) for i, p in enumerate(PIPE_NAMES)}}
 
+    def core_table(self) -> str:
+        """Per core: busy span and the time each pipe is busy (µs), the slowest core marked."""
+        head = f"{'core':>5} {'span':>9}" + "".join(f" {p:>9}" for p in PIPE_NAMES)
+        rows = [head]
+        for c in range(self.block_dim):
+            mark = " <- slowest" if c == self.slowest_core else ""
+            rows.append(f"{c:>5} {self.core_us[c]:>9.2f}" + "".join(f" {v:>9.2f}" for v in self.pipe_us[c]) + mark)
+        return "\n".join(rows)
+
     def __str__(self) -> str:
         c = self.slowest_core
         busy = ", ".join(f"{p} {self.pipe_us[c, i]:.2f}" for i, p in enumerate(PIPE_NAMES))
