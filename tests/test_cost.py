@@ -28,7 +28,6 @@ from tilesim.device import (
     PIPE_SCALAR,
     PIPE_VECTOR,
     SCALAR_ACCESS,
-    SLOT_SPAN,
     VEC_BINARY,
 )
 from tilesim.launch import RunReport
@@ -46,7 +45,8 @@ X, Z = 0, 1  # UB buffers of the hand-made logs: an input queue and an output qu
 
 
 def slot(buf: int, k: int) -> int:
-    return buf * SLOT_SPAN + k
+    """The log's name of slot ``k`` of buffer ``buf`` of :func:`report`'s plan (1 KiB slots, two per buffer)."""
+    return buf << 32 | (buf * 2048 + k * 1024)
 
 
 def mte2(dst: int, nbytes: int, gm: int = 0) -> list[int]:

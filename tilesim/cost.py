@@ -170,6 +170,15 @@ def _timed(part: np.ndarray, p: CostParams, share: float) -> tuple[np.ndarray, n
     return occ, lat
 
 
+def _slots(refs: np.ndarray, plan: np.ndarray) -> np.ndarray:
+    """The queue slot each logged UB tensor (``buffer << 32 | address``) lies in, as ``buffer * 2**32 + slot``:
+    the unit the TQue flags synchronise on (-1 stays -1)."""
+    buf = np.where(refs < 0, 0, refs >> 32)
+    addr = refs & 0xFFFFFFFF
+    k = (addr - plan[buf, 0]) // np.maximum(plan[buf, 1], 1)
+    return np.where(refs < 0, -1, (buf << 32) + k)
+
+
 def _dense(ids: np.ndarray) -> tuple[np.ndarray, int]:
     """Slot or tensor ids renumbered 0..k-1 (-1 stays -1), for the scheduler's tables."""
     flat = ids.reshape(-1)
@@ -266,6 +275,7 @@ def estimate(report: RunReport, params: CostParams | None = None, stages: bool =
     bd = report.block_dim
     logs = report.log
     ends = report.phase_ends
+    plan = report.ub_plan.as_array()
     pipe_cyc = np.zeros((bd, N_PIPES))
     core_cyc = np.zeros(bd)
     phase_us: list[float] = []
@@ -282,7 +292,7 @@ def estimate(report: RunReport, params: CostParams | None = None, stages: bool =
             if part.shape[0] == 0:
                 continue
             occ, lat = _timed(part, p, share)
-            slots, n_slots = _dense(part[:, [L_WRITE, L_READ0, L_READ1]])
+            slots, n_slots = _dense(_slots(part[:, [L_WRITE, L_READ0, L_READ1]], plan))
             gm, n_gm = _dense(part[:, L_GM])
             start, end = schedule(part[:, L_PIPE], slots[:, 0], slots[:, 1], slots[:, 2], gm, occ, lat, t0,
                                   p.scalar_issue_cycles, n_slots, n_gm)

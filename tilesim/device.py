@@ -43,15 +43,14 @@ COUNTER_NAMES = ["mte2_bytes", "mte2_transfers", "mte2_pad_bytes", "mte3_bytes",
 # The instruction log (recording mode, ``tilesim.capture(log=True)``): a core's counter row is then longer than
 # N_COUNTERS. Column LOG_COUNT counts the instructions the core issued, and the log follows, LOG_FIELDS int64 per
 # instruction: its pipe, its class (the counter column it feeds), its amount (bytes for MTE2/MTE3, 256 B repeats
-# for VECTOR, 1 for SCALAR), its bursts (rows of a transfer), the UB slot it writes and the two it reads
-# (buffer * SLOT_SPAN + slot, -1 for none) and the GM tensor it moves (its tag, -1 for none). The cost model
+# for VECTOR, 1 for SCALAR), its bursts (rows of a transfer), the UB tensor it writes and the two it reads
+# (``buffer << 32 | address``, -1 for none) and the GM tensor it moves (its tag, -1 for none). The cost model
 # schedules this log; recording it costs one test per instruction when off.
 PIPE_MTE2, PIPE_VECTOR, PIPE_MTE3, PIPE_SCALAR = 0, 1, 2, 3
 PIPE_NAMES = ["MTE2", "VECTOR", "MTE3", "SCALAR"]  # msprof's lane names
 LOG_COUNT = N_COUNTERS
 LOG_FIELDS = 8
 L_PIPE, L_CLASS, L_AMOUNT, L_BURSTS, L_WRITE, L_READ0, L_READ1, L_GM = range(LOG_FIELDS)
-SLOT_SPAN = 1 << 16
 
 # Checked-mode violations: err row = (kind, buffer or GM tag, offset, bytes, extra, count).
 ERR_DATACOPY_LEN = 1
@@ -100,14 +99,11 @@ def report(core, kind, tag, offset, nbytes, extra):
     e[5] += 1
 
 
-@njit(cache=True)
-def _slot_id(core, t):
-    """The log's name of the queue slot ``t`` lies in: ``buffer * SLOT_SPAN + slot`` (-1 for no tensor)."""
-    if t.buf < 0:
-        return np.int64(-1)
-    p = core.plan
-    k = (t.addr - p[t.buf, 0]) // p[t.buf, 1] if p[t.buf, 1] > 0 else 0
-    return np.int64(t.buf * SLOT_SPAN + k)
+@njit(cache=True, inline="always")
+def _ref(t):
+    """The log's name of a LocalTensor: ``buffer << 32 | address`` (-1 for NO_TENSOR); the host turns it into a
+    queue slot with the plan (``tilesim.cost``), so that the device side stays a shift and an or."""
+    return np.int64(-1) if t.buf < 0 else (np.int64(t.buf) << 32) | np.int64(t.addr)
 
 
 @njit(cache=True)
@@ -121,35 +117,35 @@ def _log(core, pipe, cls, amount, bursts, w, r0, r1, gm):
         c[o + L_CLASS] = cls
         c[o + L_AMOUNT] = amount
         c[o + L_BURSTS] = bursts
-        c[o + L_WRITE] = _slot_id(core, w)
-        c[o + L_READ0] = _slot_id(core, r0)
-        c[o + L_READ1] = _slot_id(core, r1)
+        c[o + L_WRITE] = w
+        c[o + L_READ0] = r0
+        c[o + L_READ1] = r1
         c[o + L_GM] = gm
 
 
 NO_TENSOR = LocalTensor(-1, 0)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def count_vector(core, cls, nbytes, dst, a, b):
     """A vector instruction of class ``cls`` over ``nbytes`` of UB: its 256 B repeats, written ``dst``, read
     ``a`` and ``b`` (pass ``dst`` again where it has fewer sources)."""
     n = repeats(nbytes)
     core.cnt[cls] += n
     if core.cnt.size > LOG_COUNT:
-        _log(core, PIPE_VECTOR, cls, n, 1, dst, a, b, -1)
+        _log(core, PIPE_VECTOR, cls, n, 1, _ref(dst), _ref(a), _ref(b), -1)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def count_scalar(core, t, write):
     """GetValue (``write`` False) or SetValue of one element of ``t``; a GM scalar access passes NO_TENSOR."""
     core.cnt[SCALAR_ACCESS] += 1
     if core.cnt.size > LOG_COUNT:
-        _log(core, PIPE_SCALAR, SCALAR_ACCESS, 1, 1, t if write else NO_TENSOR, NO_TENSOR if write else t,
-             NO_TENSOR, -1)
+        r = _ref(t)
+        _log(core, PIPE_SCALAR, SCALAR_ACCESS, 1, 1, r if write else -1, -1 if write else r, -1, -1)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def count_mte2(core, dst, g, nbytes, pad_bytes, bursts):
     """A GM-to-UB transfer of ``nbytes`` from GM tensor ``g`` into ``dst`` in ``bursts`` rows, ``pad_bytes`` of
     DataCopyPad's zero fill on top."""
@@ -157,10 +153,10 @@ def count_mte2(core, dst, g, nbytes, pad_bytes, bursts):
     core.cnt[MTE2_PAD_BYTES] += pad_bytes
     core.cnt[MTE2_XFERS] += 1
     if core.cnt.size > LOG_COUNT:
-        _log(core, PIPE_MTE2, MTE2_BYTES, nbytes, bursts, dst, NO_TENSOR, NO_TENSOR, g.tag)
+        _log(core, PIPE_MTE2, MTE2_BYTES, nbytes, bursts, _ref(dst), -1, -1, g.tag)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def count_mte3(core, g, src, nbytes, bursts, atomic):
     """A UB-to-GM transfer of ``nbytes`` from ``src`` (NO_TENSOR for InitOutput) into GM tensor ``g``."""
     core.cnt[MTE3_BYTES] += nbytes
@@ -168,8 +164,7 @@ def count_mte3(core, g, src, nbytes, bursts, atomic):
     if atomic:
         core.cnt[ATOMIC_BYTES] += nbytes
     if core.cnt.size > LOG_COUNT:
-        _log(core, PIPE_MTE3, ATOMIC_BYTES if atomic else MTE3_BYTES, nbytes, bursts, NO_TENSOR, src, NO_TENSOR,
-             g.tag)
+        _log(core, PIPE_MTE3, ATOMIC_BYTES if atomic else MTE3_BYTES, nbytes, bursts, -1, _ref(src), -1, g.tag)
 
 
 @njit(cache=True, inline="always")
