@@ -25,6 +25,10 @@ The model, per core and per SyncAll phase:
 
 Every relation above is a max or a sum of durations, so a longer transfer or one more dependency never makes the
 estimate shorter, and a second buffer (fewer slot conflicts) never makes it longer.
+
+Not modelled: a slot is free once its last reader has finished, where the NPU frees it at FreeTensor (a kernel
+that frees late runs a little slower than estimated); UB bank conflicts; L2 hits (every GM byte costs GM
+bandwidth); dtype-dependent vector throughput.
 """
 
 from __future__ import annotations
