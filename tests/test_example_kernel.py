@@ -1,0 +1,179 @@
+"""The README's worked example of a kernel of your own (``examples/add_tail.py``): results against float64 math
+at lengths with tails, over legal tilings (buffer_num 1 and 2, many cores and one), its refusals, checked mode,
+its OpSpec, and the module run as a script."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from examples.add_tail import OPS, add_tail, max_tile_len, reference, tiling, ub_plan
+from tilesim import AclnnError, get_soc
+from tilesim.precision import compare
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = get_soc("Ascend910B1")
+DT = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16}
+LENGTHS = [1, 7, 1000, 12345]
+
+
+def inputs(n: int | tuple[int, ...], dtype: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    shape = (n,) if isinstance(n, int) else n
+    return tuple(rng.uniform(-2, 2, shape).astype(np.float32).astype(DT[dtype]) for _ in range(2))
+
+
+def check(z: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+    p = compare(z, reference(x, y))
+    assert p.ok, str(p)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("n", LENGTHS)
+def test_official_tiling_matches_reference(n: int, dtype: str) -> None:
+    x, y = inputs(n, dtype)
+    out = np.full(x.shape, np.nan, x.dtype)  # an element no core writes stays NaN
+    z = add_tail(x, y, out=out)
+    assert z is out and z.dtype == x.dtype
+    check(z, x, y)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("core_num,tile_len,buffer_num", [(1, 64, 1), (1, 64, 2), (3, 128, 2), (48, 256, 1),
+                                                          (7, 1024, 2), (48, None, 1)])
+def test_overridden_tilings_match_reference(n: int, dtype: str, core_num: int, tile_len: int | None,
+                                            buffer_num: int) -> None:
+    x, y = inputs(n, dtype, seed=n)
+    t = tiling(x, core_num=core_num, tile_len=tile_len, buffer_num=buffer_num)
+    check(add_tail(x, y, tiling=t), x, y)
+
+
+def test_multidimensional_input_and_alpha() -> None:
+    x, y = inputs((37, 41), "bf16")
+    z = add_tail(x, y, alpha=-1.75)
+    assert z.shape == (37, 41)
+    p = compare(z, reference(x, y, alpha=-1.75))
+    assert p.ok, str(p)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("n", [1, 7, 1000, 12345, 999 * 1001])
+def test_split_covers_the_length(n: int, dtype: str) -> None:
+    """Former cores take one 32 B block more, whole blocks each; the last core ends at the data's end."""
+    t = tiling(np.empty(n, DT[dtype]), soc=SPEC)
+    m = 32 // np.dtype(DT[dtype]).itemsize
+    assert t.former_length % m == 0 and t.tail_length % m == 0 and t.tile_len % m == 0
+    assert t.former_num < t.block_dim <= SPEC.core_num_aiv
+    assert t.former_length == t.tail_length + m
+    assert 1 <= t.last_length <= t.tail_length and t.tail_length - t.last_length < m
+    assert t.former_num * t.former_length + (t.block_dim - t.former_num - 1) * t.tail_length + t.last_length == n
+    ub_plan(t, SPEC).check()
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("buffer_num", [1, 2])
+def test_largest_tile_fills_the_ub(dtype: str, buffer_num: int) -> None:
+    x = np.empty(10**6, DT[dtype])
+    top = max_tile_len(np.dtype(DT[dtype]).name, buffer_num, SPEC)
+    assert ub_plan(tiling(x, tile_len=top, buffer_num=buffer_num), SPEC).check().used <= SPEC.ub_size
+    m = 32 // x.itemsize
+    with pytest.raises(AclnnError, match="tile_len") as e:
+        tiling(x, tile_len=top + m, buffer_num=buffer_num)
+    assert e.value.status == 561002
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_checked_mode_runs_clean_and_agrees(n: int, dtype: str) -> None:
+    x, y = inputs(n, dtype)
+    for t in (None, tiling(x, core_num=5, tile_len=64, buffer_num=1)):
+        fast = add_tail(x, y, tiling=t)
+        np.testing.assert_array_equal(add_tail(x, y, tiling=t, checks=True).view(np.uint8), fast.view(np.uint8))
+
+
+@pytest.mark.parametrize("kw,param", [({"core_num": 0}, "core_num"), ({"core_num": 49}, "core_num"),
+                                      ({"buffer_num": 3}, "buffer_num"), ({"tile_len": 0}, "tile_len"),
+                                      ({"tile_len": 12}, "tile_len"), ({"tile_len": 1 << 20}, "tile_len")])
+def test_illegal_overrides_are_tiling_errors(kw: dict, param: str) -> None:
+    with pytest.raises(AclnnError, match=param) as e:
+        tiling(np.empty(1000, np.float32), **kw)
+    assert e.value.status == 561002
+
+
+def test_bad_inputs_are_refused_and_nothing_is_written() -> None:
+    x, y = inputs(100, "fp32")
+    out = np.full_like(x, 3.0)
+    cases = [((None, y), 161001, "x"), ((x, None), 161001, "y"), ((x.astype(np.int32), y), 161002, "x"),
+             ((x, y.astype(np.float16)), 161002, "y"), ((x, y[:99]), 161002, "y"),
+             ((x[:0], y[:0]), 161002, "x")]
+    for (a, b), status, param in cases:
+        with pytest.raises(AclnnError, match=param) as e:
+            add_tail(a, b, out=out)  # every input is checked before out is
+        assert e.value.status == status
+    with pytest.raises(AclnnError, match="out") as e:
+        add_tail(x, y, out=np.empty(100, np.float16))
+    assert e.value.status == 161002
+    with pytest.raises(AclnnError, match="x") as e:
+        add_tail(*inputs(100, "bf16"), soc="Ascend310P3")  # no bf16 on 310P
+    assert e.value.status == 161002
+    np.testing.assert_array_equal(out, 3.0)
+
+
+def test_hand_made_tiling_is_checked() -> None:
+    x, y = inputs(1000, "bf16")
+    t = tiling(x, core_num=4)
+    out = np.zeros_like(x)
+    for field, value in [("last_length", t.last_length + 1), ("former_num", t.former_num + 1),
+                         ("total_length", 999), ("block_dim", 0), ("tile_len", 24)]:
+        with pytest.raises(AclnnError, match=field) as e:
+            add_tail(x, y, tiling=dataclasses.replace(t, **{field: value}), out=out)
+        assert e.value.status == 561002
+    assert not out.view(np.uint16).any()
+
+
+def test_opspec_candidates_run_and_match() -> None:
+    spec = OPS["add_tail"]
+    ins = spec.make_inputs((12345,), "bf16", 0)
+    cands = spec.candidates(ins, SPEC)
+    assert cands[0].official and sum(c.official for c in cands) == 1
+    assert {c.params["buffer_num"] for c in cands} == {1, 2}
+    assert len({c.tiling for c in cands}) == len(cands)
+    assert len({c.params["block_dim"] for c in cands}) >= 3 and len({c.params["tile"] for c in cands}) >= 3
+    assert all(set(c.params) == set(cands[0].params) for c in cands)
+    (golden,) = spec.reference(ins)
+    for c in cands:
+        (z,) = spec.run(ins, c.tiling, SPEC)
+        p = compare(z, golden)
+        assert p.ok, f"{c.params}: {p}"
+
+
+def test_module_runs_as_a_script() -> None:
+    r = subprocess.run([sys.executable, "-m", "examples.add_tail"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)  # -m puts the working directory, the repo root, on sys.path
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("pass (") == 2 and r.stdout.count("estimated") == 2 and "AddTailTiling(" in r.stdout
+
+
+def test_cli_explores_and_traces_the_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's two commands, in this process: every candidate verifies, the report files are written, the
+    trace has an event per stage and names the kernel's GM tensors."""
+    from tilesim.cli import main
+
+    args = ["--ops", "examples.add_tail", "--shape", "12345", "--dtype", "bf16"]
+    assert main(["explore", "add_tail", *args, "--out", str(tmp_path / "ex"), "--quiet"]) == 0
+    assert "add_tail [12345] bf16 on Ascend910B1: all" in capsys.readouterr().out
+    assert {p.name for p in (tmp_path / "ex").iterdir()} >= {"explore.csv", "explore.json", "explore.png"}
+    rows = json.loads((tmp_path / "ex" / "explore.json").read_text())["rows"]
+    assert sum(r["official"] for r in rows) == 1 and {r["buffer_num"] for r in rows} == {1, 2}
+    assert main(["trace", "add_tail", *args, "--out", str(tmp_path / "t.json")]) == 0
+    assert "z: pass" in capsys.readouterr().out
+    names = {e["name"] for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"] if e["ph"] == "X"}
+    assert {"CopyIn x, y", "Compute", "CopyOut z"} <= names
