@@ -21,7 +21,7 @@ demo: $(VENV)/.installed
 	$(BIN)/python -m bench.demo
 
 test: $(VENV)/.installed-test
-	$(BIN)/python -m ruff check tilesim tiling kernels tests bench
+	$(BIN)/python -m ruff check tilesim tiling kernels tests bench examples
 	$(BIN)/python -m pytest -q
 
 bench: $(VENV)/.installed-test

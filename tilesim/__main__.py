@@ -1,0 +1,6 @@
+"""``python -m tilesim``: the ``tilesim`` command (:mod:`tilesim.cli`)."""
+
+from .cli import main
+
+if __name__ == "__main__":  # a spawned explore worker imports this module again: it must not run the command
+    raise SystemExit(main())

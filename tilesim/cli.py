@@ -1,0 +1,164 @@
+"""The ``tilesim`` command: ``explore`` an op's tilings, ``trace`` one run, list the ``ops``.
+
+Ops are found by module name, in modules that expose ``OPS: dict[str, OpSpec]``: the shipped five in
+``kernels.ops`` (imported only when a command runs, so tilesim itself never imports kernels), plus a user's own
+with ``--ops mypkg.myops`` (repeatable; the current directory is searched too, as ``python -m`` would).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .explore import explore, load_ops, run_recorded
+from .opspec import OpSpec
+from .precision import compare
+from .soc import DEFAULT_SOC, get_soc
+
+DEFAULT_OPS = "kernels.ops"
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``256,1024`` as (256, 1024)."""
+    try:
+        shape = tuple(int(p) for p in text.replace(" ", "").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: comma-separated integers, like 256,1024") from None
+    if not shape or min(shape) < 0:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: comma-separated sizes of 0 or more")
+    return shape
+
+
+def _op_args(p: argparse.ArgumentParser, many_socs: bool) -> None:
+    p.add_argument("op", help="the op's name (`tilesim ops` lists them)")
+    p.add_argument("--shape", type=parse_shape, help="the op's shape, comma-separated (default: the op's own)")
+    p.add_argument("--dtype", help="fp32, bf16 or fp16 (default: the op's first)")
+    p.add_argument("--soc", default=DEFAULT_SOC,
+                   help="the SoC" + ("s, comma-separated, compared side by side" if many_socs else "")
+                        + f" (default {DEFAULT_SOC})")
+    p.add_argument("--seed", type=int, default=0, help="the seed of the op's input maker")
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--ops", action="append", default=[], metavar="MODULE",
+                        help=f"also find ops in this module's OPS dict (repeatable; {DEFAULT_OPS} always)")
+    parser = argparse.ArgumentParser(prog="tilesim", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ex = sub.add_parser("explore", parents=[common], help="run, verify and rank every legal tiling of an op",
+                        description="Enumerate the op's legal tilings, run each in the emulator, check its outputs "
+                                    "against the untiled math, rank them by estimated NPU time; print a table, "
+                                    "write CSV, JSON and a PNG.")
+    _op_args(ex, many_socs=True)
+    ex.add_argument("--workers", type=int, default=1, help="local worker processes (default 1: this one)")
+    ex.add_argument("--scheduler", metavar="ADDRESS", help="run the sweep on this Dask scheduler (dask.distributed)")
+    ex.add_argument("--out", type=Path, help="directory for CSV, JSON and PNG "
+                                             "(default ./tilesim-explore/<op>-<shape>-<dtype>)")
+    ex.add_argument("--top", type=int, help="print the fastest N rows per SoC (the official one and failures always)")
+    ex.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+
+    tr = sub.add_parser("trace", parents=[common], help="run one tiling recorded and write its Chrome trace",
+                        description="Run one tiling of the op with instruction logs, print the cost model's "
+                                    "estimate and write the timeline as Chrome trace JSON (chrome://tracing, "
+                                    "Perfetto).")
+    _op_args(tr, many_socs=False)
+    tr.add_argument("--candidate", type=int, metavar="K",
+                    help="the K-th candidate (the `cand` column of explore; default: the official tiling)")
+    tr.add_argument("--out", type=Path, help="the trace file (default ./<op>-<shape>-<dtype>-<soc>.trace.json)")
+
+    sub.add_parser("ops", parents=[common], help="list the ops, their dtypes and shapes")
+    return parser
+
+
+def _ops(parser: argparse.ArgumentParser, modules: Sequence[str]) -> dict[str, tuple[str, OpSpec]]:
+    if modules and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return load_ops([DEFAULT_OPS, *modules])
+    except (ImportError, ValueError) as e:
+        parser.error(str(e))
+
+
+def _resolve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, OpSpec, tuple[int, ...], str]:
+    """The op's module and spec, shape and dtype from the arguments; an unknown op or dtype names the known ones."""
+    ops = _ops(parser, args.ops)
+    if args.op not in ops:
+        parser.error(f"unknown op {args.op!r}; known ops: {', '.join(sorted(ops))}")
+    module, spec = ops[args.op]
+    dtype = args.dtype or spec.dtypes[0]
+    if dtype not in spec.dtypes:
+        parser.error(f"{spec.name}: dtype {dtype!r} not supported; its dtypes: {', '.join(spec.dtypes)}")
+    return module, spec, args.shape or spec.default_shape, dtype
+
+
+def _label(spec: OpSpec, shape: tuple[int, ...], dtype: str) -> str:
+    return f"{spec.name}-{'x'.join(map(str, shape))}-{dtype}"
+
+
+def _explore(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    module, spec, shape, dtype = _resolve(parser, args)
+    if args.workers < 1:
+        parser.error("--workers: 1 or more")
+    socs = [s for s in args.soc.split(",") if s]
+    result = explore(spec, shape, dtype, socs, workers=args.workers, scheduler=args.scheduler,
+                     progress=not args.quiet, seed=args.seed, module=module)
+    print(result.table(top=args.top))
+    paths = result.write(args.out or Path("tilesim-explore") / _label(spec, shape, dtype))
+    print(f"{len(result.rows)} tilings in {result.seconds:.1f} s; wrote {', '.join(map(str, paths))}")
+    if result.failures:
+        print(f"!! {len(result.failures)} tilings did not verify", file=sys.stderr)
+    if result.soc_errors:
+        print(f"!! no tilings on {', '.join(result.soc_errors)}", file=sys.stderr)
+    return 0 if result.ok else 1
+
+
+def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .trace import write_trace
+
+    _, spec, shape, dtype = _resolve(parser, args)
+    soc = get_soc(args.soc)
+    inputs = spec.make_inputs(shape, dtype, args.seed)
+    cands = list(spec.candidates(inputs, soc))
+    if args.candidate is None:
+        k = next(i for i, c in enumerate(cands) if c.official)
+    elif 0 <= args.candidate < len(cands):
+        k = args.candidate
+    else:
+        parser.error(f"--candidate {args.candidate}: {spec.name} has candidates 0..{len(cands) - 1} here")
+    cand = cands[k]
+    outputs, estimates = run_recorded(spec, inputs, cand.tiling, soc, stages=True)
+    out = args.out or Path(f"{_label(spec, shape, dtype)}-{soc.name}.trace.json")
+    write_trace(out, estimates)
+    print(f"{spec.name} {list(shape)} {dtype} on {soc.name}, candidate {k}"
+          f"{' (official)' if cand.official else ''}: {cand.params}")
+    for e in estimates:
+        print(e)
+    ok = True
+    for name, a, g in zip(spec.output_names, outputs, spec.reference(inputs), strict=True):
+        p = compare(a, g)
+        ok &= p.ok
+        print(f"{name}: {p}")
+    print(f"wrote {out}")
+    return 0 if ok else 1
+
+
+def _list(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    for name, (module, spec) in sorted(_ops(parser, args.ops).items()):
+        print(f"{name}  [{module}]  dtypes {', '.join(spec.dtypes)}  default shape "
+              f"{','.join(map(str, spec.default_shape))}\n    shape {spec.shape_help}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a command; the exit status: 0, 1 when a tiling did not verify, 2 for a usage error."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    command = {"explore": _explore, "trace": _trace, "ops": _list}[args.command]
+    try:
+        return command(parser, args)
+    except ValueError as e:  # AclnnError is one: an input, shape or SoC the op refuses
+        parser.error(str(e))
