@@ -3,7 +3,6 @@ default."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import ml_dtypes
@@ -11,6 +10,7 @@ import numpy as np
 
 from tilesim.cast import KIND_BF16, KIND_FP16
 from tilesim.errors import invalid
+from tilesim.launch import checks_enabled
 from tiling.common import BF16, FP16, FP32, dtype_name
 
 NUMPY_DTYPE = {FP32: np.dtype(np.float32), FP16: np.dtype(np.float16), BF16: np.dtype(ml_dtypes.bfloat16)}
@@ -42,5 +42,6 @@ def gm_out(a: np.ndarray) -> np.ndarray:
 
 
 def checks_default(checks: bool | None) -> bool:
-    """``checks=None`` follows the TILESIM_CHECKS environment variable."""
-    return os.environ.get("TILESIM_CHECKS", "") not in ("", "0") if checks is None else bool(checks)
+    """``checks=None`` follows the TILESIM_CHECKS environment variable; ``pytest --tilesim-checks`` forces it on
+    (:func:`tilesim.launch.checks_enabled`)."""
+    return checks_enabled(checks)

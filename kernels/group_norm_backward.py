@@ -29,7 +29,7 @@ from numba import njit
 
 from tilesim.cast import CAST_ROUND, b16_to_f32_bits, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
-from tilesim.device import NO_TENSOR, at, count_scalar, gm_f32, gm_size, gm_tensor, gm_u16, make_core, slot
+from tilesim.device import at, count_gm_scalar, gm_f32, gm_size, gm_tensor, gm_u16, make_core, slot
 from tilesim.errors import invalid
 from tilesim.intrinsics import u32_as_f32
 from tilesim.launch import AtomicTarget, finish, host_threads, prepare, run_cores, workspace
@@ -100,7 +100,7 @@ DeviceTiling = namedtuple("DeviceTiling", [f.name for f in fields(GroupNormBackw
 @njit(cache=True)
 def _gm_scalar(core, g, i, kind):
     """GlobalTensor.GetValue, widened to fp32 (ToFloat for bf16)."""
-    count_scalar(core, NO_TENSOR, False)
+    count_gm_scalar(core, g, i)
     if kind == 0:
         return gm_f32(g)[i]
     return u32_as_f32(b16_to_f32_bits(gm_u16(g)[i], kind))

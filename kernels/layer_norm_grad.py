@@ -22,7 +22,7 @@ from numba import njit
 
 from tilesim.cast import CAST_RINT, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
-from tilesim.device import at, gm_f32, gm_tensor, gm_u16, make_core, slot
+from tilesim.device import at, count_gm_scalar, gm_f32, gm_tensor, gm_u16, make_core, slot
 from tilesim.launch import finish, host_threads, prepare, run_cores, workspace
 from tilesim.normalization import layer_norm_grad as lng_api
 from tilesim.normalization import layer_norm_grad_beta as beta_api
@@ -81,6 +81,7 @@ def _copy_in(core, t, r0, n, g_dy, g_x, g_var, g_mean, kind):
     else:  # one DataCopyPad per row, its padding value the row's mean (a scalar read of GM)
         isz = g_x.isz
         for i in range(n):  # the mean's value for fp32, its bits for half (what DataCopyPad's padding takes)
+            count_gm_scalar(core, g_mean, r0 + i)
             pv = gm_f32(g_mean)[r0 + i] if isz == 4 else np.float32(gm_u16(g_mean)[r0 + i])
             data_copy_pad(core, at(xl, i * hp * isz), g_x, (r0 + i) * h, 1, h, h, pv)
     data_copy_pad(core, _land(var, n, kind), g_var, r0, 1, n, n, 0)

@@ -50,15 +50,15 @@ def slot(buf: int, k: int) -> int:
 
 
 def mte2(dst: int, nbytes: int, gm: int = 0) -> list[int]:
-    return [PIPE_MTE2, MTE2_BYTES, nbytes, 1, dst, -1, -1, gm]
+    return [PIPE_MTE2, MTE2_BYTES, nbytes, 1, dst, -1, -1, gm, 0, nbytes, nbytes]
 
 
 def vec(dst: int, src: int, reps: int) -> list[int]:
-    return [PIPE_VECTOR, VEC_BINARY, reps, 1, dst, src, src, -1]
+    return [PIPE_VECTOR, VEC_BINARY, reps, 1, dst, src, src, -1, 0, 0, 0]
 
 
 def mte3(src: int, nbytes: int, gm: int = 1) -> list[int]:
-    return [PIPE_MTE3, MTE3_BYTES, nbytes, 1, -1, src, -1, gm]
+    return [PIPE_MTE3, MTE3_BYTES, nbytes, 1, -1, src, -1, gm, 0, nbytes, nbytes]
 
 
 def tiles(n: int, buffer_num: int, in_bytes: int = 1000, reps: int = 4, out_bytes: int = 1000) -> list[list[int]]:
@@ -134,7 +134,7 @@ def test_vector_start_up_overlaps_back_to_back():
 def test_scalar_access_stalls_issue():
     # GetValue of Compute's result (done at 1 + 18 = 19): 6 cycles, issue resumes at 25, the next instruction
     # issues at 26.
-    log = [vec(slot(Z, 0), slot(X, 0), 4), [PIPE_SCALAR, SCALAR_ACCESS, 1, 1, -1, slot(Z, 0), -1, -1],
+    log = [vec(slot(Z, 0), slot(X, 0), 4), [PIPE_SCALAR, SCALAR_ACCESS, 1, 1, -1, slot(Z, 0), -1, -1, 0, 0, 0],
            vec(slot(Z, 1), slot(X, 1), 4)]
     e = estimate(report([log]), P)
     assert e.total_us * 1e3 == pytest.approx(26 + 18)

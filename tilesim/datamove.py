@@ -85,7 +85,7 @@ def data_copy_rows(core, dst, src, src_off, rows, row_len, src_stride):
     base = core.base + dst.addr
     for r in range(rows):
         copy_bytes(base + r * row_b, _gm_addr(src, src_off + r * src_stride), row_b)
-    count_mte2(core, dst, src, nbytes, 0, rows)
+    count_mte2(core, dst, src, src_off, rows, row_len, src_stride, 0)
 
 
 @njit(cache=True)
@@ -103,7 +103,7 @@ def data_copy_rows_out(core, dst, dst_off, src, rows, row_len, dst_stride):
     base = core.base + src.addr
     for r in range(rows):
         copy_bytes(_gm_addr(dst, dst_off + r * dst_stride), base + r * row_b, row_b)
-    count_mte3(core, dst, src, nbytes, rows, False)
+    count_mte3(core, dst, src, dst_off, rows, row_len, dst_stride, False)
 
 
 @njit(cache=True)
@@ -137,7 +137,7 @@ def data_copy_pad(core, dst, src, src_off, rows, row_len, src_stride, pad_value,
         copy_bytes(core.base + dst.addr + r * pitch, _gm_addr(src, src_off + r * src_stride), row_bytes)
         if filled > row_len:
             _fill(core, dst.addr + r * pitch, row_len, filled, isz, pad_value)
-    count_mte2(core, dst, src, rows * row_bytes, rows * (filled * isz - row_bytes), rows)
+    count_mte2(core, dst, src, src_off, rows, row_len, src_stride, rows * (filled * isz - row_bytes))
 
 
 @njit(cache=True)
@@ -152,7 +152,7 @@ def data_copy_pad_out(core, dst, dst_off, src, rows, row_len, dst_stride):
         return
     for r in range(rows):
         copy_bytes(_gm_addr(dst, dst_off + r * dst_stride), core.base + src.addr + r * pitch, row_bytes)
-    count_mte3(core, dst, src, rows * row_bytes, rows, False)
+    count_mte3(core, dst, src, dst_off, rows, row_len, dst_stride, False)
 
 
 @njit(cache=True)
@@ -165,7 +165,7 @@ def init_output(core, dst, dst_off, n, value):
         gm_f32(dst)[dst_off:dst_off + n] = np.float32(value)
     else:
         gm_u16(dst)[dst_off:dst_off + n] = np.uint16(value)
-    count_mte3(core, dst, NO_TENSOR, n * dst.isz, 1, False)
+    count_mte3(core, dst, NO_TENSOR, dst_off, 1, n, n, False)
 
 
 @njit(cache=True)
@@ -183,4 +183,4 @@ def atomic_add_pad_out(core, acc, acc_off, src, row_len):
     d = gm_f32(acc)[acc_off:acc_off + row_len]  # indexed from 0, so that the loop vectorises
     for k in range(row_len):
         d[k] += s[k]
-    count_mte3(core, acc, src, row_len * 4, 1, True)
+    count_mte3(core, acc, src, acc_off, 1, row_len, row_len, True)

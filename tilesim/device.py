@@ -44,13 +44,16 @@ COUNTER_NAMES = ["mte2_bytes", "mte2_transfers", "mte2_pad_bytes", "mte3_bytes",
 # N_COUNTERS. Column LOG_COUNT counts the instructions the core issued, and the log follows, LOG_FIELDS int64 per
 # instruction: its pipe, its class (the counter column it feeds), its amount (bytes for MTE2/MTE3, 256 B repeats
 # for VECTOR, 1 for SCALAR), its bursts (rows of a transfer), the UB tensor it writes and the two it reads
-# (``buffer << 32 | address``, -1 for none) and the GM tensor it moves (its tag, -1 for none). The cost model
-# schedules this log; recording it costs one test per instruction when off.
+# (``buffer << 32 | address``, -1 for none), the GM tensor it moves (its tag, -1 for none) and where: the byte
+# offset of its first row, the bytes of a row and the bytes from one row's start to the next. The cost model
+# schedules this log and checked mode looks in it for races between cores; recording it costs one test per
+# instruction when off.
 PIPE_MTE2, PIPE_VECTOR, PIPE_MTE3, PIPE_SCALAR = 0, 1, 2, 3
 PIPE_NAMES = ["MTE2", "VECTOR", "MTE3", "SCALAR"]  # msprof's lane names
 LOG_COUNT = N_COUNTERS
-LOG_FIELDS = 8
-L_PIPE, L_CLASS, L_AMOUNT, L_BURSTS, L_WRITE, L_READ0, L_READ1, L_GM = range(LOG_FIELDS)
+LOG_FIELDS = 11
+L_PIPE, L_CLASS, L_AMOUNT, L_BURSTS, L_WRITE, L_READ0, L_READ1, L_GM, L_GM_OFF, L_GM_ROW, L_GM_STRIDE = \
+    range(LOG_FIELDS)
 
 # Checked-mode violations: err row = (kind, buffer or GM tag, offset, bytes, extra, count).
 ERR_DATACOPY_LEN = 1
@@ -107,7 +110,7 @@ def _ref(t):
 
 
 @njit(cache=True)
-def _log(core, pipe, cls, amount, bursts, w, r0, r1, gm):
+def _log(core, pipe, cls, amount, bursts, w, r0, r1, gm, gm_off, gm_row, gm_stride):
     c = core.cnt
     k = c[LOG_COUNT]
     c[LOG_COUNT] = k + 1
@@ -121,6 +124,9 @@ def _log(core, pipe, cls, amount, bursts, w, r0, r1, gm):
         c[o + L_READ0] = r0
         c[o + L_READ1] = r1
         c[o + L_GM] = gm
+        c[o + L_GM_OFF] = gm_off
+        c[o + L_GM_ROW] = gm_row
+        c[o + L_GM_STRIDE] = gm_stride
 
 
 NO_TENSOR = LocalTensor(-1, 0)
@@ -133,38 +139,53 @@ def count_vector(core, cls, nbytes, dst, a, b):
     n = repeats(nbytes)
     core.cnt[cls] += n
     if core.cnt.size > LOG_COUNT:
-        _log(core, PIPE_VECTOR, cls, n, 1, _ref(dst), _ref(a), _ref(b), -1)
+        _log(core, PIPE_VECTOR, cls, n, 1, _ref(dst), _ref(a), _ref(b), -1, 0, 0, 0)
 
 
 @njit(cache=True)
 def count_scalar(core, t, write):
-    """GetValue (``write`` False) or SetValue of one element of ``t``; a GM scalar access passes NO_TENSOR."""
+    """GetValue (``write`` False) or SetValue of one element of UB tensor ``t``."""
     core.cnt[SCALAR_ACCESS] += 1
     if core.cnt.size > LOG_COUNT:
         r = _ref(t)
-        _log(core, PIPE_SCALAR, SCALAR_ACCESS, 1, 1, r if write else -1, -1 if write else r, -1, -1)
+        _log(core, PIPE_SCALAR, SCALAR_ACCESS, 1, 1, r if write else -1, -1 if write else r, -1, -1, 0, 0, 0)
 
 
 @njit(cache=True)
-def count_mte2(core, dst, g, nbytes, pad_bytes, bursts):
-    """A GM-to-UB transfer of ``nbytes`` from GM tensor ``g`` into ``dst`` in ``bursts`` rows, ``pad_bytes`` of
-    DataCopyPad's zero fill on top."""
+def count_gm_scalar(core, g, i):
+    """GlobalTensor.GetValue(i): a scalar read of element ``i`` of GM tensor ``g``."""
+    core.cnt[SCALAR_ACCESS] += 1
+    if core.cnt.size > LOG_COUNT:
+        _log(core, PIPE_SCALAR, SCALAR_ACCESS, 1, 1, -1, -1, -1, g.tag, i * g.isz, g.isz, g.isz)
+
+
+@njit(cache=True)
+def count_mte2(core, dst, g, off, rows, row_len, stride, pad_bytes):
+    """A GM-to-UB transfer from GM tensor ``g`` into ``dst``: ``rows`` rows of ``row_len`` elements from element
+    ``off``, ``stride`` elements from one row's start to the next; ``pad_bytes`` of DataCopyPad's zero fill."""
+    isz = g.isz
+    nbytes = rows * row_len * isz
     core.cnt[MTE2_BYTES] += nbytes
     core.cnt[MTE2_PAD_BYTES] += pad_bytes
     core.cnt[MTE2_XFERS] += 1
     if core.cnt.size > LOG_COUNT:
-        _log(core, PIPE_MTE2, MTE2_BYTES, nbytes, bursts, _ref(dst), -1, -1, g.tag)
+        _log(core, PIPE_MTE2, MTE2_BYTES, nbytes, rows, _ref(dst), -1, -1, g.tag, off * isz, row_len * isz,
+             stride * isz)
 
 
 @njit(cache=True)
-def count_mte3(core, g, src, nbytes, bursts, atomic):
-    """A UB-to-GM transfer of ``nbytes`` from ``src`` (NO_TENSOR for InitOutput) into GM tensor ``g``."""
+def count_mte3(core, g, src, off, rows, row_len, stride, atomic):
+    """A UB-to-GM transfer from ``src`` (NO_TENSOR for InitOutput) into GM tensor ``g``, rows as for
+    :func:`count_mte2`; ``atomic`` for SetAtomicAdd copies."""
+    isz = g.isz
+    nbytes = rows * row_len * isz
     core.cnt[MTE3_BYTES] += nbytes
     core.cnt[MTE3_XFERS] += 1
     if atomic:
         core.cnt[ATOMIC_BYTES] += nbytes
     if core.cnt.size > LOG_COUNT:
-        _log(core, PIPE_MTE3, ATOMIC_BYTES if atomic else MTE3_BYTES, nbytes, bursts, -1, _ref(src), -1, g.tag)
+        _log(core, PIPE_MTE3, ATOMIC_BYTES if atomic else MTE3_BYTES, nbytes, rows, -1, _ref(src), -1, g.tag,
+             off * isz, row_len * isz, stride * isz)
 
 
 @njit(cache=True, inline="always")

@@ -7,6 +7,7 @@ A kernel module writes its per-core body and an ``@njit(nogil=True)`` loop over 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -99,6 +100,22 @@ _log_room: dict[str, int] = {}  # per op: the room its last recorded launch turn
 def prepare(op: str, soc: SocSpec, tiling: Any, plan: UbPlan, block_dim: int, checks: bool,
             gm_names: list[str]) -> Launch:
     return Launch(op, soc, tiling, plan, block_dim, checks, gm_names)
+
+
+_forced_checks = [False]
+
+
+def force_checks(on: bool) -> None:
+    """Run every launch in checked mode whatever its caller asks (``pytest --tilesim-checks`` sets it)."""
+    _forced_checks[0] = bool(on)
+
+
+def checks_enabled(checks: bool | None) -> bool:
+    """Whether an op call runs checked: always under :func:`force_checks`; ``None`` follows the TILESIM_CHECKS
+    environment variable; otherwise ``checks``. An op API decides with this before it launches."""
+    if _forced_checks[0]:
+        return True
+    return os.environ.get("TILESIM_CHECKS", "") not in ("", "0") if checks is None else bool(checks)
 
 
 SERIAL_BELOW = 1 << 20  # GM bytes below which a launch runs its cores on one host thread
