@@ -32,7 +32,7 @@ from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_ou
 from tilesim.device import at, count_gm_scalar, gm_f32, gm_size, gm_tensor, gm_u16, make_core, slot
 from tilesim.errors import invalid
 from tilesim.intrinsics import u32_as_f32
-from tilesim.launch import AtomicTarget, finish, host_threads, prepare, run_cores, workspace
+from tilesim.launch import AtomicTarget, finish, host_threads, prepare, reruns_on_overflow, run_cores, workspace
 from tilesim.reduce import reduce_sum
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.vector import (
@@ -462,6 +462,7 @@ def device_tiling(t: GroupNormBackwardTiling) -> DeviceTiling:
     return DeviceTiling(*(getattr(t, f) for f in DeviceTiling._fields))
 
 
+@reruns_on_overflow
 def run(t: GroupNormBackwardTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, mean: np.ndarray,
         rstd: np.ndarray, gamma: np.ndarray, dx: np.ndarray, dgamma: np.ndarray, dbeta: np.ndarray, ws: np.ndarray,
         checks: bool) -> None:

@@ -23,7 +23,7 @@ from numba import njit
 from tilesim.cast import CAST_RINT, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
 from tilesim.device import at, count_gm_scalar, gm_f32, gm_tensor, gm_u16, make_core, slot
-from tilesim.launch import finish, host_threads, prepare, run_cores, workspace
+from tilesim.launch import finish, host_threads, prepare, reruns_on_overflow, run_cores, workspace
 from tilesim.normalization import layer_norm_grad as lng_api
 from tilesim.normalization import layer_norm_grad_beta as beta_api
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
@@ -181,6 +181,7 @@ def _device_params(t: LayerNormGradOpTiling) -> tuple[int, ...]:
             t.ub_rows)
 
 
+@reruns_on_overflow
 def run(t: LayerNormGradOpTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, variance: np.ndarray,
         mean: np.ndarray, gamma: np.ndarray, epsilon: float, pd_x: np.ndarray, pd_gamma: np.ndarray,
         pd_beta: np.ndarray, ws: np.ndarray, checks: bool) -> None:

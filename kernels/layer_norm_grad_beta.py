@@ -15,7 +15,7 @@ from tilesim.cast import elem_size
 from tilesim.datamove import data_copy, data_copy_out
 from tilesim.device import gm_tensor, make_core, slot
 from tilesim.errors import invalid
-from tilesim.launch import finish, prepare
+from tilesim.launch import finish, prepare, run_checked
 from tilesim.normalization import layer_norm_grad_beta as api
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan
@@ -124,9 +124,13 @@ def layer_norm_grad_beta(res_for_gamma: Any, dy: Any, *, soc: str | SocSpec = DE
     pd_beta = output(out, 1, "outputPdBeta", (h,), dtype)
     checks = checks_default(checks)
     pg, pb = np.empty_like(pd_gamma), np.empty_like(pd_beta)  # the caller's arrays are written only on success
-    launch = prepare("layer_norm_grad_beta", spec, t, plan, 1, checks, GM_NAMES)
-    _kernel(launch.arena, launch.plan_array, launch.counters, launch.err, checks, device_tiling(t),
-            to_gm(res_for_gamma), to_gm(dy), gm_out(pg), gm_out(pb), size, KIND[dtype], bool(is_reuse_source))
-    finish(launch)
+
+    def launch_once() -> None:
+        launch = prepare("layer_norm_grad_beta", spec, t, plan, 1, checks, GM_NAMES)
+        _kernel(launch.arena, launch.plan_array, launch.counters, launch.err, checks, device_tiling(t),
+                to_gm(res_for_gamma), to_gm(dy), gm_out(pg), gm_out(pb), size, KIND[dtype], bool(is_reuse_source))
+        finish(launch)
+
+    run_checked(launch_once)
     pd_gamma[...], pd_beta[...] = pg, pb
     return pd_gamma, pd_beta

@@ -30,7 +30,7 @@ from tilesim.cast import CAST_NONE, CAST_RINT, KIND_BF16, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
 from tilesim.device import at, gm_tensor, make_core, slot
 from tilesim.errors import tiling_error
-from tilesim.launch import finish, host_threads, prepare, run_cores, workspace, zeros
+from tilesim.launch import finish, host_threads, prepare, reruns_on_overflow, run_cores, workspace, zeros
 from tilesim.reduce import block_reduce_sum, whole_reduce_sum_to
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan
@@ -260,6 +260,7 @@ def ub_plan(t: NsaCompressGradTiling, soc: str | SocSpec = DEFAULT_SOC) -> UbPla
     return plan
 
 
+@reruns_on_overflow
 def run(t: NsaCompressGradTiling, spec: SocSpec, output_grad: np.ndarray, input: np.ndarray,  # noqa: A002
         weight: np.ndarray, act_seq_len: Any, input_grad: np.ndarray, weight_grad: np.ndarray, ws: np.ndarray,
         checks: bool) -> None:

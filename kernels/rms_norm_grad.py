@@ -21,7 +21,7 @@ from tilesim.cast import CAST_NONE, CAST_RINT, KIND_BF16, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
 from tilesim.device import at, gm_tensor, make_core, slot
 from tilesim.errors import tiling_error
-from tilesim.launch import AtomicTarget, finish, host_threads, prepare, run_cores, workspace
+from tilesim.launch import AtomicTarget, finish, host_threads, prepare, reruns_on_overflow, run_cores, workspace
 from tilesim.reduce import reduce_sum_half_interval, reduce_sum_multi_n
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.vector import (
@@ -309,6 +309,7 @@ def check_supported(t: RmsNormGradTiling) -> None:
                                             f"{t.chunk_size}) is not emulated by tilesim yet")
 
 
+@reruns_on_overflow
 def run(t: RmsNormGradTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, rstd: np.ndarray, gamma: np.ndarray,
         dx: np.ndarray, dgamma: np.ndarray, ws: np.ndarray, checks: bool) -> None:
     """Launch the kernel on arrays already validated: the device part of the op (``aclnnRmsNormGrad``)."""

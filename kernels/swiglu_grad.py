@@ -22,7 +22,7 @@ from numba import njit
 from tilesim.cast import CAST_NONE, CAST_RINT, elem_size
 from tilesim.datamove import data_copy_pad, data_copy_pad_out, data_copy_rows, data_copy_rows_out
 from tilesim.device import gm_tensor, make_core, slot
-from tilesim.launch import finish, host_threads, prepare, run_cores, workspace
+from tilesim.launch import finish, host_threads, prepare, reruns_on_overflow, run_cores, workspace
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.vector import add, adds, cast_from_f32, cast_to_f32, div, duplicate, exp, mul, muls
 from tiling.common import dtype_name, shape_of
@@ -164,6 +164,7 @@ def _cores(first, last, block_dim, arena, plan, cnt, err, checks, t, dy, x, out,
         _core(c, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode)
 
 
+@reruns_on_overflow
 def run(t: SwiGluGradTiling, spec: SocSpec, y_grad: np.ndarray, x: np.ndarray, out: np.ndarray, ws: np.ndarray | None,
         checks: bool) -> None:
     """Launch the kernel on arrays already validated: the device part of the op (``aclnnSwiGluGrad``). The 16 MiB

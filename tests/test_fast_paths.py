@@ -22,7 +22,7 @@ import tilesim
 from tilesim import vector
 from tilesim.cast import KIND_BF16, KIND_FP16, narrow, widen
 from tilesim.datamove import data_copy
-from tilesim.device import at, global_tensor, make_core
+from tilesim.device import at, err_width, global_tensor, make_core
 from tilesim.launch import SERIAL_BELOW, finish, host_threads, prepare, release_scratch, run_cores, workspace, zeros
 from tilesim.soc import get_soc
 from tilesim.ub import LocalTensor, UbPlan
@@ -35,13 +35,13 @@ A, B, C = 0, 8192, 16384  # byte addresses of three fp32 rows in the arena
 def _arena_core_args():
     arena = np.zeros((1, SOC.ub_size), np.uint8)
     plan = np.array([[0, SOC.ub_size, 1]], np.int64)
-    return arena, plan, np.zeros((1, 14), np.int64), np.zeros((1, 6), np.int64)
+    return arena, plan, np.zeros((1, 14), np.int64), np.zeros((1, err_width(False, SOC.ub_size)), np.int64)
 
 
 @njit(cache=True)
 def _binary(arena, plan, cnt, err, op, dst, a, b, n):
     core = make_core(0, 1, arena, plan, cnt, err, False)
-    d, x, y = LocalTensor(0, dst), LocalTensor(0, a), LocalTensor(0, b)
+    d, x, y = LocalTensor(0, dst, -1), LocalTensor(0, a, -1), LocalTensor(0, b, -1)
     if op == 0:
         vector.add(core, d, x, y, n)
     elif op == 1:
@@ -55,7 +55,7 @@ def _binary(arena, plan, cnt, err, op, dst, a, b, n):
 @njit(cache=True)
 def _unary(arena, plan, cnt, err, op, dst, a, n):
     core = make_core(0, 1, arena, plan, cnt, err, False)
-    d, x = LocalTensor(0, dst), LocalTensor(0, a)
+    d, x = LocalTensor(0, dst, -1), LocalTensor(0, a, -1)
     if op == 0:
         vector.muls(core, d, x, np.float32(-1.5), n)
     elif op == 1:
@@ -130,7 +130,7 @@ def _casts(arena, plan, cnt, err, kind, mode, n):
     """Narrow row A out of place into C and in place; widen C's b16 out of place into B and from the upper half
     of row A (the kernels' in-place widening)."""
     core = make_core(0, 1, arena, plan, cnt, err, False)
-    ta, tb, tc = LocalTensor(0, A), LocalTensor(0, B), LocalTensor(0, C)
+    ta, tb, tc = LocalTensor(0, A, -1), LocalTensor(0, B, -1), LocalTensor(0, C, -1)
     vector.cast_from_f32(core, tc, ta, n, kind, mode)
     vector.cast_from_f32(core, ta, ta, n, kind, mode)
     vector.cast_to_f32(core, tb, tc, n, kind)
@@ -227,8 +227,8 @@ def _device_fn(core, t, n):
 @njit(cache=True)
 def _two_call_sites(arena, plan, cnt, err, n):
     core = make_core(0, 1, arena, plan, cnt, err, False)
-    _device_fn(core, LocalTensor(0, 0), 64)  # a constant
-    _device_fn(core, LocalTensor(0, 0), n)  # a variable
+    _device_fn(core, LocalTensor(0, 0, -1), 64)  # a constant
+    _device_fn(core, LocalTensor(0, 0, -1), n)  # a variable
 
 
 def test_a_constant_argument_compiles_no_second_version():
@@ -242,7 +242,7 @@ def test_a_constant_argument_compiles_no_second_version():
 @njit(cache=True)
 def _read_past_the_end(arena, plan, cnt, err, src, n):
     core = make_core(0, 1, arena, plan, cnt, err, False)
-    data_copy(core, LocalTensor(0, 0), global_tensor(0, src), 0, n)
+    data_copy(core, LocalTensor(0, 0, -1), global_tensor(0, src), 0, n)
 
 
 def test_gm_out_of_bounds_is_reported_in_fast_mode():
@@ -251,8 +251,10 @@ def test_gm_out_of_bounds_is_reported_in_fast_mode():
     launch = prepare("oob", SOC, None, plan, 1, False, ["src"])
     src = np.ones(64, np.float32)
     _read_past_the_end(launch.arena, launch.plan_array, launch.counters, launch.err, src, 128)
-    with pytest.raises(tilesim.CheckError, match="GM access of 512 B at byte offset 0 of GM tensor src"):
+    with pytest.raises(tilesim.CheckError) as ei:
         finish(launch)
+    v = ei.value.violations[0]
+    assert (v.kind, v.memory, v.offset, v.nbytes) == ("GM out of bounds", 'GM tensor "src"', 0, 512)
 
 
 def test_cache_stamps_carry_the_machine_hash():

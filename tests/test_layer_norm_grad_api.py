@@ -391,7 +391,7 @@ BETA_GM = ["res_for_gamma", "dy", "pd_gamma_init", "pd_beta_init", "pd_gamma", "
 
 @njit(cache=True)
 def _lng_kernel(arena_, plan, cnt, err, checks, ids, t, n_stat, dy, x, var, mean, gamma, pdx, res, dy_after,
-                x_after, tmp_bytes, eps, kind, reuse):
+                x_after, tmp_bytes, eps, kind, reuse, after):
     """CopyIn dy, x, variance, mean, gamma (DataCopy); LayerNormGrad; CopyOut pd_x, resForGamma and what is
     left in the UB of dy and x."""
     core = make_core(0, 1, arena_, plan, cnt, err, checks)
@@ -409,13 +409,14 @@ def _lng_kernel(arena_, plan, cnt, err, checks, ids, t, n_stat, dy, x, var, mean
     layer_norm_grad(core, l_pdx, l_res, l_dy, l_x, l_var, l_mean, l_gamma, l_tmp, tmp_bytes, eps, t, kind, reuse)
     data_copy_out(core, GlobalTensor(5, pdx, isz), 0, l_pdx, n)
     data_copy_out(core, GlobalTensor(6, res, isz), 0, l_res, n)
-    data_copy_out(core, GlobalTensor(7, dy_after, isz), 0, l_dy, n)
-    data_copy_out(core, GlobalTensor(8, x_after, isz), 0, l_x, n)
+    if after:  # what the API left in its sources (after isReuseSource: its scratch, a read checked mode flags)
+        data_copy_out(core, GlobalTensor(7, dy_after, isz), 0, l_dy, n)
+        data_copy_out(core, GlobalTensor(8, x_after, isz), 0, l_x, n)
 
 
 @njit(cache=True)
 def _beta_kernel(arena_, plan, cnt, err, checks, ids, t, res, dy, pg_init, pb_init, pg, pb, res_after, dy_after,
-                 tmp_bytes, kind, reuse):
+                 tmp_bytes, kind, reuse, after):
     """CopyIn resForGamma, dy and the outputs' prior contents; LayerNormGradBeta; CopyOut pd_gamma, pd_beta and
     what is left in the UB of resForGamma and dy."""
     core = make_core(0, 1, arena_, plan, cnt, err, checks)
@@ -430,8 +431,9 @@ def _beta_kernel(arena_, plan, cnt, err, checks, ids, t, res, dy, pg_init, pb_in
     layer_norm_grad_beta(core, l_pg, l_pb, l_res, l_dy, l_tmp, tmp_bytes, t, kind, reuse)
     data_copy_out(core, GlobalTensor(4, pg, isz), 0, l_pg, h)
     data_copy_out(core, GlobalTensor(5, pb, isz), 0, l_pb, h)
-    data_copy_out(core, GlobalTensor(6, res_after, isz), 0, l_res, n)
-    data_copy_out(core, GlobalTensor(7, dy_after, isz), 0, l_dy, n)
+    if after:
+        data_copy_out(core, GlobalTensor(6, res_after, isz), 0, l_res, n)
+        data_copy_out(core, GlobalTensor(7, dy_after, isz), 0, l_dy, n)
 
 
 def _add_tmp(plan, tmp, tmp_bytes, buffer_bytes, need):
@@ -443,10 +445,13 @@ def _add_tmp(plan, tmp, tmp_bytes, buffer_bytes, need):
 
 
 def run_lng(dy, x, var, mean, gamma, *, oh=None, eps=1e-5, reuse=False, tmp="shared", tmp_bytes=None,
-            buffer_bytes=None, tiling=None, tmp_first=False, checks=True):
+            buffer_bytes=None, tiling=None, tmp_first=False, checks=True, after=None):
     """LayerNormGrad on one core: returns (pd_x, resForGamma, dy and x as left in UB, the tiling). The tiling is
     the helper's for the tmp size unless given; ``buffer_bytes`` makes the tmp buffer that size (and passes it as
-    the API's tmp size) whatever the tiling says; ``tmp_first`` places the tmp buffer before the others."""
+    the API's tmp size) whatever the tiling says; ``tmp_first`` places the tmp buffer before the others.
+    ``after``: copy dy and x back out of UB after the API (by default unless checked mode would flag reading
+    them: with isReuseSource they hold the API's scratch); otherwise their arrays come back unwritten."""
+    after = not (reuse and checks) if after is None else after
     half = dy.dtype == F16
     isz = 2 if half else 4
     b, s, h = dy.shape
@@ -475,14 +480,16 @@ def run_lng(dy, x, var, mean, gamma, *, oh=None, eps=1e-5, reuse=False, tmp="sha
     launch = prepare("layer_norm_grad_api", SOC, t, plan, 1, checks, LNG_GM)
     _lng_kernel(launch.arena, launch.plan_array, launch.counters, launch.err, checks, tuple(ids + [tmp_id]),
                 device_tiling(t), n_stat, to_gm(dy), to_gm(x), to_gm(varp), to_gm(meanp), to_gm(gamma),
-                *(gm_out(o) for o in outs), size, eps_t, KIND_FP16 if half else 0, reuse)
+                *(gm_out(o) for o in outs), size, eps_t, KIND_FP16 if half else 0, reuse, after)
     finish(launch)
     return (*outs, t)
 
 
 def run_beta(res, dy, *, oh=None, reuse=False, tmp="shared", tmp_bytes=None, buffer_bytes=None, tiling=None,
-             pg_init=None, pb_init=None, checks=True):
-    """LayerNormGradBeta on one core: returns (pd_gamma, pd_beta, resForGamma and dy as left in UB, tiling)."""
+             pg_init=None, pb_init=None, checks=True, after=None):
+    """LayerNormGradBeta on one core: returns (pd_gamma, pd_beta, resForGamma and dy as left in UB, tiling);
+    ``after`` as for :func:`run_lng` (fp32 isReuseSource makes resForGamma the scratch)."""
+    after = not (reuse and dy.dtype == F32 and checks) if after is None else after
     half = dy.dtype == F16
     isz = 2 if half else 4
     b, s, h = dy.shape
@@ -501,7 +508,7 @@ def run_beta(res, dy, *, oh=None, reuse=False, tmp="shared", tmp_bytes=None, buf
     launch = prepare("layer_norm_grad_beta_api", SOC, t, plan, 1, checks, BETA_GM)
     _beta_kernel(launch.arena, launch.plan_array, launch.counters, launch.err, checks, tuple(ids + [tmp_id]),
                  device_tiling(t), to_gm(res), to_gm(dy), to_gm(pg_init), to_gm(pb_init), gm_out(pg), gm_out(pb),
-                 gm_out(res_after), gm_out(dy_after), size, KIND_FP16 if half else 0, reuse)
+                 gm_out(res_after), gm_out(dy_after), size, KIND_FP16 if half else 0, reuse, after)
     finish(launch)
     return pg, pb, res_after, dy_after, t
 
@@ -650,8 +657,9 @@ def test_layer_norm_grad_framework_tmp_overflows_the_ub():
     assert SOC.ub_size - free + touched(t, 9) > SOC.ub_size
     with pytest.raises(CheckError) as ei:
         run_lng(*lng_inputs(8, shape, F16), tmp="framework")
-    assert f"UB access of 16384 B at offset {8 * 144 * 32 * 4} of UB buffer tmp leaves the LocalTensor (slot of " \
-           f"{free} B)" in str(ei.value)
+    v = ei.value.violations[0]
+    assert (v.kind, v.memory, v.offset, v.nbytes) == ("UB out of bounds", 'UB buffer "tmp"', 8 * 144 * 32 * 4, 16384)
+    assert f"(slot of {free} B)" in v.detail
 
 
 # the official tiling's chunk outgrowing its tmp buffer
@@ -667,7 +675,8 @@ def test_layer_norm_grad_chunk_overflow_is_reported():
         run_lng(*inputs, tmp_bytes=mn)
     e = ei.value
     assert e.status == RUNTIME
-    assert "UB access" in str(e) and "of UB buffer tmp leaves the LocalTensor" in str(e)
+    v = e.violations[0]
+    assert v.kind == "UB out of bounds" and v.memory == 'UB buffer "tmp"' and "leaves the LocalTensor" in str(e)
     assert f"(slot of {mn} B)" in e.reports[0]
     # the same call with one_chunk_tiling's packing is right
     o = one_chunk_tiling((*shape, 16), 2, False)
@@ -699,8 +708,9 @@ def test_layer_norm_grad_between_sizes_off_the_block_overflow_too():
     size = 6 * 44 * 32 * 4  # 44 rows -> 48
     t = get_layer_norm_grad_nd_tiling_info((*shape, 32), size, 4, False)
     assert t.noh_cal_size == 48 and not chunk_fits(t)
-    with pytest.raises(CheckError, match="tmp leaves the LocalTensor"):
+    with pytest.raises(CheckError) as ei:
         run_lng(*inputs, tmp_bytes=size)
+    assert ei.value.violations[0].kind == "UB out of bounds" and ei.value.violations[0].memory == 'UB buffer "tmp"'
 
 
 # originalH < H: pd_mean's sum over the stored H
@@ -748,8 +758,8 @@ def test_layer_norm_grad_reuse_clobbers_dy_and_x(tmp):
     shape = (4, 16, 32)
     inputs = lng_inputs(13, shape, F32, offset=1.0)
     dy, x, var, mean, gamma = inputs
-    pd_x, res, dy_after, x_after, t = run_lng(*inputs, reuse=True, tmp=tmp,
-                                              tmp_bytes=size_for(shape, F32, True, 40) if tmp == "shared" else None)
+    size = size_for(shape, F32, True, 40) if tmp == "shared" else None
+    pd_x, res, dy_after, x_after, t = run_lng(*inputs, reuse=True, tmp=tmp, tmp_bytes=size, checks=False)
     check_lng(inputs, pd_x, res)
     assert t.x1_tensor_pos == t.x2_tensor_pos == 0 and t.x3_tensor_pos == 3 * t.one_cal_size
     # x now holds x - mean (the fp32 Sub), dy the partial pd_var*(2/oH)*(x - mean) + pd_mean/oH
@@ -849,11 +859,28 @@ def test_layer_norm_grad_beta_kernel_against_float64(dtype, shape, which, tmp):
 
 
 @pytest.mark.parametrize("tmp", ["shared", "framework"])
+def test_checked_mode_reports_reading_a_reused_source(tmp):
+    """isReuseSource: the API computes in dy and x; a kernel reading them afterwards reads scratch."""
+    shape = (4, 16, 32)
+    inputs = lng_inputs(13, shape, F32, offset=1.0)
+    size = size_for(shape, F32, True, 40) if tmp == "shared" else None
+    with pytest.raises(CheckError) as ei:
+        run_lng(*inputs, reuse=True, tmp=tmp, tmp_bytes=size, after=True)
+    v = ei.value.violations[0]
+    assert (v.kind, v.memory, v.offset, v.nbytes) == ("read of a reused source", 'UB buffer "dy"', 0, 4 * 4 * 16 * 32)
+    assert "isReuseSource" in v.detail and ei.value.violations[1].memory == 'UB buffer "x"'
+    res, dy = beta_inputs(21, (2, 16, 64), F32)
+    with pytest.raises(CheckError) as ei:
+        run_beta(res, dy, reuse=True, tmp=tmp, tmp_bytes=4 * 64 * 3 if tmp == "shared" else None, after=True)
+    assert ei.value.violations[0].memory == 'UB buffer "res_for_gamma"'
+
+
+@pytest.mark.parametrize("tmp", ["shared", "framework"])
 def test_layer_norm_grad_beta_reuse_clobbers_res(tmp):
     shape = (2, 16, 64)
     res, dy = beta_inputs(21, shape, F32)
     size = 4 * 64 * 3 if tmp == "shared" else None  # 3 rows a chunk: loops and a tail
-    pg, pb, res_after, dy_after, t = run_beta(res, dy, reuse=True, tmp=tmp, tmp_bytes=size)
+    pg, pb, res_after, dy_after, t = run_beta(res, dy, reuse=True, tmp=tmp, tmp_bytes=size, checks=False)
     if tmp == "shared":
         assert (t.loop_round, t.bs_tail_size) == (10, 2)
     assert np.array_equal(res_after, res * dy)  # the fp32 product, in res's UB
@@ -877,7 +904,11 @@ def test_layer_norm_grad_beta_padding_quirk(dtype, size):
     res[..., oh:] = 0
     dy[..., oh:] = 0
     pg0, pb0 = np.full(32, 5.5, dtype), np.full(32, -2.25, dtype)
-    pg, pb, _, _, t = run_beta(res, dy, oh=oh, tmp_bytes=size, pg_init=pg0, pb_init=pb0)
+    # rows originalH apart put the API's vector operands off 32 B boundaries, an illegal instruction on the NPU
+    with pytest.raises(CheckError) as ei:
+        run_beta(res, dy, oh=oh, tmp_bytes=size, pg_init=pg0, pb_init=pb0)
+    assert ei.value.violations[0].kind == "misaligned vector operand"
+    pg, pb, _, _, t = run_beta(res, dy, oh=oh, tmp_bytes=size, pg_init=pg0, pb_init=pb0, checks=False)
     assert (t.original_h_length, t.bs_cur_length, t.loop_round, t.bs_tail_size) == (20, 3, 5, 1)
     rg, rb = beta_replay(res, dy, t, dtype == F16)
     assert np.array_equal(pg[:oh], rg) and np.array_equal(pb[:oh], rb)
@@ -990,14 +1021,15 @@ def test_short_shared_tmp_buffer_is_reported():
     short = size_for(shape, F32, False, "min")
     with pytest.raises(CheckError) as ei:
         run_lng(*inputs, tiling=t, buffer_bytes=short)
-    msg = str(ei.value)
+    v = ei.value.violations[0]
     assert ei.value.status == RUNTIME
-    assert f"sharedTmpBuffer UB buffer tmp at offset 0 holds {short} B, less than the {t.stack_buffer_size} B" in msg
+    assert (v.kind, v.memory, v.offset) == ("temporary buffer too small", 'UB buffer "tmp"', 0)
+    assert f"the sharedTmpBuffer holds {short} B, less than the {t.stack_buffer_size} B" in v.detail
     res, dy = beta_inputs(41, (2, 16, 64), F16)
     bt = get_layer_norm_grad_beta_nd_tiling_info((2, 16, 64, 64), 4096, 2, False)
     with pytest.raises(CheckError) as ei:
         run_beta(res, dy, tiling=bt, buffer_bytes=2048)
-    assert "sharedTmpBuffer UB buffer tmp at offset 0 holds 2048 B, less than the 4096 B" in str(ei.value)
+    assert "the sharedTmpBuffer holds 2048 B, less than the 4096 B" in str(ei.value)
     pg, pb, _, _, _ = run_beta(res, dy, tiling=bt, buffer_bytes=4096)  # the size it was made for
     g_g, g_b = beta_golden(res, dy)
     assert compare(pg, g_g, "float16").ok and compare(pb, g_b, "float16").ok

@@ -427,15 +427,13 @@ N_CORES_CHECKED = 4
 N_SRC_BYTES = N_CORES_CHECKED * SLOT_ELEMS * 4
 
 
-@pytest.mark.parametrize("what, text", [
-    (BAD_LEN, "core 2: DataCopy of 28 B into/from UB buffer xbuf at offset 256: not a whole number of 32 B blocks"),
-    (BAD_UB, "core 2: UB access of 256 B at offset 320 of UB buffer xbuf leaves the LocalTensor (slot of 256 B)"),
-    (BAD_GM_IN, f"core 2: GM access of 256 B at byte offset {N_SRC_BYTES - 128} of GM tensor src outside the "
-                f"tensor ({N_SRC_BYTES} B)"),
-    (BAD_GM_OUT, f"core 2: GM access of 256 B at byte offset {N_SRC_BYTES - 32} of GM tensor dst outside the "
-                 f"tensor ({N_SRC_BYTES} B)"),
+@pytest.mark.parametrize("what, kind, memory, offset, nbytes, phrase", [
+    (BAD_LEN, "misaligned DataCopy length", 'UB buffer "xbuf"', 256, 28, "not a whole number of 32 B blocks"),
+    (BAD_UB, "UB out of bounds", 'UB buffer "xbuf"', 320, 256, "leaves the LocalTensor (slot of 256 B)"),
+    (BAD_GM_IN, "GM out of bounds", 'GM tensor "src"', N_SRC_BYTES - 128, 256, f"the tensor ({N_SRC_BYTES} B)"),
+    (BAD_GM_OUT, "GM out of bounds", 'GM tensor "dst"', N_SRC_BYTES - 32, 256, f"the tensor ({N_SRC_BYTES} B)"),
 ], ids=["datacopy_len", "ub_oob", "gm_oob_in", "gm_oob_out"])
-def test_checked_mode_reports_core_buffer_and_offset(what, text):
+def test_checked_mode_reports_core_buffer_and_offset(what, kind, memory, offset, nbytes, phrase):
     kinds = [OK] * N_CORES_CHECKED
     kinds[2] = what
     _, _, launch = run_checked(kinds, True)
@@ -445,9 +443,12 @@ def test_checked_mode_reports_core_buffer_and_offset(what, text):
     e = ei.value
     assert isinstance(e, tilesim.AclnnError) and isinstance(e, ValueError)
     assert e.status == tilesim.ACLNN_ERR_RUNTIME_ERROR == 361001
-    assert len(e.reports) == 1
-    assert e.reports[0] == "checked: " + text
-    assert text in str(e)
+    v = e.violations[0]
+    assert (v.kind, v.kernel, v.core, v.phase, v.memory, v.offset, v.nbytes) == (kind, "checked", 2, 0, memory,
+                                                                                 offset, nbytes)
+    assert phrase in v.detail and str(v) in str(e) and e.reports[0] == str(v)
+    assert {x.core for x in e.violations} == {2} and e.total == len(e.violations)
+    assert v.mssanitizer().startswith(f"====== ERROR: {kind}")
     assert len(runs) == 1  # the report of the failed launch is still captured
 
 
@@ -455,10 +456,12 @@ def test_checked_mode_reports_every_core():
     _, _, launch = run_checked([BAD_UB, OK, BAD_LEN, BAD_GM_IN, BAD_GM_OUT], True)
     with pytest.raises(tilesim.CheckError) as ei:
         finish(launch)
-    reps = ei.value.reports
-    assert len(reps) == 4
-    assert [r.split(":")[1].strip() for r in reps] == ["core 0", "core 2", "core 3", "core 4"]
-    assert "(and 3 more)" in str(ei.value)
+    first = {}
+    for v in ei.value.violations:
+        first.setdefault(v.core, v.kind)
+    assert first == {0: "UB out of bounds", 2: "misaligned DataCopy length", 3: "GM out of bounds",
+                     4: "GM out of bounds"}
+    assert f"(and {ei.value.total - 1} more)" in str(ei.value) and ei.value.total >= 4
 
 
 # --- reduction order --------------------------------------------------------------------------------------------
@@ -716,25 +719,24 @@ ROWS_DST_BYTES = 2 * 3 * (8 + 16) * 4  # every 24
 # starts a gap past its end.
 
 
-@pytest.mark.parametrize("what, text", [
-    (ROWS_BAD_GAP, r"DataCopy of 32 B rows into/from UB buffer rbuf at offset 0: the GM gap between rows, 44 B, "
-                   r"is not a whole number of 32 B blocks"),
-    (ROWS_BAD_LEN, r"DataCopy of 28 B into/from UB buffer rbuf at offset 0: not a whole number of 32 B blocks"),
-    (ROWS_GM_LAST_IN, rf"GM access of 32 B at byte offset {ROWS_SRC_BYTES + 8 * 4} of GM tensor src outside "
-                      rf"the tensor \({ROWS_SRC_BYTES} B\)"),
-    (ROWS_GM_LAST_OUT, rf"GM access of 32 B at byte offset {ROWS_DST_BYTES + 16 * 4} of GM tensor dst "
-                       rf"outside the tensor \({ROWS_DST_BYTES} B\)"),
-    (ROWS_BAD_UB, r"UB access of 128 B at offset 0 of UB buffer rbuf leaves the LocalTensor \(slot of 96 B\)"),
-    (ROWS_UB_ALIGN, r"DataCopy at UB offset 16 of UB buffer rbuf: address not 32 B aligned"),
+@pytest.mark.parametrize("what, kind, memory, offset, nbytes, phrase", [
+    (ROWS_BAD_GAP, "misaligned DataCopy stride", 'UB buffer "rbuf"', 0, 32, "44 B apart in GM"),
+    (ROWS_BAD_LEN, "misaligned DataCopy length", 'UB buffer "rbuf"', 0, 28, "not a whole number of 32 B blocks"),
+    (ROWS_GM_LAST_IN, "GM out of bounds", 'GM tensor "src"', ROWS_SRC_BYTES + 8 * 4, 32,
+     f"the tensor ({ROWS_SRC_BYTES} B)"),
+    (ROWS_GM_LAST_OUT, "GM out of bounds", 'GM tensor "dst"', ROWS_DST_BYTES + 16 * 4, 32,
+     f"the tensor ({ROWS_DST_BYTES} B)"),
+    (ROWS_BAD_UB, "UB out of bounds", 'UB buffer "rbuf"', 0, 128, "(slot of 96 B)"),
+    (ROWS_UB_ALIGN, "misaligned DataCopy address", 'UB buffer "rbuf"', 16, 32, "not 32 B aligned"),
 ], ids=["gap", "row_len", "gm_last_row_in", "gm_last_row_out", "ub_oob", "ub_align"])
-def test_checked_data_copy_rows_reports(what, text):
+def test_checked_data_copy_rows_reports(what, kind, memory, offset, nbytes, phrase):
     # fp32 rows of 8 (32 B), src rows 16 apart (a gap of 32 B), dst rows 24 apart (64 B); core 1 misbehaves
     src, dst, _, _, launch = run_rows(np.float32, 3, 8, 8, 16, [ROWS_OK, what], True)
     with pytest.raises(tilesim.CheckError) as ei:
         finish(launch)
-    reps = ei.value.reports
-    assert len(reps) == 1, reps
-    assert re.fullmatch(r"rows: core 1: " + text + r"( \(\d+ more on this core\))?", reps[0]), reps[0]
+    v = ei.value.violations[0]
+    assert (v.kind, v.kernel, v.core, v.memory, v.offset, v.nbytes) == (kind, "rows", 1, memory, offset, nbytes), v
+    assert phrase in v.detail, v
     # the well-behaved core is unaffected: its three rows are out, 24 apart
     for r in range(3):
         assert np.array_equal(dst[r * 24:r * 24 + 8], src[r * 16:r * 16 + 8])

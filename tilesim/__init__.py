@@ -8,6 +8,7 @@ from . import (
     datamove,
     device,
     precision,
+    races,  # noqa: F401  (registers the race check of checked launches)
     reduce,
     specialise,  # noqa: F401  (before any kernel compiles)
     vector,

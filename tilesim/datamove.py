@@ -22,7 +22,11 @@ from .device import (
     gm_ok,
     gm_u16,
     report,
+    ub_in,
     ub_ok,
+    ub_out,
+    ub_rows_in,
+    ub_rows_out,
     ub_view,
 )
 from .intrinsics import copy_bytes
@@ -70,6 +74,15 @@ def _datacopy_ok(core, t, nbytes, gap):
 
 
 @njit(cache=True)
+def _ub_aligned(core, t, nbytes):
+    """DataCopyPad's UB address, like DataCopy's, starts a 32 B block (its GM side and lengths may be anything)."""
+    if core.checks and t.addr % BLOCK != 0:
+        report(core, ERR_UB_ALIGN, t.buf, t.addr - core.plan[t.buf, 0], nbytes, BLOCK)
+        return False
+    return True
+
+
+@njit(cache=True)
 def data_copy_rows(core, dst, src, src_off, rows, row_len, src_stride):
     """DataCopy GM to UB with DataCopyParams: ``rows`` blocks (blockCount) of ``row_len`` elements (blockLen),
     ``src_stride`` elements apart in GM (their starts; srcStride is the gap), packed back to back in UB
@@ -78,7 +91,7 @@ def data_copy_rows(core, dst, src, src_off, rows, row_len, src_stride):
     row_b = row_len * isz
     nbytes = rows * row_b
     if core.checks and not (_datacopy_ok(core, dst, row_b, (src_stride - row_len) * isz)
-                            and ub_ok(core, dst, nbytes)):
+                            and ub_out(core, dst, nbytes)):
         return
     if not (gm_ok(core, src, src_off, row_len) and gm_ok(core, src, src_off + (rows - 1) * src_stride, row_len)):
         return
@@ -96,7 +109,7 @@ def data_copy_rows_out(core, dst, dst_off, src, rows, row_len, dst_stride):
     row_b = row_len * isz
     nbytes = rows * row_b
     if core.checks and not (_datacopy_ok(core, src, row_b, (dst_stride - row_len) * isz)
-                            and ub_ok(core, src, nbytes)):
+                            and ub_in(core, src, nbytes)):
         return
     if not (gm_ok(core, dst, dst_off, row_len) and gm_ok(core, dst, dst_off + (rows - 1) * dst_stride, row_len)):
         return
@@ -129,10 +142,11 @@ def data_copy_pad(core, dst, src, src_off, rows, row_len, src_stride, pad_value,
     isz = src.isz
     row_bytes = row_len * isz
     pitch = (row_bytes + BLOCK - 1) // BLOCK * BLOCK + BLOCK * dst_gap
-    if not (ub_ok(core, dst, rows * pitch - BLOCK * dst_gap) and gm_ok(core, src, src_off, row_len)
+    filled = (pitch - BLOCK * dst_gap) // isz
+    if not (_ub_aligned(core, dst, rows * pitch) and ub_ok(core, dst, rows * pitch - BLOCK * dst_gap)
+            and ub_rows_out(core, dst, rows, filled * isz, pitch) and gm_ok(core, src, src_off, row_len)
             and gm_ok(core, src, src_off + (rows - 1) * src_stride, row_len)):
         return
-    filled = (pitch - BLOCK * dst_gap) // isz
     for r in range(rows):
         copy_bytes(core.base + dst.addr + r * pitch, _gm_addr(src, src_off + r * src_stride), row_bytes)
         if filled > row_len:
@@ -147,7 +161,8 @@ def data_copy_pad_out(core, dst, dst_off, src, rows, row_len, dst_stride):
     isz = dst.isz
     row_bytes = row_len * isz
     pitch = (row_bytes + BLOCK - 1) // BLOCK * BLOCK
-    if not (ub_ok(core, src, (rows - 1) * pitch + row_bytes) and gm_ok(core, dst, dst_off, row_len)
+    if not (_ub_aligned(core, src, rows * pitch) and ub_ok(core, src, (rows - 1) * pitch + row_bytes)
+            and ub_rows_in(core, src, rows, row_bytes, pitch) and gm_ok(core, dst, dst_off, row_len)
             and gm_ok(core, dst, dst_off + (rows - 1) * dst_stride, row_len)):
         return
     for r in range(rows):
@@ -177,7 +192,8 @@ def atomic_add_pad_out(core, acc, acc_off, src, row_len):
     order, so the result is the same whatever the host thread count. For a region only this core touches
     (its own workspace slice), pass the GM tensor itself.
     """
-    if not (ub_ok(core, src, row_len * 4) and gm_ok(core, acc, acc_off, row_len)):
+    if not (_ub_aligned(core, src, row_len * 4) and ub_in(core, src, row_len * 4)
+            and gm_ok(core, acc, acc_off, row_len)):
         return
     s = ub_view(core, src.addr, row_len, np.float32)
     d = gm_f32(acc)[acc_off:acc_off + row_len]  # indexed from 0, so that the loop vectorises

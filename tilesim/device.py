@@ -55,14 +55,33 @@ LOG_FIELDS = 11
 L_PIPE, L_CLASS, L_AMOUNT, L_BURSTS, L_WRITE, L_READ0, L_READ1, L_GM, L_GM_OFF, L_GM_ROW, L_GM_STRIDE = \
     range(LOG_FIELDS)
 
-# Checked-mode violations: err row = (kind, buffer or GM tag, offset, bytes, extra, count).
+# Violations. A core's err row: the number of violations it found, then the first MAX_REPORTS of them, ERR_FIELDS
+# each: kind, buffer or GM tag, byte offset, bytes, extra (kind-dependent), the index of the instruction (in the
+# core's log) it happened at, and the host phase (filled in by the launch). In checked mode the row goes on with
+# the queue-slot generations (GEN_COL: which tile each slot was last allocated to) and the UB shadow
+# (SHADOW_COL: one byte per UB byte: 0 never written, 1 written, 2 clobbered as an API's scratch).
 ERR_DATACOPY_LEN = 1
 ERR_UB_OOB = 2
 ERR_GM_OOB = 3
 ERR_UB_ALIGN = 4
 ERR_DATACOPY_GAP = 5
 ERR_API_TMP = 6  # a sharedTmpBuffer smaller than the API's tiling says
-N_ERR = 6
+ERR_VEC_ALIGN = 7  # a vector instruction's operand not 32 B aligned
+ERR_STALE = 8  # a LocalTensor used after its queue slot went to a later tile
+ERR_UNINIT = 9  # a read of UB never written
+ERR_CLOBBERED = 10  # a read of a source an API with isReuseSource used as scratch
+ERR_FIELDS = 7
+E_KIND, E_TAG, E_OFFSET, E_BYTES, E_EXTRA, E_INSTR, E_PHASE = range(ERR_FIELDS)
+MAX_REPORTS = 32
+MAX_BUFS, MAX_SLOTS = 64, 8  # queue-slot generations tracked
+GEN_COL = 1 + MAX_REPORTS * ERR_FIELDS
+SHADOW_COL = GEN_COL + MAX_BUFS * MAX_SLOTS
+UNWRITTEN, WRITTEN, CLOBBERED = 0, 1, 2
+
+
+def err_width(checks: bool, ub_size: int) -> int:
+    """Columns of a core's err row."""
+    return SHADOW_COL + (ub_size // 8 if checks else 0)
 
 
 @njit(cache=True)
@@ -91,15 +110,18 @@ def _borrow2(a):
 
 @njit(cache=True)
 def report(core, kind, tag, offset, nbytes, extra):
-    """Record a violation; the first one of a core is kept whole, the rest are counted."""
+    """Record a violation: the first MAX_REPORTS of a core whole, all of them counted."""
     e = core.err
-    if e[5] == 0:
-        e[0] = kind
-        e[1] = tag
-        e[2] = offset
-        e[3] = nbytes
-        e[4] = extra
-    e[5] += 1
+    k = e[0]
+    e[0] = k + 1
+    if k < MAX_REPORTS:
+        o = 1 + k * ERR_FIELDS
+        e[o + E_KIND] = kind
+        e[o + E_TAG] = tag
+        e[o + E_OFFSET] = offset
+        e[o + E_BYTES] = nbytes
+        e[o + E_EXTRA] = extra
+        e[o + E_INSTR] = core.cnt[LOG_COUNT] if core.cnt.size > LOG_COUNT else -1
 
 
 @njit(cache=True, inline="always")
@@ -129,7 +151,7 @@ def _log(core, pipe, cls, amount, bursts, w, r0, r1, gm, gm_off, gm_row, gm_stri
         c[o + L_GM_STRIDE] = gm_stride
 
 
-NO_TENSOR = LocalTensor(-1, 0)
+NO_TENSOR = LocalTensor(-1, 0, -1)
 
 
 @njit(cache=True)
@@ -190,22 +212,143 @@ def count_mte3(core, g, src, off, rows, row_len, stride, atomic):
 
 @njit(cache=True, inline="always")
 def slot(core, buf, k):
-    """LocalTensor of slot ``k`` of plan buffer ``buf`` (a queue's ping-pong slot is ``k % buffer_num``)."""
+    """LocalTensor of slot ``k`` of plan buffer ``buf`` (a queue's ping-pong slot is ``k % buffer_num``): the
+    AllocTensor / DeQue of tile ``k``. In checked mode the slot now belongs to tile ``k``, and a tensor of an
+    earlier tile of the same slot is stale."""
     p = core.plan
-    return LocalTensor(buf, p[buf, 0] + (k % p[buf, 2]) * p[buf, 1])
+    if core.checks:
+        _allocate(core, buf, k)
+    return LocalTensor(buf, p[buf, 0] + (k % p[buf, 2]) * p[buf, 1], k)
+
+
+@njit(cache=True)
+def _allocate(core, buf, k):
+    n = core.plan[buf, 2]
+    if buf < MAX_BUFS and n <= MAX_SLOTS:
+        core.err[GEN_COL + buf * MAX_SLOTS + k % n] = k
 
 
 @njit(cache=True, inline="always")
 def at(t, nbytes):
     """``tensor[k]`` of Ascend C, in bytes: the same buffer, ``nbytes`` further on."""
-    return LocalTensor(t.buf, t.addr + nbytes)
+    return LocalTensor(t.buf, t.addr + nbytes, t.gen)
 
 
 @njit(cache=True)
 def ub_ok(core, t, nbytes):
-    """In checked mode: the access ``[addr, addr + nbytes)`` lies inside one slot of the tensor's buffer. Small,
-    so that LLVM inlines it and fast mode pays one test, not a call, per operand of every instruction."""
+    """In checked mode: the access ``[addr, addr + nbytes)`` lies inside one slot of the tensor's buffer, and the
+    tensor is not stale. Small, so that LLVM inlines it and fast mode pays one test, not a call, per operand of
+    every instruction. :func:`ub_in` and :func:`ub_out` add the shadow's checks of reads and writes."""
     return (not core.checks) or _ub_check(core, t, nbytes)
+
+
+@njit(cache=True)
+def ub_in(core, t, nbytes):
+    """A read of ``[addr, addr + nbytes)``: :func:`ub_ok`, and in checked mode every byte written before."""
+    return (not core.checks) or (_ub_check(core, t, nbytes) and _read_check(core, t, nbytes))
+
+
+@njit(cache=True)
+def ub_out(core, t, nbytes):
+    """A write of ``[addr, addr + nbytes)``: :func:`ub_ok`, and in checked mode the bytes count as written."""
+    return (not core.checks) or (_ub_check(core, t, nbytes) and _written(core, t.addr, nbytes))
+
+
+@njit(cache=True)
+def ub_rows_in(core, t, rows, row_bytes, pitch):
+    """Reads of ``rows`` rows of ``row_bytes``, ``pitch`` bytes apart from ``t`` (the padding between rows is
+    not read); the caller has checked the whole span with :func:`ub_ok`."""
+    if core.checks:
+        for r in range(rows):
+            if not _read_check(core, at(t, r * pitch), row_bytes):
+                return False
+    return True
+
+
+@njit(cache=True)
+def ub_rows_out(core, t, rows, row_bytes, pitch):
+    """Writes of ``rows`` rows of ``row_bytes``, ``pitch`` bytes apart into ``t`` (the bytes between rows keep
+    their state); the caller has checked the whole span with :func:`ub_ok`."""
+    if core.checks:
+        if row_bytes == pitch:
+            return _written(core, t.addr, rows * pitch)
+        for r in range(rows):
+            _written(core, t.addr + r * pitch, row_bytes)
+    return True
+
+
+@njit(cache=True)
+def vec_ok(core, t, nbytes):
+    """A vector instruction's operand: :func:`ub_ok` at a 32 B-aligned address. Its bytes' shadow state flows to
+    the destination (:func:`flow1`, :func:`flow2`) rather than being checked: a kernel computing on padding
+    lanes whose results it never stores is fine, as under Valgrind; the shadow is checked where data is used
+    (copied out to GM, read as a scalar, reduced)."""
+    return (not core.checks) or (_align_check(core, t, nbytes) and _ub_check(core, t, nbytes))
+
+
+@njit(cache=True)
+def vec_in(core, t, nbytes):
+    """A vector operand whose values are used, not just carried (a reduction's source): :func:`vec_ok` and
+    every byte written."""
+    return (not core.checks) or (_align_check(core, t, nbytes) and _ub_check(core, t, nbytes)
+                                 and _read_check(core, t, nbytes))
+
+
+@njit(cache=True)
+def vec_out(core, t, nbytes):
+    """A vector destination filled regardless of the sources (Duplicate): :func:`vec_ok`, the bytes written."""
+    return (not core.checks) or (_align_check(core, t, nbytes) and _ub_check(core, t, nbytes)
+                                 and _written(core, t.addr, nbytes))
+
+
+@njit(cache=True)
+def _mix(a, b):
+    """Shadow state of a byte computed from bytes in states ``a`` and ``b``: written when both are, else the
+    CLOBBERED mark if either carries it, else UNWRITTEN."""
+    return (a & b & WRITTEN) | ((a | b) & CLOBBERED)
+
+
+@njit(cache=True)
+def flow1(core, dst, src, nbytes):
+    """Checked mode: ``dst``'s bytes take the state of ``src``'s (an elementwise instruction of one source; in
+    order, as the instruction reads element k before it writes it)."""
+    if core.checks:
+        sh = _shadow(core)
+        d, s = dst.addr, src.addr
+        for i in range(nbytes):
+            sh[d + i] = sh[s + i]
+
+
+@njit(cache=True)
+def flow2(core, dst, a, b, nbytes):
+    """Checked mode: ``dst``'s bytes take the combined state of ``a``'s and ``b``'s (a binary instruction)."""
+    if core.checks:
+        sh = _shadow(core)
+        d, x, y = dst.addr, a.addr, b.addr
+        for i in range(nbytes):
+            sh[d + i] = _mix(sh[x + i], sh[y + i])
+
+
+@njit(cache=True)
+def flow_lanes(core, dst, src, n, dst_size, src_size, src_step):
+    """Checked mode: lane ``i`` of ``dst`` (``dst_size`` bytes) takes the combined state of lane ``i * src_step``
+    of ``src`` (``src_size`` bytes): casts (step 1) and broadcasts (step 0 repeats one source lane)."""
+    if core.checks:
+        sh = _shadow(core)
+        for i in range(n):
+            o = src.addr + i * src_step * src_size
+            v = sh[o]
+            for j in range(1, src_size):
+                v = _mix(v, sh[o + j])
+            sh[dst.addr + i * dst_size:dst.addr + (i + 1) * dst_size] = v
+
+
+@njit(cache=True)
+def _align_check(core, t, nbytes):
+    if t.addr % 32 != 0:
+        report(core, ERR_VEC_ALIGN, t.buf, t.addr - core.plan[t.buf, 0], nbytes, t.addr % 32)
+        return False
+    return True
 
 
 @njit(cache=True)
@@ -217,7 +360,50 @@ def _ub_check(core, t, nbytes):
     if k < 0 or k >= p[t.buf, 2] or t.addr + nbytes > start + (k + 1) * size or nbytes < 0:
         report(core, ERR_UB_OOB, t.buf, t.addr - start, nbytes, size)
         return False
+    if t.gen >= 0 and t.buf < MAX_BUFS and p[t.buf, 2] <= MAX_SLOTS:
+        now = core.err[GEN_COL + t.buf * MAX_SLOTS + k]
+        if now != t.gen:
+            report(core, ERR_STALE, t.buf, t.addr - start, nbytes, t.gen * (1 << 32) + now)
+            return False
     return True
+
+
+@njit(cache=True, inline="always")
+def _shadow(core):
+    return carray(address_as_pointer(core.err.ctypes.data + SHADOW_COL * 8, np.uint8), core.ub.size)
+
+
+@njit(cache=True)
+def _written(core, addr, nbytes):
+    _shadow(core)[addr:addr + nbytes] = WRITTEN
+    return True
+
+
+@njit(cache=True)
+def clobber(core, t, nbytes):
+    """Checked mode: an API with isReuseSource has used ``[addr, addr + nbytes)`` of its source as scratch, so
+    the kernel must not read it again before writing it."""
+    if core.checks:
+        _shadow(core)[t.addr:t.addr + nbytes] = CLOBBERED
+
+
+@njit(cache=True)
+def _read_check(core, t, nbytes):
+    sh = _shadow(core)[t.addr:t.addr + nbytes]
+    acc = np.uint8(0xFF)
+    for i in range(sh.size):  # an AND reduction vectorises; the rare failure is looked at byte by byte below
+        acc &= sh[i]
+    if acc == WRITTEN or nbytes <= 0:
+        return True
+    for i in range(sh.size):
+        if sh[i] != WRITTEN:
+            kind = ERR_CLOBBERED if sh[i] == CLOBBERED else ERR_UNINIT
+            bad = 0
+            for j in range(i, sh.size):
+                bad += sh[j] != WRITTEN
+            report(core, kind, t.buf, t.addr - core.plan[t.buf, 0], nbytes, i * (1 << 32) + bad)
+            break
+    return False
 
 
 @njit(cache=True)

@@ -6,6 +6,8 @@ it will see from the real ``aclnn*GetWorkspaceSize``.
 
 from __future__ import annotations
 
+from typing import Any
+
 ACLNN_SUCCESS = 0
 ACLNN_ERR_PARAM_NULLPTR = 161001
 ACLNN_ERR_PARAM_INVALID = 161002
@@ -33,15 +35,20 @@ class UbOverflowError(AclnnError):
 
 
 class CheckError(AclnnError):
-    """A violation found by checked mode while a kernel ran (on the NPU: an exception at run time, 361001).
+    """Violations found by checked mode while a kernel ran (on the NPU: an exception at run time, 361001).
 
-    ``.reports`` holds every violation of the run, one line each; the message shows the first and a count.
+    ``.violations`` holds the run's findings (:class:`tilesim.violations.Violation`, up to a limit per core),
+    ``.reports`` their one-line messages, ``.total`` how many were found in all; the message shows the first and
+    counts the rest.
     """
 
-    def __init__(self, reports: list[str]) -> None:
-        more = f" (and {len(reports) - 1} more)" if len(reports) > 1 else ""
-        super().__init__(ACLNN_ERR_RUNTIME_ERROR, reports[0] + more)
-        self.reports = reports
+    def __init__(self, violations: list[Any], total: int | None = None) -> None:
+        total = len(violations) if total is None else total
+        more = f" (and {total - 1} more)" if total > 1 else ""
+        super().__init__(ACLNN_ERR_RUNTIME_ERROR, str(violations[0]) + more)
+        self.violations = violations
+        self.reports = [str(v) for v in violations]
+        self.total = total
 
 
 def null_error(param: str) -> AclnnError:

@@ -19,7 +19,7 @@ from numba.core import caching
 # Host-side modules no kernel inlines: editing them (the cost model, the explorer, the command line) leaves the
 # compiled kernels valid. A new module is hashed until it is listed here.
 HOST_ONLY = frozenset({"__main__.py", "cli.py", "cost.py", "cost_params.py", "explore.py", "opspec.py",
-                       "precision.py", "soc.py", "trace.py"})
+                       "precision.py", "pytest_plugin.py", "races.py", "soc.py", "trace.py", "violations.py"})
 
 
 def _sources_hash() -> str:

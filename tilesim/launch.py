@@ -7,6 +7,7 @@ A kernel module writes its per-core body and an ``@njit(nogil=True)`` loop over 
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -20,18 +21,13 @@ import numba
 import numpy as np
 from numba import njit
 
+from . import violations
 from .device import (
     COUNTER_NAMES,
-    ERR_API_TMP,
-    ERR_DATACOPY_GAP,
-    ERR_DATACOPY_LEN,
-    ERR_GM_OOB,
-    ERR_UB_ALIGN,
-    ERR_UB_OOB,
     LOG_COUNT,
     LOG_FIELDS,
     N_COUNTERS,
-    N_ERR,
+    err_width,
 )
 from .errors import CheckError
 from .soc import SocSpec
@@ -73,24 +69,29 @@ class Launch:
     t0: float = field(init=False)
     log_room: int = field(init=False)  # instructions per core the log holds; 0 when not recording
     phase_ends: list[np.ndarray] = field(init=False)  # per SyncAll phase: each core's log length at its end
+    err_ends: list[np.ndarray] = field(init=False)  # per SyncAll phase: each core's violations found by its end
 
     def __post_init__(self) -> None:
         self.arena = arena(self.soc, self.block_dim)
         self.plan_array = self.plan.as_array()
-        self.log_room = _log_room.get(self.op, LOG_ROOM) if _recording() else 0
+        # checked mode logs too: its race check reads the GM accesses, its reports name instructions
+        self.log_room = _log_room.get(self.op, LOG_ROOM) if (_recording() or self.checks) else 0
         width = N_COUNTERS + (1 + self.log_room * LOG_FIELDS if self.log_room else 0)
         self.counters = np.zeros((self.block_dim, width), np.int64)
-        self.err = np.zeros((self.block_dim, N_ERR), np.int64)
+        self.err = np.zeros((self.block_dim, err_width(self.checks, self.soc.ub_size)), np.int64)
         self.phase_ends = []
+        self.err_ends = []
         self.t0 = time.perf_counter()
         _local.launch = self
 
     def end_phase(self) -> None:
-        """SyncAll: note where each core's log stands (a phase in which no core issued anything is no phase)."""
-        if self.log_room:
-            ends = self.counters[:, LOG_COUNT].copy()
-            if not self.phase_ends or (ends != self.phase_ends[-1]).any():
+        """SyncAll: note where each core's log and violations stand (with a log, a phase in which no core
+        issued anything is no phase: a host helper's run_cores between phases)."""
+        ends = self.counters[:, LOG_COUNT].copy() if self.log_room else None
+        if ends is None or not self.phase_ends or (ends != self.phase_ends[-1]).any():
+            if ends is not None:
                 self.phase_ends.append(ends)
+            self.err_ends.append(self.err[:, 0].copy())
 
 
 LOG_ROOM = 4096  # instructions per core a recording launch first makes room for
@@ -239,49 +240,59 @@ def _merge_rows(shadow, target):
             target[k] += shadow[c, k]
 
 
-def _describe(kind: int, where: str, offset: int, nbytes: int, extra: int) -> str:
-    if kind == ERR_DATACOPY_LEN:
-        return f"DataCopy of {nbytes} B into/from {where} at offset {offset}: not a whole number of 32 B blocks"
-    if kind == ERR_DATACOPY_GAP:
-        return (f"DataCopy of {nbytes} B rows into/from {where} at offset {offset}: the GM gap between rows, "
-                f"{extra} B, is not a whole number of 32 B blocks")
-    if kind == ERR_API_TMP:
-        return (f"sharedTmpBuffer {where} at offset {offset} holds {nbytes} B, less than the {extra} B the API's "
-                f"tiling (stackBufferSize) uses")
-    if kind == ERR_UB_ALIGN:
-        return f"DataCopy at UB offset {offset} of {where}: address not 32 B aligned"
-    if kind == ERR_UB_OOB:
-        return (f"UB access of {nbytes} B at offset {offset} of {where} leaves the LocalTensor "
-                f"(slot of {extra} B)")
-    if kind == ERR_GM_OOB:
-        return f"GM access of {nbytes} B at byte offset {offset} of {where} outside the tensor ({extra} B)"
-    return f"violation {kind} at {where}"
+class LogOverflow(RuntimeError):
+    """A checked launch's log outgrew the room made for it: its race check could not see every access. The room
+    it needed is remembered; :func:`run_checked` runs the call again."""
+
+
+def run_checked(call: Callable[[], Any]) -> Any:
+    """``call()`` (an op's checked launch into scratch outputs), again when its log did not fit."""
+    for _ in range(3):
+        try:
+            return call()
+        except LogOverflow:
+            continue
+    raise RuntimeError("checked mode: the instruction log did not fit after 3 tries")
+
+
+def reruns_on_overflow(run: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a kernel's launcher (prepare, phases, finish: a whole launch that writes every output it
+    has) so that a checked launch whose log did not fit runs again with the room it needed."""
+    @functools.wraps(run)
+    def launcher(*args: Any, **kwargs: Any) -> Any:
+        return run_checked(lambda: run(*args, **kwargs))
+    return launcher
 
 
 def finish(launch: Launch, workspace_size: int = 0) -> RunReport:
-    """Turn the launch's records into a report (kept by :func:`capture`); raise CheckError on violations."""
+    """Turn the launch's records into a report (kept by :func:`capture`); raise CheckError on violations (the
+    cores' own and, in checked mode, races between cores), LogOverflow when a checked launch's log did not fit."""
     wall = time.perf_counter() - launch.t0
-    names = launch.plan.names()
-    reports = []
-    for c in np.flatnonzero(launch.err[:, 5]):
-        kind, tag, off, nb, extra, count = (int(v) for v in launch.err[c])
-        if count:
-            where = (f"UB buffer {names[tag]}" if kind in (ERR_UB_OOB, ERR_UB_ALIGN, ERR_DATACOPY_LEN, ERR_DATACOPY_GAP,
-                                                     ERR_API_TMP)
-                     else f"GM tensor {launch.gm_names[tag]}")
-            more = f" ({count - 1} more on this core)" if count > 1 else ""
-            reports.append(f"{launch.op}: core {c}: " + _describe(kind, where, off, nb, extra) + more)
     _local.launch = None
     rep = RunReport(op=launch.op, soc=launch.soc.name, tiling=launch.tiling, ub_plan=launch.plan,
                     block_dim=launch.block_dim, counters=launch.counters[:, :N_COUNTERS].copy(),
                     workspace_size=workspace_size, checks=launch.checks, wall_s=wall, gm_names=list(launch.gm_names))
     if launch.log_room:
         _attach_log(rep, launch)
+    found, total = violations.from_cores(
+        launch.op, launch.err, launch.plan.names(), {i for i, b in enumerate(launch.plan.buffers) if b.stack},
+        launch.gm_names, np.array(launch.err_ends or [launch.err[:, 0]], np.int64).reshape(-1, launch.block_dim))
+    if launch.checks:
+        if rep.log is None:
+            raise LogOverflow(f"{launch.op}: the checked launch's log needs {rep.log_needed} entries per core")
+        for hook in _race_checks:
+            more, n = hook(rep)
+            found += more
+            total += n
     for sink in _sinks():
         sink.append(rep)
-    if reports:
-        raise CheckError(reports)
+    if found:
+        raise CheckError(found, total)
     return rep
+
+
+# Checks of a whole checked launch, run by finish on its report: each returns (violations, how many in all).
+_race_checks: list[Callable[[RunReport], tuple[list[Any], int]]] = []
 
 
 def _attach_log(rep: RunReport, launch: Launch) -> None:

@@ -24,7 +24,7 @@ import numpy as np
 from numba import njit
 
 from .cast import CAST_NONE
-from .device import ERR_API_TMP, at, report
+from .device import ERR_API_TMP, at, clobber, report
 from .reduce import LANES, whole_reduce_sum_to
 from .vector import add, adds, broadcast_col, cast_from_f32, cast_to_f32, div, duplicate, mul, muls, sqrt, sub
 
@@ -125,6 +125,9 @@ def _lng_chunk(core, dy, x, var, mean, gamma, pd_x, res, st, t, cal, noh, eps, k
         x2 = x if reuse else at(st, 4 * t.x2_tensor_pos)
         _x1_x2(core, dy, x, mean, gamma, st, t, cal, noh, x1, x2)
         _lng_stats(core, var, res, pd_x, st, t, cal, noh, eps, x1, x2, back, back2)
+        if reuse:  # the caller's dy and x now hold the API's scratch
+            clobber(core, dy, 4 * cal)
+            clobber(core, x, 4 * cal)
         return
     h = t.h_length
     tmp, t1, t2 = at(st, 4 * t.tmp_tensor_pos), at(st, 4 * t.tmp_tensor1_pos), at(st, 4 * t.tmp_tensor2_pos)
@@ -218,8 +221,12 @@ def layer_norm_grad_beta(core, pd_gamma, pd_beta, res_for_gamma, dy, tmp, tmp_by
         rtmp = at(res_for_gamma, isz * off) if reuse_res else at(tmp, 4 * t.res_for_gamma_tmp_tensor_pos)
         _beta_chunk(core, at(res_for_gamma, isz * off), at(dy, isz * off), pd_gamma, pd_beta, rtmp, gtmp, btmp,
                     dytmp, t.bsh_cur_length, t.bs_cur_length, oh, kind, r == 0)
+        if reuse_res:
+            clobber(core, rtmp, 4 * t.bsh_cur_length)
     if t.input_tail_size > 0:
         off = t.input_tail_pos
         rtmp = at(res_for_gamma, isz * off) if reuse_res else at(tmp, 4 * t.res_for_gamma_tmp_tensor_pos)
         _beta_chunk(core, at(res_for_gamma, isz * off), at(dy, isz * off), pd_gamma, pd_beta, rtmp, gtmp, btmp,
                     dytmp, t.input_tail_size, t.bs_tail_size, oh, kind, t.loop_round == 0)
+        if reuse_res:
+            clobber(core, rtmp, 4 * t.input_tail_size)

@@ -11,8 +11,21 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .device import VEC_BINARY, VEC_DUP, VEC_REDUCE, count_vector, f32, ub_ok
-from .ub import LocalTensor
+from .device import (
+    VEC_BINARY,
+    VEC_DUP,
+    VEC_REDUCE,
+    at,
+    count_vector,
+    f32,
+    flow_lanes,
+    ub_ok,
+    ub_out,
+    ub_rows_in,
+    vec_in,
+    vec_ok,
+    vec_out,
+)
 
 LANES = 64  # fp32 lanes in one 256 B repeat
 
@@ -44,7 +57,7 @@ def _tree64(v, count):
 @njit(cache=True)
 def whole_reduce_sum(core, t, count):
     """vcadd over ``count`` <= 64 fp32 lanes of ``t``; returns the sum."""
-    if not ub_ok(core, t, 4 * count):
+    if not vec_in(core, t, 4 * count):
         return np.float32(0)
     count_vector(core, VEC_REDUCE, 4 * count, t, t, t)
     return _tree64(f32(core, t, count), count)
@@ -54,7 +67,7 @@ def whole_reduce_sum(core, t, count):
 def whole_reduce_sum_to(core, dst, src, count):
     """WholeReduceSum writing its result to UB: ``dst[0]`` = vcadd over ``count`` <= 64 lanes of ``src``."""
     v = whole_reduce_sum(core, src, count)
-    if ub_ok(core, dst, 4):
+    if ub_out(core, dst, 4):  # a reduction's result needs no 32 B alignment
         f32(core, dst, 1)[0] = v
 
 
@@ -62,8 +75,9 @@ def whole_reduce_sum_to(core, dst, src, count):
 def block_reduce_sum(core, dst, src, n_blocks):
     """BlockReduceSum: ``dst[b]`` = the sum of the 8 fp32 lanes of 32 B block ``b`` of ``src``, as an
     adjacent-pair tree (the order vcadd uses within a repeat)."""
-    if not (ub_ok(core, dst, 4 * n_blocks) and ub_ok(core, src, 32 * n_blocks)):
+    if not (vec_ok(core, src, 32 * n_blocks) and ub_ok(core, dst, 4 * n_blocks)):
         return
+    flow_lanes(core, dst, src, n_blocks, 4, 32, 1)  # a block's sum is as defined as its eight lanes
     d, s = f32(core, dst, n_blocks), f32(core, src, 8 * n_blocks)
     for b in range(n_blocks):
         o = 8 * b
@@ -87,7 +101,7 @@ def reduce_sum_half_interval(core, t, count):
     """
     if count <= LANES:
         return whole_reduce_sum(core, t, count)
-    if not ub_ok(core, t, 4 * count):
+    if not vec_in(core, t, 4 * count):
         return np.float32(0)
     v = f32(core, t, count)
     body = 1
@@ -108,8 +122,8 @@ def reduce_sum_half_interval(core, t, count):
 def reduce_sum_multi_n(core, dst, src, tmp, rows, cols, cols_align):
     """ReduceSumMultiN: ``dst[r] = sum(src[r, 0:cols])`` for rows of pitch ``cols_align``; ``tmp`` holds
     rows x 64 lane accumulators (chunks added in column order, the tail chunk on its first lanes only)."""
-    if not (ub_ok(core, dst, 4 * rows) and ub_ok(core, src, 4 * rows * cols_align)
-            and ub_ok(core, tmp, 4 * rows * LANES)):
+    if not (ub_ok(core, src, 4 * rows * cols_align) and ub_rows_in(core, src, rows, 4 * cols, 4 * cols_align)
+            and vec_out(core, tmp, 4 * rows * LANES) and ub_out(core, dst, 4 * rows)):
         return
     acc = f32(core, tmp, rows * LANES)
     s = f32(core, src, rows * cols_align)
@@ -128,7 +142,7 @@ def reduce_sum_multi_n(core, dst, src, tmp, rows, cols, cols_align):
                 acc[a + i] = acc[a + i] + s[b + i]
         count_vector(core, VEC_BINARY, 256 * rows, tmp, tmp, src)
     for r in range(rows):
-        d[r] = whole_reduce_sum(core, LocalTensor(tmp.buf, tmp.addr + 4 * r * LANES), LANES)
+        d[r] = whole_reduce_sum(core, at(tmp, 4 * r * LANES), LANES)
 
 
 @njit(cache=True)
@@ -137,7 +151,7 @@ def reduce_sum(core, dst, src, work, count):
     ``work``, then vcadd over those partials, level by level, until one value is left; it lands in ``dst[0]``
     and is returned. ``dst``, ``src`` and ``work`` may be one tensor (partial k only overwrites lanes an earlier
     repeat has consumed)."""
-    if not (ub_ok(core, src, 4 * count) and ub_ok(core, dst, 4)):
+    if not (vec_in(core, src, 4 * count) and ub_out(core, dst, 4)):
         return np.float32(0)
     if count <= LANES:
         s = whole_reduce_sum(core, src, count)
@@ -145,11 +159,11 @@ def reduce_sum(core, dst, src, work, count):
         level = src
         while count > 1:
             parts = (count + LANES - 1) // LANES
-            if not ub_ok(core, work, 4 * parts):
+            if not ub_out(core, work, 4 * parts):
                 return np.float32(0)
             w = f32(core, work, parts)
             for k in range(parts):
-                w[k] = whole_reduce_sum(core, LocalTensor(level.buf, level.addr + 4 * k * LANES),
+                w[k] = whole_reduce_sum(core, at(level, 4 * k * LANES),
                                         min(LANES, count - k * LANES))
             level = work
             count = parts

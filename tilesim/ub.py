@@ -10,7 +10,7 @@ an fp32 buffer, ReinterpretCast) are real aliasing.
 from __future__ import annotations
 
 from collections import namedtuple
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -18,7 +18,9 @@ from .errors import UbOverflowError
 
 BLOCK = 32
 
-LocalTensor = namedtuple("LocalTensor", ["buf", "addr"])
+# ``gen``: the tile the queue slot was allocated for (``slot(core, buf, k)`` gives gen k), so that checked mode can
+# tell a tensor used after its slot went to a later tile; -1 for a tensor not tracked.
+LocalTensor = namedtuple("LocalTensor", ["buf", "addr", "gen"], defaults=(-1,))
 
 
 def align_up(n: int, a: int) -> int:
@@ -31,6 +33,7 @@ class UbBuffer:
     offset: int
     nbytes: int  # one slot, rounded up to 32 B
     buffer_num: int
+    stack: bool = False  # the framework's temporaries (PopStackBuffer): all the UB the plan left free
 
     @property
     def total(self) -> int:
@@ -62,7 +65,9 @@ class UbPlan:
     def add_stack(self, name: str = "stack") -> int:
         """PopStackBuffer: a last buffer holding all the UB the plan leaves free (whole 32 B blocks), the
         temporaries the framework hands to an API called without a sharedTmpBuffer; returns its id."""
-        return self.add(name, max(self.capacity - self.used, 0) // BLOCK * BLOCK)
+        i = self.add(name, max(self.capacity - self.used, 0) // BLOCK * BLOCK)
+        self.buffers[i] = replace(self.buffers[i], stack=True)
+        return i
 
     def reset(self) -> UbPlan:
         """TPipe.Reset: the buffers added from now on are placed from offset 0 again, over the earlier ones

@@ -16,12 +16,19 @@ from .device import (
     VEC_DUP,
     VEC_SCALAR,
     VEC_UNARY,
+    at,
     count_scalar,
     count_vector,
     f32,
+    flow1,
+    flow2,
+    flow_lanes,
     u16,
     u32,
-    ub_ok,
+    ub_in,
+    ub_out,
+    vec_ok,
+    vec_out,
 )
 from .expf import exp_f32
 from .intrinsics import copy_bytes
@@ -34,8 +41,30 @@ def _disjoint(a, na, b, nb):
 
 
 @njit(cache=True, inline="always")
-def _ok3(core, a, b, c, n):
-    return ub_ok(core, a, 4 * n) and ub_ok(core, b, 4 * n) and ub_ok(core, c, 4 * n)
+def _ok3(core, dst, a, b, n):
+    """Operands of a binary fp32 instruction; the sources' shadow state flows to the destination."""
+    if not (vec_ok(core, a, 4 * n) and vec_ok(core, b, 4 * n) and vec_ok(core, dst, 4 * n)):
+        return False
+    flow2(core, dst, a, b, 4 * n)
+    return True
+
+
+@njit(cache=True, inline="always")
+def _ok1(core, dst, src, n):
+    """Operands of an elementwise fp32 instruction of one source."""
+    if not (vec_ok(core, src, 4 * n) and vec_ok(core, dst, 4 * n)):
+        return False
+    flow1(core, dst, src, 4 * n)
+    return True
+
+
+@njit(cache=True, inline="always")
+def _ok_lanes(core, dst, src, n_dst, n_src, dst_lane, src_lane, step):
+    """Operands of a cast or broadcast: ``n_dst // dst_lane`` lanes, each from source lane ``i * step``."""
+    if not (vec_ok(core, src, n_src) and vec_ok(core, dst, n_dst)):
+        return False
+    flow_lanes(core, dst, src, n_dst // dst_lane, dst_lane, src_lane, step)
+    return True
 
 
 # The elementwise instructions. A kernel often computes in place (dst is a source); two views of one address look
@@ -127,7 +156,7 @@ def div(core, dst, a, b, n):
 
 @njit(cache=True)
 def muls(core, dst, a, s, n):
-    if not (ub_ok(core, dst, 4 * n) and ub_ok(core, a, 4 * n)):
+    if not _ok1(core, dst, a, n):
         return
     d = f32(core, dst, n)
     v = np.float32(s)
@@ -143,7 +172,7 @@ def muls(core, dst, a, s, n):
 
 @njit(cache=True)
 def adds(core, dst, a, s, n):
-    if not (ub_ok(core, dst, 4 * n) and ub_ok(core, a, 4 * n)):
+    if not _ok1(core, dst, a, n):
         return
     d = f32(core, dst, n)
     v = np.float32(s)
@@ -166,7 +195,7 @@ def _exp(v):
 
 @njit(cache=True)
 def exp(core, dst, a, n):
-    if not (ub_ok(core, dst, 4 * n) and ub_ok(core, a, 4 * n)):
+    if not _ok1(core, dst, a, n):
         return
     d = f32(core, dst, n)
     if a.addr == dst.addr:
@@ -193,7 +222,7 @@ def exp_values(a):
 @njit(cache=True, error_model="numpy")
 def sqrt(core, dst, a, n):
     """IEEE square root: NaN below 0 (Numba's default error model would raise)."""
-    if not (ub_ok(core, dst, 4 * n) and ub_ok(core, a, 4 * n)):
+    if not _ok1(core, dst, a, n):
         return
     d = f32(core, dst, n)
     if a.addr == dst.addr:
@@ -209,7 +238,7 @@ def sqrt(core, dst, a, n):
 @njit(cache=True)
 def copy(core, dst, src, n):
     """Copy: UB to UB through the vector unit, ``n`` fp32 elements."""
-    if not (ub_ok(core, dst, 4 * n) and ub_ok(core, src, 4 * n)):
+    if not _ok1(core, dst, src, n):
         return
     if _disjoint(dst.addr, 4 * n, src.addr, 4 * n):
         copy_bytes(core.base + dst.addr, core.base + src.addr, 4 * n)
@@ -222,7 +251,7 @@ def copy(core, dst, src, n):
 
 @njit(cache=True)
 def duplicate(core, dst, value, n):
-    if not ub_ok(core, dst, 4 * n):
+    if not vec_out(core, dst, 4 * n):
         return
     f32(core, dst, n)[:] = np.float32(value)
     count_vector(core, VEC_DUP, 4 * n, dst, dst, dst)
@@ -231,8 +260,10 @@ def duplicate(core, dst, value, n):
 @njit(cache=True)
 def broadcast_col(core, dst, src, rows, cols):
     """BroadCast [rows, 1] to [rows, cols] (DIM_D): ``dst[r, :] = src[r]``."""
-    if not (ub_ok(core, dst, 4 * rows * cols) and ub_ok(core, src, 4 * rows)):
+    if not (vec_ok(core, src, 4 * rows) and vec_ok(core, dst, 4 * rows * cols)):
         return
+    for r in range(rows):
+        flow_lanes(core, at(dst, 4 * r * cols), at(src, 4 * r), cols, 4, 4, 0)
     d, s = f32(core, dst, rows * cols), f32(core, src, rows)
     for r in range(rows):
         d[r * cols:(r + 1) * cols] = s[r]
@@ -242,8 +273,10 @@ def broadcast_col(core, dst, src, rows, cols):
 @njit(cache=True)
 def broadcast_row(core, dst, src, rows, cols):
     """BroadCast [1, cols] to [rows, cols] (DIM_N): ``dst[r, :] = src``."""
-    if not (ub_ok(core, dst, 4 * rows * cols) and ub_ok(core, src, 4 * cols)):
+    if not (vec_ok(core, src, 4 * cols) and vec_ok(core, dst, 4 * rows * cols)):
         return
+    for r in range(rows):
+        flow1(core, at(dst, 4 * r * cols), src, 4 * cols)
     d, s = f32(core, dst, rows * cols), f32(core, src, cols)
     for r in range(rows):
         d[r * cols:(r + 1) * cols] = s
@@ -254,7 +287,7 @@ def broadcast_row(core, dst, src, rows, cols):
 def cast_to_f32(core, dst, src, n, kind):
     """Cast b16 (``kind``: fp16 or bf16 bits) to fp32, exactly. ``src`` may be the upper half of ``dst``'s
     buffer (the kernels' in-place widening): element k is read before any write can reach it."""
-    if not (ub_ok(core, dst, 4 * n) and ub_ok(core, src, 2 * n)):
+    if not _ok_lanes(core, dst, src, 4 * n, 2 * n, 4, 2, 1):
         return
     d, s = u32(core, dst, n), u16(core, src, n)
     widen_bits(s, d, n, kind)
@@ -264,7 +297,7 @@ def cast_to_f32(core, dst, src, n, kind):
 @njit(cache=True)
 def cast_from_f32(core, dst, src, n, kind, mode):
     """Cast fp32 to b16 bits with RoundMode ``mode``; ``dst`` may be ``src`` reinterpreted (in place)."""
-    if not (ub_ok(core, dst, 2 * n) and ub_ok(core, src, 4 * n)):
+    if not _ok_lanes(core, dst, src, 2 * n, 4 * n, 2, 4, 1):
         return
     d, s = u16(core, dst, n), u32(core, src, n)
     narrow_bits(s, d, n, kind, mode)
@@ -274,7 +307,7 @@ def cast_from_f32(core, dst, src, n, kind, mode):
 @njit(cache=True)
 def get_value(core, t, k):
     """LocalTensor.GetValue(k) on fp32: a scalar read of UB."""
-    if not ub_ok(core, t, 4 * (k + 1)):
+    if not ub_in(core, at(t, 4 * k), 4):
         return np.float32(0)
     count_scalar(core, t, False)
     return f32(core, t, k + 1)[k]
@@ -282,7 +315,7 @@ def get_value(core, t, k):
 
 @njit(cache=True)
 def set_value(core, t, k, v):
-    if not ub_ok(core, t, 4 * (k + 1)):
+    if not ub_out(core, at(t, 4 * k), 4):
         return
     count_scalar(core, t, True)
     f32(core, t, k + 1)[k] = np.float32(v)

@@ -1,0 +1,119 @@
+"""Checked mode's findings, as msSanitizer reports them: what went wrong, where, on which core, in which phase.
+
+The device side (``tilesim.device.report``) records each core's violations in its err row; the race detector
+(``tilesim.races``) finds conflicts between cores from the instruction logs. This module turns both into
+:class:`Violation` records and their messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .device import (
+    E_BYTES,
+    E_EXTRA,
+    E_INSTR,
+    E_KIND,
+    E_OFFSET,
+    E_TAG,
+    ERR_API_TMP,
+    ERR_CLOBBERED,
+    ERR_DATACOPY_GAP,
+    ERR_DATACOPY_LEN,
+    ERR_FIELDS,
+    ERR_GM_OOB,
+    ERR_STALE,
+    ERR_UB_ALIGN,
+    ERR_UB_OOB,
+    ERR_UNINIT,
+    ERR_VEC_ALIGN,
+    MAX_REPORTS,
+)
+
+KIND_NAMES = {ERR_DATACOPY_LEN: "misaligned DataCopy length", ERR_UB_OOB: "UB out of bounds",
+              ERR_GM_OOB: "GM out of bounds", ERR_UB_ALIGN: "misaligned DataCopy address",
+              ERR_DATACOPY_GAP: "misaligned DataCopy stride", ERR_API_TMP: "temporary buffer too small",
+              ERR_VEC_ALIGN: "misaligned vector operand", ERR_STALE: "use after free",
+              ERR_UNINIT: "uninitialised read", ERR_CLOBBERED: "read of a reused source"}
+_GM_KINDS = {ERR_GM_OOB}
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One finding: its kind, the kernel, core, SyncAll phase and instruction (index in the core's log, -1 when
+    not known), the buffer or tensor, the byte offset and size, and a sentence saying what the rule is."""
+
+    kind: str
+    kernel: str
+    core: int
+    phase: int
+    instruction: int
+    memory: str  # 'UB buffer "x"' or 'GM tensor "dy"'
+    offset: int
+    nbytes: int
+    detail: str
+
+    def __str__(self) -> str:
+        at = f", instruction {self.instruction}" if self.instruction >= 0 else ""
+        return (f"{self.kind}: {self.detail} [{self.kernel}, core {self.core}, phase {self.phase}{at}; "
+                f"{self.memory}, offset {self.offset}, {self.nbytes} B]")
+
+    def mssanitizer(self) -> str:
+        """The report laid out as msSanitizer prints one."""
+        at = f" (instruction {self.instruction} of the core)" if self.instruction >= 0 else ""
+        return "\n".join([f"====== ERROR: {self.kind}: {self.detail}",
+                          f"======    at offset {self.offset} of {self.memory}, {self.nbytes} B",
+                          f"======    in kernel {self.kernel}, block {self.core} (core {self.core}), "
+                          f"phase {self.phase}{at}"])
+
+
+def _detail(kind: int, nbytes: int, extra: int, stack: bool) -> str:
+    if kind == ERR_DATACOPY_LEN:
+        return f"DataCopy of {nbytes} B: not a whole number of 32 B blocks"
+    if kind == ERR_DATACOPY_GAP:
+        return f"DataCopy rows {extra} B apart in GM: the gap is not a whole number of 32 B blocks"
+    if kind == ERR_UB_ALIGN:
+        return "DataCopy's UB address is not 32 B aligned"
+    if kind == ERR_VEC_ALIGN:
+        return f"a vector instruction's operand is {extra} B past a 32 B boundary (it must be aligned)"
+    if kind == ERR_API_TMP:
+        if stack:
+            return (f"the framework's temporary needs {extra} B, more than the {nbytes} B of UB the plan leaves "
+                    f"free")
+        return f"the sharedTmpBuffer holds {nbytes} B, less than the {extra} B the API's tiling (stackBufferSize) uses"
+    if kind == ERR_UB_OOB:
+        return f"the access leaves the LocalTensor (slot of {extra} B)"
+    if kind == ERR_GM_OOB:
+        return f"the access leaves the tensor ({extra} B)"
+    if kind == ERR_STALE:
+        return (f"a LocalTensor of tile {extra >> 32} used after its queue slot was allocated to tile "
+                f"{extra & 0xFFFFFFFF} (FreeTensor, then AllocTensor or DeQue of a later tile)")
+    if kind in (ERR_UNINIT, ERR_CLOBBERED):
+        first, bad = extra >> 32, extra & 0xFFFFFFFF
+        what = ("UB never written" if kind == ERR_UNINIT
+                else "a source an API with isReuseSource used as scratch, not written since")
+        return f"read of {bad} B of {what}, the first {first} B into the access"
+    return f"violation {kind}"
+
+
+def from_cores(kernel: str, err: np.ndarray, buffers: list[str], stack: set[int], gm_names: list[str],
+               err_ends: np.ndarray) -> tuple[list[Violation], int]:
+    """The violations the cores recorded (each core's first MAX_REPORTS), and how many they found in all.
+    ``err_ends[p, c]``: how many core ``c`` had found by the end of phase ``p``."""
+    out = []
+    total = int(err[:, 0].sum())
+    for c in np.flatnonzero(err[:, 0]).tolist():
+        for k in range(min(int(err[c, 0]), MAX_REPORTS)):
+            rec = err[c, 1 + k * ERR_FIELDS:1 + (k + 1) * ERR_FIELDS]
+            kind, tag, instr = int(rec[E_KIND]), int(rec[E_TAG]), int(rec[E_INSTR])
+            if kind in _GM_KINDS:
+                memory = f'GM tensor "{gm_names[tag] if 0 <= tag < len(gm_names) else tag}"'
+            else:
+                memory = f'UB buffer "{buffers[tag] if 0 <= tag < len(buffers) else tag}"'
+            phase = int(np.searchsorted(err_ends[:, c], k, side="right")) if err_ends.size else 0
+            out.append(Violation(KIND_NAMES.get(kind, str(kind)), kernel, c, phase, instr, memory,
+                                 int(rec[E_OFFSET]), int(rec[E_BYTES]),
+                                 _detail(kind, int(rec[E_BYTES]), int(rec[E_EXTRA]), tag in stack)))
+    return out, total
