@@ -308,39 +308,101 @@ def _mix(a, b):
     return (a & b & WRITTEN) | ((a | b) & CLOBBERED)
 
 
+_LOW = np.uint64(0x0101010101010101)  # WRITTEN in every byte of a word
+_HIGH = np.uint64(0x0202020202020202)  # CLOBBERED in every byte
+
+
+@njit(cache=True, inline="always")
+def _words(core, addr, n):
+    """``n`` shadow words (8 bytes each) from UB byte ``addr`` (8-aligned)."""
+    return carray(address_as_pointer(core.err.ctypes.data + SHADOW_COL * 8 + addr, np.uint64), n)
+
+
 @njit(cache=True)
 def flow1(core, dst, src, nbytes):
     """Checked mode: ``dst``'s bytes take the state of ``src``'s (an elementwise instruction of one source; in
     order, as the instruction reads element k before it writes it)."""
-    if core.checks:
+    if core.checks and dst.addr != src.addr:
         sh = _shadow(core)
         d, s = dst.addr, src.addr
-        for i in range(nbytes):
-            sh[d + i] = sh[s + i]
+        if d + nbytes <= s or s + nbytes <= d:
+            sh[d:d + nbytes] = sh[s:s + nbytes]
+        else:
+            for i in range(nbytes):
+                sh[d + i] = sh[s + i]
 
 
 @njit(cache=True)
 def flow2(core, dst, a, b, nbytes):
-    """Checked mode: ``dst``'s bytes take the combined state of ``a``'s and ``b``'s (a binary instruction)."""
-    if core.checks:
-        sh = _shadow(core)
-        d, x, y = dst.addr, a.addr, b.addr
-        for i in range(nbytes):
-            sh[d + i] = _mix(sh[x + i], sh[y + i])
+    """Checked mode: ``dst``'s bytes take the combined state of ``a``'s and ``b``'s (a binary instruction).
+    Eight bytes at a time (the operands are 32 B aligned), one view per distinct operand so that the loop
+    vectorises, as the instructions' own loops do."""
+    if not core.checks:
+        return
+    w = nbytes // 8
+    if dst.addr % 8 == 0 and a.addr % 8 == 0 and b.addr % 8 == 0:
+        d = _words(core, dst.addr, w)
+        if a.addr == dst.addr and b.addr == dst.addr:
+            pass  # x op x: each byte keeps its state
+        elif a.addr == dst.addr or b.addr == dst.addr:
+            y = _words(core, b.addr if a.addr == dst.addr else a.addr, w)
+            for i in range(w):
+                p, q = d[i], y[i]
+                d[i] = (p & q & _LOW) | ((p | q) & _HIGH)
+        else:
+            x, y = _words(core, a.addr, w), _words(core, b.addr, w)
+            for i in range(w):
+                p, q = x[i], y[i]
+                d[i] = (p & q & _LOW) | ((p | q) & _HIGH)
+    else:
+        w = 0
+    sh = _shadow(core)
+    for i in range(8 * w, nbytes):
+        sh[dst.addr + i] = _mix(sh[a.addr + i], sh[b.addr + i])
+
+
+@njit(cache=True, inline="always")
+def _lane_state(sh, o, size):
+    v = sh[o]
+    for j in range(1, size):
+        v = _mix(v, sh[o + j])
+    return v
 
 
 @njit(cache=True)
 def flow_lanes(core, dst, src, n, dst_size, src_size, src_step):
     """Checked mode: lane ``i`` of ``dst`` (``dst_size`` bytes) takes the combined state of lane ``i * src_step``
-    of ``src`` (``src_size`` bytes): casts (step 1) and broadcasts (step 0 repeats one source lane)."""
-    if core.checks:
-        sh = _shadow(core)
+    of ``src`` (``src_size`` bytes): casts (step 1, in order: an in-place widening reads lane i before any
+    write reaches it) and broadcasts (step 0 repeats one source lane)."""
+    if not core.checks:
+        return
+    sh = _shadow(core)
+    if src_step == 0:
+        sh[dst.addr:dst.addr + n * dst_size] = _lane_state(sh, src.addr, src_size)
+        return
+    base = core.err.ctypes.data + SHADOW_COL * 8
+    if src_step == 1 and dst_size == 4 and src_size == 2 and dst.addr % 4 == 0 and src.addr % 2 == 0:
+        d32 = carray(address_as_pointer(base + dst.addr, np.uint32), n)  # b16 -> fp32: a lane's two bytes
+        s16 = carray(address_as_pointer(base + src.addr, np.uint16), n)
         for i in range(n):
-            o = src.addr + i * src_step * src_size
-            v = sh[o]
-            for j in range(1, src_size):
-                v = _mix(v, sh[o + j])
-            sh[dst.addr + i * dst_size:dst.addr + (i + 1) * dst_size] = v
+            w = np.uint32(s16[i])
+            p, q = w & np.uint32(0xFF), w >> np.uint32(8)
+            d32[i] = ((p & q & np.uint32(1)) | ((p | q) & np.uint32(2))) * np.uint32(0x01010101)
+        return
+    if src_step == 1 and dst_size == 2 and src_size == 4 and dst.addr % 2 == 0 and src.addr % 4 == 0:
+        d16 = carray(address_as_pointer(base + dst.addr, np.uint16), n)  # fp32 -> b16: a lane's four bytes
+        s32 = carray(address_as_pointer(base + src.addr, np.uint32), n)
+        for i in range(n):
+            u = s32[i]
+            a = u & (u >> np.uint32(8)) & (u >> np.uint32(16)) & (u >> np.uint32(24)) & np.uint32(1)
+            c = (u | (u >> np.uint32(8)) | (u >> np.uint32(16)) | (u >> np.uint32(24))) & np.uint32(2)
+            d16[i] = np.uint16((a | c) * np.uint32(0x0101))
+        return
+    for i in range(n):
+        v = _lane_state(sh, src.addr + i * src_step * src_size, src_size)
+        o = dst.addr + i * dst_size
+        for j in range(dst_size):
+            sh[o + j] = v
 
 
 @njit(cache=True)
@@ -357,7 +419,8 @@ def _ub_check(core, t, nbytes):
     start = p[t.buf, 0]
     size = p[t.buf, 1]
     k = (t.addr - start) // size if t.addr >= start else -1
-    if k < 0 or k >= p[t.buf, 2] or t.addr + nbytes > start + (k + 1) * size or nbytes < 0:
+    own = k if t.gen < 0 else t.gen % p[t.buf, 2]  # a queue tensor's own slot: its tile's
+    if k < 0 or k != own or t.addr + nbytes > start + (k + 1) * size or nbytes < 0:
         report(core, ERR_UB_OOB, t.buf, t.addr - start, nbytes, size)
         return False
     if t.gen >= 0 and t.buf < MAX_BUFS and p[t.buf, 2] <= MAX_SLOTS:
@@ -391,7 +454,14 @@ def clobber(core, t, nbytes):
 def _read_check(core, t, nbytes):
     sh = _shadow(core)[t.addr:t.addr + nbytes]
     acc = np.uint8(0xFF)
-    for i in range(sh.size):  # an AND reduction vectorises; the rare failure is looked at byte by byte below
+    w = nbytes // 8 if t.addr % 8 == 0 else 0
+    acc64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+    words = _words(core, t.addr, w)
+    for i in range(w):  # an AND reduction vectorises; the rare failure is looked at byte by byte below
+        acc64 &= words[i]
+    if w:
+        acc = np.uint8(WRITTEN) if acc64 == _LOW else np.uint8(0)
+    for i in range(8 * w, sh.size):
         acc &= sh[i]
     if acc == WRITTEN or nbytes <= 0:
         return True

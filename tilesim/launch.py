@@ -86,12 +86,14 @@ class Launch:
 
     def end_phase(self) -> None:
         """SyncAll: note where each core's log and violations stand (with a log, a phase in which no core
-        issued anything is no phase: a host helper's run_cores between phases)."""
+        issued or failed anything is no phase: a host helper's run_cores between phases)."""
         ends = self.counters[:, LOG_COUNT].copy() if self.log_room else None
-        if ends is None or not self.phase_ends or (ends != self.phase_ends[-1]).any():
+        errs = self.err[:, 0].copy()
+        if (ends is None or not self.phase_ends or (ends != self.phase_ends[-1]).any()
+                or (errs != self.err_ends[-1]).any()):  # a phase whose only instruction failed is a phase
             if ends is not None:
                 self.phase_ends.append(ends)
-            self.err_ends.append(self.err[:, 0].copy())
+            self.err_ends.append(errs)
 
 
 LOG_ROOM = 4096  # instructions per core a recording launch first makes room for
