@@ -28,7 +28,7 @@ from tilesim.cost import estimate
 from tilesim.datamove import data_copy, data_copy_out, data_copy_pad, data_copy_pad_out
 from tilesim.device import gm_tensor, make_core, slot
 from tilesim.errors import invalid, null_error, tiling_error
-from tilesim.launch import finish, host_threads, prepare, run_cores
+from tilesim.launch import finish, host_threads, prepare, reruns_on_overflow, run_cores
 from tilesim.opspec import Candidate, Inputs, OpSpec
 from tilesim.precision import compare
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
@@ -192,6 +192,7 @@ def _cores(first, last, block_dim, arena, plan, cnt, err, checks, t, x, y, z, al
         _core(c, block_dim, arena, plan, cnt, err, checks, t, x, y, z, alpha, kind, mode)
 
 
+@reruns_on_overflow
 def _launch(t: AddTailTiling, spec: SocSpec, x: np.ndarray, y: np.ndarray, z: np.ndarray, alpha: float,
             checks: bool) -> None:
     """The kernel launch: one phase (no SyncAll), block_dim cores; GM tensors travel as their bytes."""
@@ -222,7 +223,7 @@ def add_tail(x: np.ndarray, y: np.ndarray, *, alpha: float = ALPHA, soc: str | S
     z = np.empty(x.shape, x.dtype) if out is None else out
     if z.shape != x.shape or z.dtype != x.dtype or not (z.flags.c_contiguous and z.flags.writeable):
         raise invalid("out", f"must be a writeable C-contiguous {x.dtype} array of shape {list(x.shape)}")
-    if checks:  # a violation raises CheckError before the caller's array is touched
+    if tilesim.launch.checks_enabled(checks):  # a violation raises CheckError before the caller's array is touched
         tmp = np.empty_like(z)
         _launch(t, spec, x, y, tmp, alpha, True)
         z[...] = tmp
