@@ -99,16 +99,23 @@ _A2A3_MTE_SOURCES = {
 }
 
 
-def _a2a3(family: str, clock: float, clock_src: str, gm: float, gm_src: str, estimates: frozenset[str]):
-    """An A2/A3 family (DAV_2201): PyPTO's A2A3 models apply to both Ascend910B and Ascend910_93."""
+def _params(family: str, clock: float, gm: float, sync_all_us: float, sources: dict[str, str],
+            estimates: frozenset[str]) -> CostParams:
+    """A family's record: its clock, GM bandwidth and SyncAll cost; the A2/A3 per-core and per-instruction
+    figures (87 B/cycle per MTE at its own clock)."""
     mte = round(87 * clock, 1)
     return CostParams(
         family=family, clock_ghz=clock, gm_bandwidth_gbs=gm, mte2_core_gbs=mte, mte3_core_gbs=mte,
         mte2_latency_cycles=311.0, mte3_latency_cycles=157.0, mte_burst_cycles=1.0,
-        vec_startup_cycles=dict(_A2A3_STARTUP),
-        vec_repeat_cycles=dict(_A2A3_REPEAT), scalar_issue_cycles=1.0, get_value_cycles=6.0,
-        sync_all_us=1.0, launch_us=5.0,
-        sources={
+        vec_startup_cycles=dict(_A2A3_STARTUP), vec_repeat_cycles=dict(_A2A3_REPEAT), scalar_issue_cycles=1.0,
+        get_value_cycles=6.0, sync_all_us=sync_all_us, launch_us=5.0, sources=sources, estimates=estimates)
+
+
+def _a2a3(family: str, clock: float, clock_src: str, gm: float, gm_src: str, estimates: frozenset[str]):
+    """An A2/A3 family (DAV_2201): PyPTO's A2A3 models apply to both Ascend910B and Ascend910_93."""
+    return _params(
+        family, clock, gm, 1.0,
+        {
             "clock_ghz": clock_src,
             "gm_bandwidth_gbs": gm_src,
             "mte2_core_gbs": f"{_CA}model/pipe.h ddrRdBandWidth_=87 B/cycle (UB write 128 B/cycle), x clock. "
@@ -124,22 +131,17 @@ def _a2a3(family: str, clock: float, clock_src: str, gm: float, gm_src: str, est
             "launch_us": "estimate: no public figure for an aclnn kernel's device-side start and end; "
                          "msprof's Task Duration includes them",
         },
-        estimates=estimates,
+        estimates,
     )
 
 
 def _older(family: str, clock: float, clock_src: str, gm: float, gm_src: str, estimates: frozenset[str]):
     """A family PyPTO does not model (310P: DAV_2002; 910: DAV_1001): the A2/A3 per-instruction figures at its
     own clock. Every figure except the clock and the GM bandwidth is an estimate."""
-    mte = round(87 * clock, 1)
     reused = f"estimate: A2/A3 figure reused; nothing public for {family}. Its ini has vec_calc_size=128, as A2/A3"
-    return CostParams(
-        family=family, clock_ghz=clock, gm_bandwidth_gbs=gm, mte2_core_gbs=mte, mte3_core_gbs=mte,
-        mte2_latency_cycles=311.0, mte3_latency_cycles=157.0, mte_burst_cycles=1.0,
-        vec_startup_cycles=dict(_A2A3_STARTUP),
-        vec_repeat_cycles=dict(_A2A3_REPEAT), scalar_issue_cycles=1.0, get_value_cycles=6.0,
-        sync_all_us=3.0, launch_us=5.0,
-        sources={
+    return _params(
+        family, clock, gm, 3.0,
+        {
             "clock_ghz": clock_src,
             "gm_bandwidth_gbs": gm_src,
             "mte2_core_gbs": f"estimate: the A2/A3 single-core rate 87 B/cycle ({_CA}model/pipe.h) x clock",
@@ -151,7 +153,7 @@ def _older(family: str, clock: float, clock_src: str, gm: float, gm_src: str, es
                            "trips at a lower clock",
             "launch_us": "estimate: no public figure for a kernel's device-side start and end",
         },
-        estimates=estimates,
+        estimates,
     )
 
 
