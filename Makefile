@@ -23,9 +23,7 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed-test
 	$(BIN)/python -m ruff check tilesim tiling kernels tests bench examples
 	$(BIN)/python -m pytest -q
-	$(BIN)/python -m pytest -q --tilesim-checks tests/test_rms_norm_grad.py tests/test_group_norm_backward.py \
-		tests/test_swiglu_grad.py tests/test_layer_norm_grad.py tests/test_layer_norm_grad_api.py \
-		tests/test_nsa_compress_grad.py tests/test_example_kernel.py tests/test_sanitizer.py
+	$(BIN)/python -m pytest -q --tilesim-checks  # again, every launch checked: no false reports
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m pytest bench -q --benchmark-enable --benchmark-columns=median,mean,stddev,rounds

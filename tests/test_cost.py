@@ -183,7 +183,8 @@ def test_more_work_is_never_cheaper_and_two_buffers_never_slower(n, in_b, reps, 
     assert cycles(report([tiles(n, 2, in_b, reps, out_b)])) <= cycles(report([base])) + 1e-9
 
 
-def test_an_unrecorded_report_is_refused():
+def test_an_unrecorded_report_is_refused(monkeypatch):
+    monkeypatch.setattr(launch, "_forced_checks", [False])  # a checked launch always logs (pytest --tilesim-checks)
     dy = np.ones((8, 64), np.float32)
     with tilesim.capture() as runs:
         kernels.rms_norm_grad(dy, dy, np.ones(8, np.float32), np.ones(64, np.float32))
@@ -213,6 +214,7 @@ def test_the_log_holds_what_the_counters_count(rms_inputs):
 
 
 def test_a_log_that_outgrows_its_room_is_rerun_whole(rms_inputs, monkeypatch):
+    monkeypatch.setattr(launch, "_forced_checks", [False])  # a checked launch reruns itself when its log is full
     monkeypatch.setattr(launch, "LOG_ROOM", 8)
     monkeypatch.setattr(launch, "_log_room", {})
     with tilesim.capture(log=True) as runs:
