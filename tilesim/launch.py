@@ -276,9 +276,12 @@ def finish(launch: Launch, workspace_size: int = 0) -> RunReport:
                     workspace_size=workspace_size, checks=launch.checks, wall_s=wall, gm_names=list(launch.gm_names))
     if launch.log_room:
         _attach_log(rep, launch)
-    found, total = violations.from_cores(
-        launch.op, launch.err, launch.plan.names(), {i for i, b in enumerate(launch.plan.buffers) if b.stack},
-        launch.gm_names, np.array(launch.err_ends or [launch.err[:, 0]], np.int64).reshape(-1, launch.block_dim))
+    found: list[Any] = []
+    total = 0
+    if launch.err[:, 0].any():
+        found, total = violations.from_cores(
+            launch.op, launch.err, launch.plan.names(), {i for i, b in enumerate(launch.plan.buffers) if b.stack},
+            launch.gm_names, np.array(launch.err_ends or [launch.err[:, 0]], np.int64).reshape(-1, launch.block_dim))
     if launch.checks:
         if rep.log is None:
             raise LogOverflow(f"{launch.op}: the checked launch's log needs {rep.log_needed} entries per core")
