@@ -22,7 +22,7 @@ from numba import njit
 
 from tilesim.cast import CAST_RINT, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
-from tilesim.device import at, count_gm_scalar, gm_f32, gm_tensor, gm_u16, make_core, slot
+from tilesim.device import at, count_gm_scalar, gm_f32, gm_tensor, gm_u16, make_core, plan_of, slot
 from tilesim.launch import finish, host_threads, prepare, reruns_on_overflow, run_cores, workspace
 from tilesim.normalization import layer_norm_grad as lng_api
 from tilesim.normalization import layer_norm_grad_beta as beta_api
@@ -99,7 +99,7 @@ def _tile(core, t, lt, bt, r0, n, g_dy, g_x, g_var, g_mean, g_pdx, g_ws, gamma, 
     _copy_in(core, t, r0, n, g_dy, g_x, g_var, g_mean, kind)
     dy, x, pdx, res = slot(core, DY, 0), slot(core, X, 0), slot(core, PD_X, 0), slot(core, RES, 0)
     tmp = slot(core, TMP, 0)
-    lng_api(core, pdx, res, dy, x, slot(core, VAR, 0), slot(core, MEAN, 0), gamma, tmp, core.plan[TMP, 1], eps, lt,
+    lng_api(core, pdx, res, dy, x, slot(core, VAR, 0), slot(core, MEAN, 0), gamma, tmp, plan_of(core)[TMP, 1], eps, lt,
             0, reuse)
     if reuse:  # LayerNormGrad computed in dy: the Beta needs it again
         data_copy_pad(core, dy, g_dy, r0 * h, n, h, h, 0)

@@ -28,7 +28,7 @@ from kernels.layer_norm_grad_beta import tmp_region
 from tilesim import AclnnError, CheckError, get_soc
 from tilesim.cast import KIND_FP16, elem_size
 from tilesim.datamove import data_copy, data_copy_out
-from tilesim.device import GlobalTensor, make_core, slot
+from tilesim.device import gm_tensor, make_core, slot
 from tilesim.launch import finish, prepare
 from tilesim.normalization import layer_norm_grad, layer_norm_grad_beta
 from tilesim.precision import compare
@@ -401,17 +401,17 @@ def _lng_kernel(arena_, plan, cnt, err, checks, ids, t, n_stat, dy, x, var, mean
         slot(core, ids[3], 0)
     l_gamma, l_pdx, l_res, l_tmp = slot(core, ids[4], 0), slot(core, ids[5], 0), slot(core, ids[6], 0), \
         slot(core, ids[7], 0)
-    data_copy(core, l_dy, GlobalTensor(0, dy, isz), 0, n)
-    data_copy(core, l_x, GlobalTensor(1, x, isz), 0, n)
-    data_copy(core, l_var, GlobalTensor(2, var, isz), 0, n_stat)
-    data_copy(core, l_mean, GlobalTensor(3, mean, isz), 0, n_stat)
-    data_copy(core, l_gamma, GlobalTensor(4, gamma, isz), 0, t.h_length)
+    data_copy(core, l_dy, gm_tensor(0, dy, isz), 0, n)
+    data_copy(core, l_x, gm_tensor(1, x, isz), 0, n)
+    data_copy(core, l_var, gm_tensor(2, var, isz), 0, n_stat)
+    data_copy(core, l_mean, gm_tensor(3, mean, isz), 0, n_stat)
+    data_copy(core, l_gamma, gm_tensor(4, gamma, isz), 0, t.h_length)
     layer_norm_grad(core, l_pdx, l_res, l_dy, l_x, l_var, l_mean, l_gamma, l_tmp, tmp_bytes, eps, t, kind, reuse)
-    data_copy_out(core, GlobalTensor(5, pdx, isz), 0, l_pdx, n)
-    data_copy_out(core, GlobalTensor(6, res, isz), 0, l_res, n)
+    data_copy_out(core, gm_tensor(5, pdx, isz), 0, l_pdx, n)
+    data_copy_out(core, gm_tensor(6, res, isz), 0, l_res, n)
     if after:  # what the API left in its sources (after isReuseSource: its scratch, a read checked mode flags)
-        data_copy_out(core, GlobalTensor(7, dy_after, isz), 0, l_dy, n)
-        data_copy_out(core, GlobalTensor(8, x_after, isz), 0, l_x, n)
+        data_copy_out(core, gm_tensor(7, dy_after, isz), 0, l_dy, n)
+        data_copy_out(core, gm_tensor(8, x_after, isz), 0, l_x, n)
 
 
 @njit(cache=True)
@@ -424,16 +424,16 @@ def _beta_kernel(arena_, plan, cnt, err, checks, ids, t, res, dy, pg_init, pb_in
     n, h = t.bsh_length, t.h_length
     l_res, l_dy, l_pg, l_pb, l_tmp = slot(core, ids[0], 0), slot(core, ids[1], 0), slot(core, ids[2], 0), \
         slot(core, ids[3], 0), slot(core, ids[4], 0)
-    data_copy(core, l_res, GlobalTensor(0, res, isz), 0, n)
-    data_copy(core, l_dy, GlobalTensor(1, dy, isz), 0, n)
-    data_copy(core, l_pg, GlobalTensor(2, pg_init, isz), 0, h)
-    data_copy(core, l_pb, GlobalTensor(3, pb_init, isz), 0, h)
+    data_copy(core, l_res, gm_tensor(0, res, isz), 0, n)
+    data_copy(core, l_dy, gm_tensor(1, dy, isz), 0, n)
+    data_copy(core, l_pg, gm_tensor(2, pg_init, isz), 0, h)
+    data_copy(core, l_pb, gm_tensor(3, pb_init, isz), 0, h)
     layer_norm_grad_beta(core, l_pg, l_pb, l_res, l_dy, l_tmp, tmp_bytes, t, kind, reuse)
-    data_copy_out(core, GlobalTensor(4, pg, isz), 0, l_pg, h)
-    data_copy_out(core, GlobalTensor(5, pb, isz), 0, l_pb, h)
+    data_copy_out(core, gm_tensor(4, pg, isz), 0, l_pg, h)
+    data_copy_out(core, gm_tensor(5, pb, isz), 0, l_pb, h)
     if after:
-        data_copy_out(core, GlobalTensor(6, res_after, isz), 0, l_res, n)
-        data_copy_out(core, GlobalTensor(7, dy_after, isz), 0, l_dy, n)
+        data_copy_out(core, gm_tensor(6, res_after, isz), 0, l_res, n)
+        data_copy_out(core, gm_tensor(7, dy_after, isz), 0, l_dy, n)
 
 
 def _add_tmp(plan, tmp, tmp_bytes, buffer_bytes, need):

@@ -21,6 +21,7 @@ from .device import (
     gm_f32,
     gm_ok,
     gm_u16,
+    plan_of,
     report,
     ub_in,
     ub_ok,
@@ -36,7 +37,7 @@ from .ub import BLOCK
 @njit(cache=True)
 def _gm_addr(g, off):
     """The address of element ``off`` of a GM tensor."""
-    return g.data.ctypes.data + off * g.isz
+    return g.addr + off * g.isz
 
 
 @njit(cache=True)
@@ -62,13 +63,13 @@ def _datacopy_ok(core, t, nbytes, gap):
         return True
     ok = True
     if nbytes % BLOCK != 0:
-        report(core, ERR_DATACOPY_LEN, t.buf, t.addr - core.plan[t.buf, 0], nbytes, BLOCK)
+        report(core, ERR_DATACOPY_LEN, t.buf, t.addr - plan_of(core)[t.buf, 0], nbytes, BLOCK)
         ok = False
     if gap % BLOCK != 0:
-        report(core, ERR_DATACOPY_GAP, t.buf, t.addr - core.plan[t.buf, 0], nbytes, gap)
+        report(core, ERR_DATACOPY_GAP, t.buf, t.addr - plan_of(core)[t.buf, 0], nbytes, gap)
         ok = False
     if t.addr % BLOCK != 0:
-        report(core, ERR_UB_ALIGN, t.buf, t.addr - core.plan[t.buf, 0], nbytes, BLOCK)
+        report(core, ERR_UB_ALIGN, t.buf, t.addr - plan_of(core)[t.buf, 0], nbytes, BLOCK)
         ok = False
     return ok
 
@@ -77,7 +78,7 @@ def _datacopy_ok(core, t, nbytes, gap):
 def _ub_aligned(core, t, nbytes):
     """DataCopyPad's UB address, like DataCopy's, starts a 32 B block (its GM side and lengths may be anything)."""
     if core.checks and t.addr % BLOCK != 0:
-        report(core, ERR_UB_ALIGN, t.buf, t.addr - core.plan[t.buf, 0], nbytes, BLOCK)
+        report(core, ERR_UB_ALIGN, t.buf, t.addr - plan_of(core)[t.buf, 0], nbytes, BLOCK)
         return False
     return True
 

@@ -15,10 +15,16 @@ from numba import carray, njit
 from .intrinsics import address_as_pointer
 from .ub import LocalTensor
 
-Core = namedtuple("Core", ["idx", "block_num", "ub", "plan", "cnt", "err", "checks", "base"])
-# A GM tensor: its tag (for reports), its bytes (a flat uint8 view of the host array) and its element size. Bytes
-# rather than typed elements, so that one compiled kernel serves every dtype, as one binary does on the NPU.
-GlobalTensor = namedtuple("GlobalTensor", ["tag", "data", "isz"])
+# A core: its index, the block's core count, checked mode, and where its memory lies: the UB (``base``, ``ub_size``
+# bytes), the UB plan's rows (offset, slot bytes, slots), its counter row and its err row, as addresses and sizes.
+# Addresses, not arrays: every primitive takes the core, and Numba passes a namedtuple of arrays as some forty
+# scalars plus a reference count per array, which cost more than a small instruction's own work.
+Core = namedtuple("Core", ["idx", "block_num", "checks", "base", "ub_size", "plan_at", "plan_rows", "cnt_at",
+                           "cnt_size", "err_at", "err_size"])
+# A GM tensor: its tag (for reports), the address and size in bytes of the host array's memory, and its element
+# size. Bytes rather than typed elements, so that one compiled kernel serves every dtype, as one binary does on the
+# NPU. The host array must outlive the tensor (the launch keeps its arguments alive).
+GlobalTensor = namedtuple("GlobalTensor", ["tag", "addr", "nbytes", "isz"])
 
 # Counter columns.
 MTE2_BYTES = 0  # GM to UB, bytes read from GM
@@ -89,29 +95,35 @@ def make_core(idx, block_num, arena, plan, cnt, err, checks):
     """The context of core ``idx``. Its fields get one type whatever the caller passes (a prange index is
     unsigned, a range index signed), so every primitive compiles once, not once per launcher style."""
     i = np.int64(idx)
-    base = np.int64(arena.ctypes.data) + i * arena.shape[1]
-    return Core(i, np.int64(block_num), _borrow(base, arena.shape[1], np.uint8), _borrow2(plan),
-                _borrow(np.int64(cnt.ctypes.data) + i * cnt.shape[1] * 8, cnt.shape[1], np.int64),
-                _borrow(np.int64(err.ctypes.data) + i * err.shape[1] * 8, err.shape[1], np.int64), bool(checks), base)
+    ub_size, cnt_size, err_size = np.int64(arena.shape[1]), np.int64(cnt.shape[1]), np.int64(err.shape[1])
+    return Core(i, np.int64(block_num), bool(checks), np.int64(arena.ctypes.data) + i * ub_size, ub_size,
+                np.int64(plan.ctypes.data), np.int64(plan.shape[0]), np.int64(cnt.ctypes.data) + i * cnt_size * 8,
+                cnt_size, np.int64(err.ctypes.data) + i * err_size * 8, err_size)
 
 
-@njit(cache=True)
-def _borrow(addr, n, dtype):
-    """An array over memory the launch owns, without a reference count: every primitive reads the core's
-    arrays, and counting references to them (atomic increments on one shared counter, from every host thread)
-    took a third of a kernel's time."""
-    return carray(address_as_pointer(addr, dtype), n)
+@njit(cache=True, inline="always")
+def counters_of(core):
+    """The core's counter row (and its log, when recording), an array over memory the launch owns, without a
+    reference count (counting references from every host thread took a third of a kernel's time)."""
+    return carray(address_as_pointer(core.cnt_at, np.int64), core.cnt_size)
 
 
-@njit(cache=True)
-def _borrow2(a):
-    return carray(address_as_pointer(a.ctypes.data, np.int64), (a.shape[0], a.shape[1]))
+@njit(cache=True, inline="always")
+def errs_of(core):
+    """The core's err row (:func:`counters_of`'s kind of array)."""
+    return carray(address_as_pointer(core.err_at, np.int64), core.err_size)
+
+
+@njit(cache=True, inline="always")
+def plan_of(core):
+    """The UB plan's rows: offset, slot bytes and slots of each buffer."""
+    return carray(address_as_pointer(core.plan_at, np.int64), (core.plan_rows, 3))
 
 
 @njit(cache=True)
 def report(core, kind, tag, offset, nbytes, extra):
     """Record a violation: the first MAX_REPORTS of a core whole, all of them counted."""
-    e = core.err
+    e = errs_of(core)
     k = e[0]
     e[0] = k + 1
     if k < MAX_REPORTS:
@@ -121,7 +133,7 @@ def report(core, kind, tag, offset, nbytes, extra):
         e[o + E_OFFSET] = offset
         e[o + E_BYTES] = nbytes
         e[o + E_EXTRA] = extra
-        e[o + E_INSTR] = core.cnt[LOG_COUNT] if core.cnt.size > LOG_COUNT else -1
+        e[o + E_INSTR] = counters_of(core)[LOG_COUNT] if core.cnt_size > LOG_COUNT else -1
 
 
 @njit(cache=True, inline="always")
@@ -133,7 +145,7 @@ def _ref(t):
 
 @njit(cache=True)
 def _log(core, pipe, cls, amount, bursts, w, r0, r1, gm, gm_off, gm_row, gm_stride):
-    c = core.cnt
+    c = counters_of(core)
     k = c[LOG_COUNT]
     c[LOG_COUNT] = k + 1
     o = LOG_COUNT + 1 + k * LOG_FIELDS
@@ -159,16 +171,16 @@ def count_vector(core, cls, nbytes, dst, a, b):
     """A vector instruction of class ``cls`` over ``nbytes`` of UB: its 256 B repeats, written ``dst``, read
     ``a`` and ``b`` (pass ``dst`` again where it has fewer sources)."""
     n = repeats(nbytes)
-    core.cnt[cls] += n
-    if core.cnt.size > LOG_COUNT:
+    counters_of(core)[cls] += n
+    if core.cnt_size > LOG_COUNT:
         _log(core, PIPE_VECTOR, cls, n, 1, _ref(dst), _ref(a), _ref(b), -1, 0, 0, 0)
 
 
 @njit(cache=True)
 def count_scalar(core, t, write):
     """GetValue (``write`` False) or SetValue of one element of UB tensor ``t``."""
-    core.cnt[SCALAR_ACCESS] += 1
-    if core.cnt.size > LOG_COUNT:
+    counters_of(core)[SCALAR_ACCESS] += 1
+    if core.cnt_size > LOG_COUNT:
         r = _ref(t)
         _log(core, PIPE_SCALAR, SCALAR_ACCESS, 1, 1, r if write else -1, -1 if write else r, -1, -1, 0, 0, 0)
 
@@ -176,8 +188,8 @@ def count_scalar(core, t, write):
 @njit(cache=True)
 def count_gm_scalar(core, g, i):
     """GlobalTensor.GetValue(i): a scalar read of element ``i`` of GM tensor ``g``."""
-    core.cnt[SCALAR_ACCESS] += 1
-    if core.cnt.size > LOG_COUNT:
+    counters_of(core)[SCALAR_ACCESS] += 1
+    if core.cnt_size > LOG_COUNT:
         _log(core, PIPE_SCALAR, SCALAR_ACCESS, 1, 1, -1, -1, -1, g.tag, i * g.isz, g.isz, g.isz)
 
 
@@ -187,10 +199,10 @@ def count_mte2(core, dst, g, off, rows, row_len, stride, pad_bytes):
     ``off``, ``stride`` elements from one row's start to the next; ``pad_bytes`` of DataCopyPad's zero fill."""
     isz = g.isz
     nbytes = rows * row_len * isz
-    core.cnt[MTE2_BYTES] += nbytes
-    core.cnt[MTE2_PAD_BYTES] += pad_bytes
-    core.cnt[MTE2_XFERS] += 1
-    if core.cnt.size > LOG_COUNT:
+    counters_of(core)[MTE2_BYTES] += nbytes
+    counters_of(core)[MTE2_PAD_BYTES] += pad_bytes
+    counters_of(core)[MTE2_XFERS] += 1
+    if core.cnt_size > LOG_COUNT:
         _log(core, PIPE_MTE2, MTE2_BYTES, nbytes, rows, _ref(dst), -1, -1, g.tag, off * isz, row_len * isz,
              stride * isz)
 
@@ -201,11 +213,11 @@ def count_mte3(core, g, src, off, rows, row_len, stride, atomic):
     :func:`count_mte2`; ``atomic`` for SetAtomicAdd copies."""
     isz = g.isz
     nbytes = rows * row_len * isz
-    core.cnt[MTE3_BYTES] += nbytes
-    core.cnt[MTE3_XFERS] += 1
+    counters_of(core)[MTE3_BYTES] += nbytes
+    counters_of(core)[MTE3_XFERS] += 1
     if atomic:
-        core.cnt[ATOMIC_BYTES] += nbytes
-    if core.cnt.size > LOG_COUNT:
+        counters_of(core)[ATOMIC_BYTES] += nbytes
+    if core.cnt_size > LOG_COUNT:
         _log(core, PIPE_MTE3, ATOMIC_BYTES if atomic else MTE3_BYTES, nbytes, rows, -1, _ref(src), -1, g.tag,
              off * isz, row_len * isz, stride * isz)
 
@@ -215,7 +227,7 @@ def slot(core, buf, k):
     """LocalTensor of slot ``k`` of plan buffer ``buf`` (a queue's ping-pong slot is ``k % buffer_num``): the
     AllocTensor / DeQue of tile ``k``. In checked mode the slot now belongs to tile ``k``, and a tensor of an
     earlier tile of the same slot is stale."""
-    p = core.plan
+    p = plan_of(core)
     if core.checks:
         _allocate(core, buf, k)
     return LocalTensor(buf, p[buf, 0] + (k % p[buf, 2]) * p[buf, 1], k)
@@ -223,9 +235,9 @@ def slot(core, buf, k):
 
 @njit(cache=True)
 def _allocate(core, buf, k):
-    n = core.plan[buf, 2]
+    n = plan_of(core)[buf, 2]
     if buf < MAX_BUFS and n <= MAX_SLOTS:
-        core.err[GEN_COL + buf * MAX_SLOTS + k % n] = k
+        errs_of(core)[GEN_COL + buf * MAX_SLOTS + k % n] = k
 
 
 @njit(cache=True, inline="always")
@@ -315,7 +327,7 @@ _HIGH = np.uint64(0x0202020202020202)  # CLOBBERED in every byte
 @njit(cache=True, inline="always")
 def _words(core, addr, n):
     """``n`` shadow words (8 bytes each) from UB byte ``addr`` (8-aligned)."""
-    return carray(address_as_pointer(core.err.ctypes.data + SHADOW_COL * 8 + addr, np.uint64), n)
+    return carray(address_as_pointer(core.err_at + SHADOW_COL * 8 + addr, np.uint64), n)
 
 
 @njit(cache=True)
@@ -380,7 +392,7 @@ def flow_lanes(core, dst, src, n, dst_size, src_size, src_step):
     if src_step == 0:
         sh[dst.addr:dst.addr + n * dst_size] = _lane_state(sh, src.addr, src_size)
         return
-    base = core.err.ctypes.data + SHADOW_COL * 8
+    base = core.err_at + SHADOW_COL * 8
     if src_step == 1 and dst_size == 4 and src_size == 2 and dst.addr % 4 == 0 and src.addr % 2 == 0:
         d32 = carray(address_as_pointer(base + dst.addr, np.uint32), n)  # b16 -> fp32: a lane's two bytes
         s16 = carray(address_as_pointer(base + src.addr, np.uint16), n)
@@ -408,14 +420,14 @@ def flow_lanes(core, dst, src, n, dst_size, src_size, src_step):
 @njit(cache=True)
 def _align_check(core, t, nbytes):
     if t.addr % 32 != 0:
-        report(core, ERR_VEC_ALIGN, t.buf, t.addr - core.plan[t.buf, 0], nbytes, t.addr % 32)
+        report(core, ERR_VEC_ALIGN, t.buf, t.addr - plan_of(core)[t.buf, 0], nbytes, t.addr % 32)
         return False
     return True
 
 
 @njit(cache=True)
 def _ub_check(core, t, nbytes):
-    p = core.plan
+    p = plan_of(core)
     start = p[t.buf, 0]
     size = p[t.buf, 1]
     k = (t.addr - start) // size if t.addr >= start else -1
@@ -424,7 +436,7 @@ def _ub_check(core, t, nbytes):
         report(core, ERR_UB_OOB, t.buf, t.addr - start, nbytes, size)
         return False
     if t.gen >= 0 and t.buf < MAX_BUFS and p[t.buf, 2] <= MAX_SLOTS:
-        now = core.err[GEN_COL + t.buf * MAX_SLOTS + k]
+        now = errs_of(core)[GEN_COL + t.buf * MAX_SLOTS + k]
         if now != t.gen:
             report(core, ERR_STALE, t.buf, t.addr - start, nbytes, t.gen * (1 << 32) + now)
             return False
@@ -433,7 +445,7 @@ def _ub_check(core, t, nbytes):
 
 @njit(cache=True, inline="always")
 def _shadow(core):
-    return carray(address_as_pointer(core.err.ctypes.data + SHADOW_COL * 8, np.uint8), core.ub.size)
+    return carray(address_as_pointer(core.err_at + SHADOW_COL * 8, np.uint8), core.ub_size)
 
 
 @njit(cache=True)
@@ -471,7 +483,7 @@ def _read_check(core, t, nbytes):
             bad = 0
             for j in range(i, sh.size):
                 bad += sh[j] != WRITTEN
-            report(core, kind, t.buf, t.addr - core.plan[t.buf, 0], nbytes, i * (1 << 32) + bad)
+            report(core, kind, t.buf, t.addr - plan_of(core)[t.buf, 0], nbytes, i * (1 << 32) + bad)
             break
     return False
 
@@ -481,41 +493,41 @@ def gm_ok(core, g, off, n):
     """The GM access ``[off, off + n)`` lies inside the tensor. Checked in fast mode too (two comparisons per
     transfer): the data movers index host arrays without bounds checks, and a kernel's bad offset must become a
     report, not a read of the host process's memory."""
-    if off < 0 or n < 0 or (off + n) * g.isz > g.data.size:
-        report(core, ERR_GM_OOB, g.tag, off * g.isz, n * g.isz, g.data.size)
+    if off < 0 or n < 0 or (off + n) * g.isz > g.nbytes:
+        report(core, ERR_GM_OOB, g.tag, off * g.isz, n * g.isz, g.nbytes)
         return False
     return True
 
 
 @njit(cache=True)
 def gm_tensor(tag, data, isz):
-    """The :class:`GlobalTensor` a kernel builds from a launch argument (the tensor's bytes): the bytes are
-    borrowed without a reference count, like the core's own arrays (the launch keeps them alive)."""
-    return GlobalTensor(np.int64(tag), _borrow(np.int64(data.ctypes.data), data.size, np.uint8), np.int64(isz))
+    """The :class:`GlobalTensor` a kernel builds from a launch argument (the tensor's bytes)."""
+    return GlobalTensor(np.int64(tag), np.int64(data.ctypes.data), np.int64(data.size), np.int64(isz))
 
 
 @njit(cache=True)
 def global_tensor(tag, arr):
     """A :class:`GlobalTensor` over a flat, C-contiguous typed array (in device code; the op APIs pass bytes)."""
-    return GlobalTensor(np.int64(tag), arr.view(np.uint8), np.int64(arr.itemsize))
+    return GlobalTensor(np.int64(tag), np.int64(arr.ctypes.data), np.int64(arr.size * arr.itemsize),
+                        np.int64(arr.itemsize))
 
 
 @njit(cache=True)
 def gm_size(g):
     """Elements in a GM tensor."""
-    return g.data.size // g.isz
+    return g.nbytes // g.isz
 
 
 @njit(cache=True)
 def gm_f32(g):
     """A fp32 GM tensor's elements, as float32 (GlobalTensor.GetValue / SetValue of the host)."""
-    return carray(address_as_pointer(g.data.ctypes.data, np.float32), g.data.size // 4)
+    return carray(address_as_pointer(g.addr, np.float32), g.nbytes // 4)
 
 
 @njit(cache=True)
 def gm_u16(g):
     """A b16 GM tensor's elements, as their uint16 bits."""
-    return carray(address_as_pointer(g.data.ctypes.data, np.uint16), g.data.size // 2)
+    return carray(address_as_pointer(g.addr, np.uint16), g.nbytes // 2)
 
 
 @njit(cache=True, inline="always")

@@ -24,8 +24,8 @@ import numpy as np
 from numba import njit
 
 from .cast import CAST_NONE
-from .device import ERR_API_TMP, at, clobber, report
-from .reduce import LANES, whole_reduce_sum_to
+from .device import ERR_API_TMP, at, clobber, plan_of, report
+from .reduce import LANES, reduce_level
 from .vector import add, adds, broadcast_col, cast_from_f32, cast_to_f32, div, duplicate, mul, muls, sqrt, sub
 
 
@@ -34,25 +34,22 @@ def _tmp_ok(core, tmp, tmp_bytes, need):
     """ASCENDC_ASSERT(sharedTmpBuffer.GetSize() >= tiling.stackBufferSize): checked mode reports a short buffer
     and skips the API; fast mode runs it regardless, as a release build does."""
     if tmp_bytes < need and core.checks:
-        report(core, ERR_API_TMP, tmp.buf, tmp.addr - core.plan[tmp.buf, 0], tmp_bytes, need)
+        report(core, ERR_API_TMP, tmp.buf, tmp.addr - plan_of(core)[tmp.buf, 0], tmp_bytes, need)
         return False
     return True
 
 
 @njit(cache=True)
 def _row_sums(core, dst, src, cal, h):
-    """ReduceSumImpl: per row of ``h`` elements, WholeReduceSum over 64-lane repeats, then over those partials
-    (written into the row's span of ``dst``), level by level; row i's sum lands in ``dst[i]``."""
+    """ReduceSumImpl: per row of ``h`` elements, WholeReduceSum over its 64-lane repeats (255 a instruction, the
+    tail lanes one more), then over those partials (written into the row's span of ``dst``), level by level;
+    row i's sum lands in ``dst[i]``."""
     for i in range(cal // h):
         total = h
-        level = at(src, 4 * i * h)
+        level, row = at(src, 4 * i * h), at(dst, 4 * i * h)
         while total > 1:
-            parts = (total + LANES - 1) // LANES
-            for k in range(parts):
-                out = at(dst, 4 * i) if parts == 1 else at(dst, 4 * (i * h + k))
-                whole_reduce_sum_to(core, out, at(level, 4 * k * LANES), min(LANES, total - k * LANES))
-            level = at(dst, 4 * i * h)
-            total = parts
+            total = reduce_level(core, at(dst, 4 * i) if total <= LANES else row, level, total)
+            level = row
 
 
 @njit(cache=True)

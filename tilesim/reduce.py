@@ -28,6 +28,7 @@ from .device import (
 )
 
 LANES = 64  # fp32 lanes in one 256 B repeat
+MAX_REPEAT = 255  # repeatTimes one vector instruction takes
 
 
 @njit(cache=True)
@@ -46,9 +47,10 @@ def _tree8(v, o, count):
 
 
 @njit(cache=True)
-def _tree64(v, count):
-    """Adjacent-pair tree over ``v[0:count]`` (count <= 64), the other lanes 0: the tree of the eight 8-lane
+def _tree64(v, o, count):
+    """Adjacent-pair tree over ``v[o:o + count]`` (count <= 64), the other lanes 0: the tree of the eight 8-lane
     trees, which is the same sum in the same order, in registers (no scratch array per call)."""
+    v = v[o:]
     p0, p1, p2, p3 = _tree8(v, 0, count), _tree8(v, 8, count), _tree8(v, 16, count), _tree8(v, 24, count)
     p4, p5, p6, p7 = _tree8(v, 32, count), _tree8(v, 40, count), _tree8(v, 48, count), _tree8(v, 56, count)
     return ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
@@ -60,15 +62,66 @@ def whole_reduce_sum(core, t, count):
     if not vec_in(core, t, 4 * count):
         return np.float32(0)
     count_vector(core, VEC_REDUCE, 4 * count, t, t, t)
-    return _tree64(f32(core, t, count), count)
+    return _tree64(f32(core, t, count), 0, count)
+
+
+@njit(cache=True)
+def _pairs(dst, src, n):
+    """``dst[k] = src[2k] + src[2k + 1]`` for k < n: one level of adjacent-pair sums (a loop LLVM vectorises)."""
+    for k in range(n):
+        dst[k] = src[2 * k] + src[2 * k + 1]
+
+
+@njit(cache=True)
+def _trees_full(s, d, repeat):
+    """``d[r]`` = the adjacent-pair tree of the 64 lanes of repeat ``r`` of ``s``, for every r at once: six
+    levels of pairwise sums over the whole span (a pair never straddles two repeats), the same sums in the same
+    order as :func:`_tree64`, level by level rather than repeat by repeat."""
+    a = np.empty(32 * repeat, np.float32)
+    b = np.empty(16 * repeat, np.float32)
+    _pairs(a, s, 32 * repeat)
+    _pairs(b, a, 16 * repeat)
+    _pairs(a, b, 8 * repeat)
+    _pairs(b, a, 4 * repeat)
+    _pairs(a, b, 2 * repeat)
+    _pairs(d, a, repeat)
+
+
+@njit(cache=True)
+def whole_reduce_sums(core, dst, src, count, repeat):
+    """One WholeReduceSum of ``repeat`` (<= 255) repeats, source repeats 256 B apart, results 4 B apart:
+    ``dst[r]`` = vcadd over the first ``count`` <= 64 lanes of repeat ``r`` of ``src``. ``dst`` may lie in
+    ``src`` at or before the repeat it takes (result r is written after repeat r is read, as the pipe does)."""
+    span = 256 * (repeat - 1) + 4 * count
+    if not (vec_ok(core, src, span) and ub_rows_in(core, src, repeat, 4 * count, 256)
+            and ub_out(core, dst, 4 * repeat)):  # a reduction's result needs no 32 B alignment
+        return
+    s, d = f32(core, src, span // 4), f32(core, dst, repeat)
+    if count == LANES and repeat > 1:
+        _trees_full(s, d, repeat)
+    else:
+        for r in range(repeat):
+            d[r] = _tree64(s, r * LANES, count)
+    count_vector(core, VEC_REDUCE, 256 * repeat, dst, src, src)
 
 
 @njit(cache=True)
 def whole_reduce_sum_to(core, dst, src, count):
     """WholeReduceSum writing its result to UB: ``dst[0]`` = vcadd over ``count`` <= 64 lanes of ``src``."""
-    v = whole_reduce_sum(core, src, count)
-    if ub_out(core, dst, 4):  # a reduction's result needs no 32 B alignment
-        f32(core, dst, 1)[0] = v
+    whole_reduce_sums(core, dst, src, count, 1)
+
+
+@njit(cache=True)
+def reduce_level(core, dst, src, count):
+    """One level of a repeat-wise sum: ``dst[k]`` = vcadd over 64-lane repeat ``k`` of ``src[0:count]``, the
+    last repeat over the ``count % 64`` lanes left, as WholeReduceSum instructions of at most 255 repeats and
+    one for the tail (LayerNormGrad's ReduceSumImpl, ReduceSum's first steps); returns the partials' count."""
+    full, tail = count // LANES, count % LANES
+    for j in range(0, full, MAX_REPEAT):
+        whole_reduce_sums(core, at(dst, 4 * j), at(src, 256 * j), LANES, min(MAX_REPEAT, full - j))
+    if tail:
+        whole_reduce_sums(core, at(dst, 4 * full), at(src, 256 * full), tail, 1)
+    return full + (tail > 0)
 
 
 @njit(cache=True)
@@ -127,7 +180,6 @@ def reduce_sum_multi_n(core, dst, src, tmp, rows, cols, cols_align):
         return
     acc = f32(core, tmp, rows * LANES)
     s = f32(core, src, rows * cols_align)
-    d = f32(core, dst, rows)
     acc[:] = np.float32(0)
     count_vector(core, VEC_DUP, 4 * rows * LANES, tmp, tmp, tmp)
     full = cols // LANES
@@ -141,8 +193,7 @@ def reduce_sum_multi_n(core, dst, src, tmp, rows, cols, cols_align):
             for i in range(w):
                 acc[a + i] = acc[a + i] + s[b + i]
         count_vector(core, VEC_BINARY, 256 * rows, tmp, tmp, src)
-    for r in range(rows):
-        d[r] = whole_reduce_sum(core, at(tmp, 4 * r * LANES), LANES)
+    whole_reduce_sums(core, dst, tmp, LANES, rows)
 
 
 @njit(cache=True)
@@ -158,15 +209,8 @@ def reduce_sum(core, dst, src, work, count):
     else:
         level = src
         while count > 1:
-            parts = (count + LANES - 1) // LANES
-            if not ub_out(core, work, 4 * parts):
-                return np.float32(0)
-            w = f32(core, work, parts)
-            for k in range(parts):
-                w[k] = whole_reduce_sum(core, at(level, 4 * k * LANES),
-                                        min(LANES, count - k * LANES))
+            count = reduce_level(core, work, level, count)
             level = work
-            count = parts
         s = f32(core, work, 1)[0]
     f32(core, dst, 1)[0] = s
     return s
