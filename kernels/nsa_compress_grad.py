@@ -33,7 +33,7 @@ from tilesim.errors import tiling_error
 from tilesim.launch import finish, host_threads, prepare, reruns_on_overflow, run_cores, workspace, zeros
 from tilesim.reduce import block_reduce_sum, whole_reduce_sum_to
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tilesim.ub import UbPlan
+from tilesim.ub import UbPlan, shared_plan
 from tilesim.vector import add, broadcast_col, broadcast_row, cast_from_f32, cast_to_f32, duplicate, mul
 from tiling.common import dtype_name, shape_of
 from tiling.nsa_compress_grad import SYS_WORKSPACE, UB_PRESERVE, NsaCompressGradTiling
@@ -253,6 +253,7 @@ def _merge_shadows(first, last, shadow, ws, k):
                 w[j] += s[j]
 
 
+@shared_plan
 def ub_plan(t: NsaCompressGradTiling, soc: str | SocSpec = DEFAULT_SOC) -> UbPlan:
     """The kernel's one TBuf of ubMaxSize bytes, carved on the device."""
     plan = UbPlan(get_soc(soc).ub_size)

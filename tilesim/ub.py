@@ -9,7 +9,9 @@ an fp32 buffer, ReinterpretCast) are real aliasing.
 
 from __future__ import annotations
 
+import functools
 from collections import namedtuple
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -48,6 +50,17 @@ class UbPlan:
     buffers: list[UbBuffer] = field(default_factory=list)
     region: int = 0  # index of the first buffer placed since the last reset
     _end: int = field(default=0, repr=False)  # where the next buffer of the current region goes
+    _array: np.ndarray | None = field(default=None, repr=False)  # as_array of a frozen plan
+
+    def _mutable(self) -> None:
+        if self._array is not None:
+            raise RuntimeError("this UB plan is frozen: every launch of its tiling shares it; build a new one")
+
+    def freeze(self) -> UbPlan:
+        """No more buffers: the plan becomes shareable (see :func:`shared_plan`)."""
+        self._array = self._rows()
+        self._array.flags.writeable = False
+        return self
 
     def add(self, name: str, nbytes: int, buffer_num: int = 1) -> int:
         """Place ``buffer_num`` slots of ``nbytes``; returns the buffer's index (its id on the device).
@@ -57,6 +70,7 @@ class UbPlan:
         if nbytes < 0 or buffer_num <= 0:
             raise ValueError(f"UB buffer {name}: nbytes must be >= 0 and buffer_num positive, got {nbytes}, "
                              f"{buffer_num}")
+        self._mutable()
         offset = self._end if self.region < len(self.buffers) else 0
         self._end = offset + align_up(int(nbytes), BLOCK) * int(buffer_num)
         self.buffers.append(UbBuffer(name, offset, align_up(int(nbytes), BLOCK), int(buffer_num)))
@@ -72,6 +86,7 @@ class UbPlan:
     def reset(self) -> UbPlan:
         """TPipe.Reset: the buffers added from now on are placed from offset 0 again, over the earlier ones
         (a kernel's second stage reusing the UB of its first)."""
+        self._mutable()
         self.region = len(self.buffers)
         return self
 
@@ -95,6 +110,9 @@ class UbPlan:
 
     def as_array(self) -> np.ndarray:
         """int64 rows (offset, slot bytes, slots) for the device."""
+        return self._array if self._array is not None else self._rows()
+
+    def _rows(self) -> np.ndarray:
         a = np.zeros((max(len(self.buffers), 1), 3), np.int64)
         for i, b in enumerate(self.buffers):
             a[i] = (b.offset, b.nbytes, b.buffer_num)
@@ -109,3 +127,14 @@ class UbPlan:
                   if b.nbytes]
         lines.append(f"  used {self.used} of {self.capacity} B ({100 * self.used / self.capacity:.1f} %)")
         return "\n".join(lines)
+
+
+def shared_plan(build: Callable[..., UbPlan]) -> Callable[..., UbPlan]:
+    """Memoise a kernel's plan builder (hashable arguments: a tiling, a SoC, sizes): an op call builds its plan
+    once per tiling rather than once or twice per call, which at small sizes cost more than the kernel. The plans
+    it returns are frozen, since every caller shares them."""
+    @functools.lru_cache(maxsize=1024)
+    def cached(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return build(*args, **kwargs).freeze()
+
+    return functools.wraps(build)(cached)

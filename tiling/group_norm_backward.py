@@ -19,7 +19,7 @@ from typing import Any
 
 from tilesim.errors import invalid, null_error, tiling_error
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tilesim.ub import UbPlan
+from tilesim.ub import UbPlan, shared_plan
 
 from .common import BF16, FP16, FP32, align_up, ceil_div, dtype_name, numel, shape_of
 
@@ -319,6 +319,7 @@ BUFFERS = ["dy", "dy_T", "x", "x_T", "temp_x", "temp_dy", "gamma", "gamma_T", "d
  S2_DBETA_SUM, S2_DGAMMA_ROWS, S2_DBETA_ROWS, S2_DGAMMA_T, S2_DBETA_T) = range(len(BUFFERS))
 
 
+@shared_plan
 def ub_plan(t: GroupNormBackwardTiling, soc: SocSpec) -> UbPlan:
     """Init_Unified_Buffer of the kernel for the tiling's mode, then (after pipe.Reset) the stage-2 buffers.
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from tilesim.errors import ACLNN_ERR_INNER_TILING_ERROR, AclnnError, invalid, tiling_error
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tilesim.ub import UbPlan
+from tilesim.ub import UbPlan, shared_plan
 
 from .common import FP16, FP32, ITEMSIZE, align_up, ceil_div, dtype_name, numel, replace, require, shape_of
 from .layer_norm_grad_api import (
@@ -135,6 +135,7 @@ def _region(rows: int, hp: int, reuse: bool) -> tuple[int, int, int, int, int]:
     return max(lng, pb + hp * 4), lng, beta, pg, pb
 
 
+@shared_plan
 def plan_for(rows: int, hp: int, block_dim: int, soc: SocSpec, tmp_mode: int, region: int) -> UbPlan:
     """The kernel's InitBuffer calls: dy, x, pd_x, resForGamma tiles, variance and mean, gamma (all fp32-sized:
     half lands in their upper halves), the tmp region; then (TPipe.Reset) the final sum's buffers."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from tilesim.errors import ACLNN_ERR_INNER_TILING_ERROR, AclnnError, invalid, tiling_error
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tilesim.ub import UbPlan
+from tilesim.ub import UbPlan, shared_plan
 
 from .common import BF16, FP16, FP32, U32, align_up, ceil_div, dtype_name, numel, require, shape_of
 
@@ -223,6 +223,7 @@ def rms_norm_grad(dy: Any, x: Any, rstd: Any, gamma: Any, *, soc: str | SocSpec 
 DY, X, DX, RSTD, GAMMA, DGAMMA, TMP, TMP_MEAN, MEAN, MEAN_TMP = range(10)
 
 
+@shared_plan
 def ub_plan(t: RmsNormGradTiling, soc: str | SocSpec = DEFAULT_SOC) -> UbPlan:
     """The kernel's InitBuffer calls for this tiling: the UB plan, not yet checked against the capacity."""
     spec = get_soc(soc)

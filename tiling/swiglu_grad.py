@@ -26,7 +26,7 @@ from tilesim.errors import (
     tiling_error,
 )
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tilesim.ub import UbPlan
+from tilesim.ub import UbPlan, shared_plan
 
 from .common import BF16, FP16, FP32, ITEMSIZE, align_up, ceil_div, dtype_name, numel, require, shape_of
 
@@ -304,6 +304,7 @@ def swiglu_grad(y_grad: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFA
 A, B, L, M, N, TMP, SIG, A_TMP, L_TMP, OUT_TMP = range(10)
 
 
+@shared_plan
 def ub_plan(t: SwiGluGradTiling, soc: str | SocSpec = DEFAULT_SOC) -> UbPlan:
     """The kernel's InitBuffer calls for this tiling: five queues of T (A, B and yGrad in, dA and dB out) and
     the fp32 temporaries (fp32: tmp and sigmoid; b16 also the widened A or B, yGrad and the output)."""
