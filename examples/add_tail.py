@@ -200,7 +200,7 @@ def _launch(t: AddTailTiling, spec: SocSpec, x: np.ndarray, y: np.ndarray, z: np
     gm = [np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in (x, y)]
     with host_threads(x, y, z):
         run_cores(_cores, t.block_dim, t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err,
-                  checks, DeviceTiling(*(getattr(t, f) for f in DeviceTiling._fields)), *gm,
+                  launch.core_checks, DeviceTiling(*(getattr(t, f) for f in DeviceTiling._fields)), *gm,
                   z.reshape(-1).view(np.uint8), float(alpha), KIND[t.dtype], CAST_RINT)
     finish(launch)
 

@@ -479,10 +479,10 @@ def run(t: GroupNormBackwardTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray
     sh1 = [AtomicTarget(SPLIT_COUNT, wss if to_ws else t.c) for _ in range(2)]
     fp32_stage2 = t.deterministic and kind == 0
     sh2 = [AtomicTarget(SPLIT_COUNT, t.c if fp32_stage2 else 0) for _ in range(2)]
-    args = (t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, checks, device_tiling(t),
-            to_gm(dy), to_gm(x), to_gm(mean), to_gm(rstd), to_gm(gamma), gm_out(dx), gm_out(out_g), gm_out(out_b),
-            gm_out(wsg), gm_out(wsb), gm_out(sh1[0].shadow), gm_out(sh1[1].shadow), gm_out(sh2[0].shadow),
-            gm_out(sh2[1].shadow), kind)
+    args = (t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks,
+            device_tiling(t), to_gm(dy), to_gm(x), to_gm(mean), to_gm(rstd), to_gm(gamma), gm_out(dx), gm_out(out_g),
+            gm_out(out_b), gm_out(wsg), gm_out(wsb), gm_out(sh1[0].shadow), gm_out(sh1[1].shadow),
+            gm_out(sh2[0].shadow), gm_out(sh2[1].shadow), kind)
     with host_threads(dy, x, dx):
         run_cores(_cores, t.block_dim, 0, *args)  # a SyncAll after each phase
         run_cores(_cores, t.block_dim, 1, *args)

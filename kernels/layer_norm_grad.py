@@ -191,7 +191,7 @@ def run(t: LayerNormGradOpTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, 
     kind = KIND[t.dtype]
     eps = float(np.float32(epsilon))  # the float APIs' epsilon
     user_ws = ws[SYS_WORKSPACE:t.workspace_size]
-    args = (launch.arena, launch.plan_array, launch.counters, launch.err, checks, _device_params(t),
+    args = (launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks, _device_params(t),
             *(device_tiling(a) for a in t.lng), *(device_tiling(b) for b in t.beta), to_gm(dy), to_gm(x),
             to_gm(variance), to_gm(mean), to_gm(gamma), gm_out(pd_x), gm_out(pd_gamma), gm_out(pd_beta), user_ws, eps,
             kind, bool(t.is_reuse_source))

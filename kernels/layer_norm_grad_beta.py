@@ -127,7 +127,7 @@ def layer_norm_grad_beta(res_for_gamma: Any, dy: Any, *, soc: str | SocSpec = DE
 
     def launch_once() -> None:
         launch = prepare("layer_norm_grad_beta", spec, t, plan, 1, checks, GM_NAMES)
-        _kernel(launch.arena, launch.plan_array, launch.counters, launch.err, checks, device_tiling(t),
+        _kernel(launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks, device_tiling(t),
                 to_gm(res_for_gamma), to_gm(dy), gm_out(pg), gm_out(pb), size, KIND[dtype], bool(is_reuse_source))
         finish(launch)
 

@@ -280,8 +280,8 @@ def run(t: NsaCompressGradTiling, spec: SocSpec, output_grad: np.ndarray, input:
         args = (dt, cum, to_gm(output_grad), to_gm(input), to_gm(weight), gm_out(input_grad), gm_out(weight_grad),
                 gm_out(wsw), gm_out(wsx), gm_out(shadow), kind)
         for phase in range(3):
-            run_cores(_cores, t.block_dim, phase, launch.arena, launch.plan_array, launch.counters, launch.err, checks,
-                      *args)
+            run_cores(_cores, t.block_dim, phase, launch.arena, launch.plan_array, launch.counters, launch.err,
+                      launch.core_checks, *args)
             if phase == 1 and t.is_overlap:
                 run_cores(_merge_shadows, wsx.size, shadow, wsx, dt.shadows)
     finish(launch, t.workspace_size)

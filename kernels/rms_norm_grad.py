@@ -324,7 +324,7 @@ def run(t: RmsNormGradTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, rstd
     atomic = AtomicTarget(t.block_dim, 0 if det else t.col)
     out_dgamma = dgamma.reshape(-1)
     with host_threads(dy, x, dx):
-        args = (t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, checks,
+        args = (t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks,
                 DeviceTiling(*(getattr(t, f) for f in DeviceTiling._fields)), to_gm(dy), to_gm(x), to_gm(rstd),
                 to_gm(gamma), gm_out(dx), gm_out(out_dgamma), user_ws, gm_out(atomic.shadow), kind, gkind, mode)
         for phase in range(n_phases):  # a SyncAll between phases

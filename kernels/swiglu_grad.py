@@ -175,8 +175,8 @@ def run(t: SwiGluGradTiling, spec: SocSpec, y_grad: np.ndarray, x: np.ndarray, o
     mode = CAST_RINT if spec.arch == 220 else CAST_NONE
     with host_threads(y_grad, x, out):
         run_cores(_cores, t.block_dim, t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err,
-                  checks, DeviceTiling(*(getattr(t, f) for f in DeviceTiling._fields)), to_gm(y_grad), to_gm(x),
-                  gm_out(out), kind, mode)
+                  launch.core_checks, DeviceTiling(*(getattr(t, f) for f in DeviceTiling._fields)), to_gm(y_grad),
+                  to_gm(x), gm_out(out), kind, mode)
     finish(launch, t.workspace_size)
 
 

@@ -72,6 +72,27 @@ def test_ub_plan_rejects_empty_buffers(nbytes, k):
         UbPlan(1024).add("bad", nbytes, k)
 
 
+def test_shared_plans_are_built_once_and_frozen():
+    from tilesim.ub import shared_plan
+
+    built = []
+
+    @shared_plan
+    def build(n: int) -> UbPlan:
+        built.append(n)
+        plan = UbPlan(SOC.ub_size)
+        plan.add("x", n)
+        return plan
+
+    a = build(64)
+    assert build(64) is a and built == [64]
+    assert a.as_array().tolist() == [[0, 64, 1]]
+    with pytest.raises(RuntimeError, match="frozen"):
+        a.add("y", 32)
+    with pytest.raises(RuntimeError, match="frozen"):
+        a.reset()
+
+
 def test_ub_plan_zero_bytes_reserves_an_id_and_reset_reuses_the_ub():
     plan = UbPlan(1024)
     assert plan.add("a", 100) == 0 and plan.add("unused", 0) == 1 and plan.add("b", 64) == 2
@@ -466,8 +487,8 @@ def test_checked_mode_reports_every_core():
 
 # --- reduction order --------------------------------------------------------------------------------------------
 
-COUNTS = [1, 7, 63, 64, 65, 100, 128, 4095, 4096, 6080]
-STRIDE = 6080
+COUNTS = [1, 7, 63, 64, 65, 100, 128, 4095, 4096, 6080, 20000]  # 20000: 312 full repeats, over 255 per instruction
+STRIDE = 20000
 
 
 @njit(cache=True)
@@ -524,7 +545,8 @@ def py_reduce_sum(v: list) -> np.float32:
     return v[0]
 
 
-def test_reductions_follow_the_documented_order():
+@pytest.mark.parametrize("checks", [True, False], ids=["checked build", "fast build"])
+def test_reductions_follow_the_documented_order(checks):
     rng = np.random.default_rng(2024)
     # a wide dynamic range, so that the summation order shows in the last bits
     src = (rng.standard_normal((len(COUNTS), STRIDE)) * 10.0 ** rng.uniform(-4, 4, (len(COUNTS), STRIDE)))
@@ -532,9 +554,9 @@ def test_reductions_follow_the_documented_order():
     plan = UbPlan(SOC.ub_size)
     plan.add("row", 4 * STRIDE)
     plan.check()
-    launch = prepare("reduce", SOC, None, plan, len(COUNTS), True, ["src"])
+    launch = prepare("reduce", SOC, None, plan, len(COUNTS), checks, ["src"])
     out = np.full((len(COUNTS), 3), np.nan, np.float32)
-    _reduce_launch(len(COUNTS), launch.arena, launch.plan_array, launch.counters, launch.err, True,
+    _reduce_launch(len(COUNTS), launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks,
                    src.reshape(-1), np.array(COUNTS, np.int64), out)
     finish(launch)
     differs_from_sequential = 0
@@ -552,6 +574,54 @@ def test_reductions_follow_the_documented_order():
             seq = np.float32(seq + a)
         differs_from_sequential += int(seq != want)
     assert differs_from_sequential >= 3  # the data tells the orders apart: the test has teeth
+
+
+def test_whole_reduce_sum_takes_up_to_255_repeats_an_instruction():
+    """ReduceSum over 20000 lanes, level by level: 312 full repeats (255 + 57 in two instructions) and a 32-lane
+    tail, then 313 partials (4 repeats, 57 lanes), then 5: six WholeReduceSums, 319 repeats."""
+    n = 20000
+    src = np.ones((len(COUNTS), STRIDE), np.float32)
+    plan = UbPlan(SOC.ub_size)
+    plan.add("row", 4 * STRIDE)
+    plan.check()
+
+    def call() -> None:
+        launch = prepare("reduce", SOC, None, plan, len(COUNTS), False, ["src"])
+        out = np.zeros((len(COUNTS), 3), np.float32)
+        _reduce_launch(len(COUNTS), launch.arena, launch.plan_array, launch.counters, launch.err,
+                       launch.core_checks, src.reshape(-1), np.array(COUNTS, np.int64), out)
+        finish(launch)
+        assert out[COUNTS.index(n), 2] == n
+
+    _, reports = tilesim.recorded(call)
+    log = reports[0].log[COUNTS.index(n)]
+    amounts = log[log[:, 1] == tilesim.device.VEC_REDUCE, 2]
+    # reduce_sum's six, then reduce_sum_half_interval's last vcadd
+    assert amounts[:6].tolist() == [255, 57, 1, 4, 1, 1] and amounts.max() <= SOC.max_repeat_times
+
+
+@njit(cache=False)  # not cached: its machine code is inspected
+def _fast_build_probe(arena_, plan, cnt, err, checks):
+    core = make_core(0, 1, arena_, plan, cnt, err, checks)
+    t = slot(core, 0, 0)
+    muls(core, t, t, 2.0, 64)
+    return reduce_sum(core, t, t, t, 64)
+
+
+def test_fast_build_compiles_checked_mode_out():
+    """make_core with checks None is the fast build: no check of checked mode is compiled into it; with a bool
+    the checked build has them (and still honours False)."""
+    plan = UbPlan(SOC.ub_size)
+    plan.add("row", 256)
+    for checks in (False, True):
+        launch = prepare("probe", SOC, None, plan.check(), 1, checks, [])
+        assert launch.core_checks is (True if checks else None)
+        _fast_build_probe(launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks)
+        _fast_build_probe(launch.arena, launch.plan_array, launch.counters, launch.err, checks)
+    irs = {str(sig[-1]): ir for sig, ir in _fast_build_probe.inspect_llvm().items()}
+    assert set(irs) == {"none", "bool"}
+    for name in ("_ub_check", "_align_check", "_read_check", "flow1"):
+        assert name not in irs["none"] and name in irs["bool"], name
 
 
 # --- run reports ------------------------------------------------------------------------------------------------

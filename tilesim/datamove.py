@@ -16,6 +16,7 @@ from .device import (
     ERR_DATACOPY_LEN,
     ERR_UB_ALIGN,
     NO_TENSOR,
+    checked_only,
     count_mte2,
     count_mte3,
     gm_f32,
@@ -56,7 +57,7 @@ def _fill(core, addr, start, stop, isz, value):
             h[k] = b
 
 
-@njit(cache=True)
+@checked_only(True)
 def _datacopy_ok(core, t, nbytes, gap):
     """A block of ``nbytes`` at ``t`` with ``gap`` bytes to the next one in GM: all whole 32 B blocks."""
     if not core.checks:
@@ -74,7 +75,7 @@ def _datacopy_ok(core, t, nbytes, gap):
     return ok
 
 
-@njit(cache=True)
+@checked_only(True)
 def _ub_aligned(core, t, nbytes):
     """DataCopyPad's UB address, like DataCopy's, starts a 32 B block (its GM side and lengths may be anything)."""
     if core.checks and t.addr % BLOCK != 0:
@@ -91,8 +92,7 @@ def data_copy_rows(core, dst, src, src_off, rows, row_len, src_stride):
     isz = src.isz
     row_b = row_len * isz
     nbytes = rows * row_b
-    if core.checks and not (_datacopy_ok(core, dst, row_b, (src_stride - row_len) * isz)
-                            and ub_out(core, dst, nbytes)):
+    if not (_datacopy_ok(core, dst, row_b, (src_stride - row_len) * isz) and ub_out(core, dst, nbytes)):
         return
     if not (gm_ok(core, src, src_off, row_len) and gm_ok(core, src, src_off + (rows - 1) * src_stride, row_len)):
         return
@@ -109,8 +109,7 @@ def data_copy_rows_out(core, dst, dst_off, src, rows, row_len, dst_stride):
     isz = dst.isz
     row_b = row_len * isz
     nbytes = rows * row_b
-    if core.checks and not (_datacopy_ok(core, src, row_b, (dst_stride - row_len) * isz)
-                            and ub_in(core, src, nbytes)):
+    if not (_datacopy_ok(core, src, row_b, (dst_stride - row_len) * isz) and ub_in(core, src, nbytes)):
         return
     if not (gm_ok(core, dst, dst_off, row_len) and gm_ok(core, dst, dst_off + (rows - 1) * dst_stride, row_len)):
         return

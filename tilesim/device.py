@@ -7,12 +7,16 @@ violation of each core into ``err`` and counts the rest, and the host turns them
 
 from __future__ import annotations
 
+import functools
 from collections import namedtuple
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
-from numba import carray, njit
+from numba import carray, njit, types
+from numba.extending import overload
 
-from .intrinsics import address_as_pointer
+from .intrinsics import address_as_pointer, copy_bytes
 from .ub import LocalTensor
 
 # A core: its index, the block's core count, checked mode, and where its memory lies: the UB (``base``, ``ub_size``
@@ -90,13 +94,55 @@ def err_width(checks: bool, ub_size: int) -> int:
     return SHADOW_COL + (ub_size // 8 if checks else 0)
 
 
+def _fast_build(core: Any) -> bool:
+    """At typing time: ``core`` is the Core of a fast build (made with ``checks`` None)."""
+    return isinstance(core, types.BaseNamedTuple) and "checks" in core.fields and \
+        isinstance(core.types[core.fields.index("checks")], types.NoneType)
+
+
+def checked_only(fast_result: bool | None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator of a device function ``f(core, ...)`` whose work is checked mode's alone (a check, a shadow
+    update): for the Core of a fast build it compiles to ``return fast_result`` (True for a check, None for an
+    update), so that a fast kernel neither types nor links checked mode's code (it made every kernel's compile
+    40 % longer and its code larger). For a checked build's Core the function runs, and its body still tests
+    ``core.checks``, which then holds the launch's flag."""
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        checked = njit(cache=True)(fn)
+
+        def device_function(core, *args):  # type: ignore[no-untyped-def]  # called from Python: the checked body
+            return checked(core, *args)
+
+        @overload(device_function)
+        def _select(core, *args):  # type: ignore[no-untyped-def]
+            if _fast_build(core):
+                return (lambda core, *args: True) if fast_result else (lambda core, *args: None)
+            return lambda core, *args: checked(core, *args)
+
+        return functools.update_wrapper(device_function, fn)
+    return decorate
+
+
+def _checks_field(checks):  # type: ignore[no-untyped-def]
+    return None if checks is None else bool(checks)
+
+
+@overload(_checks_field)
+def _checks_field_typed(checks):  # type: ignore[no-untyped-def]
+    """Core.checks: None for the fast build (``checks`` None: checked mode's code compiled out), else the flag."""
+    if isinstance(checks, types.NoneType):
+        return lambda checks: None
+    return lambda checks: bool(checks)
+
+
 @njit(cache=True)
 def make_core(idx, block_num, arena, plan, cnt, err, checks):
-    """The context of core ``idx``. Its fields get one type whatever the caller passes (a prange index is
-    unsigned, a range index signed), so every primitive compiles once, not once per launcher style."""
+    """The context of core ``idx``. ``checks`` None makes the Core of a fast build (checked mode's code compiled
+    out: :func:`checked_only`); a bool makes that of a checked build, which checks when it is True (the launch
+    passes :attr:`tilesim.launch.Launch.core_checks`). The other fields get one type whatever the caller passes
+    (a prange index is unsigned, a range index signed), so every primitive compiles once per build."""
     i = np.int64(idx)
     ub_size, cnt_size, err_size = np.int64(arena.shape[1]), np.int64(cnt.shape[1]), np.int64(err.shape[1])
-    return Core(i, np.int64(block_num), bool(checks), np.int64(arena.ctypes.data) + i * ub_size, ub_size,
+    return Core(i, np.int64(block_num), _checks_field(checks), np.int64(arena.ctypes.data) + i * ub_size, ub_size,
                 np.int64(plan.ctypes.data), np.int64(plan.shape[0]), np.int64(cnt.ctypes.data) + i * cnt_size * 8,
                 cnt_size, np.int64(err.ctypes.data) + i * err_size * 8, err_size)
 
@@ -228,15 +274,14 @@ def slot(core, buf, k):
     AllocTensor / DeQue of tile ``k``. In checked mode the slot now belongs to tile ``k``, and a tensor of an
     earlier tile of the same slot is stale."""
     p = plan_of(core)
-    if core.checks:
-        _allocate(core, buf, k)
+    _allocate(core, buf, k)
     return LocalTensor(buf, p[buf, 0] + (k % p[buf, 2]) * p[buf, 1], k)
 
 
-@njit(cache=True)
+@checked_only(None)
 def _allocate(core, buf, k):
     n = plan_of(core)[buf, 2]
-    if buf < MAX_BUFS and n <= MAX_SLOTS:
+    if core.checks and buf < MAX_BUFS and n <= MAX_SLOTS:
         errs_of(core)[GEN_COL + buf * MAX_SLOTS + k % n] = k
 
 
@@ -246,27 +291,27 @@ def at(t, nbytes):
     return LocalTensor(t.buf, t.addr + nbytes, t.gen)
 
 
-@njit(cache=True)
+@checked_only(True)
 def ub_ok(core, t, nbytes):
     """In checked mode: the access ``[addr, addr + nbytes)`` lies inside one slot of the tensor's buffer, and the
-    tensor is not stale. Small, so that LLVM inlines it and fast mode pays one test, not a call, per operand of
-    every instruction. :func:`ub_in` and :func:`ub_out` add the shadow's checks of reads and writes."""
+    tensor is not stale (a fast build compiles it to True). :func:`ub_in` and :func:`ub_out` add the shadow's
+    checks of reads and writes."""
     return (not core.checks) or _ub_check(core, t, nbytes)
 
 
-@njit(cache=True)
+@checked_only(True)
 def ub_in(core, t, nbytes):
     """A read of ``[addr, addr + nbytes)``: :func:`ub_ok`, and in checked mode every byte written before."""
     return (not core.checks) or (_ub_check(core, t, nbytes) and _read_check(core, t, nbytes))
 
 
-@njit(cache=True)
+@checked_only(True)
 def ub_out(core, t, nbytes):
     """A write of ``[addr, addr + nbytes)``: :func:`ub_ok`, and in checked mode the bytes count as written."""
     return (not core.checks) or (_ub_check(core, t, nbytes) and _written(core, t.addr, nbytes))
 
 
-@njit(cache=True)
+@checked_only(True)
 def ub_rows_in(core, t, rows, row_bytes, pitch):
     """Reads of ``rows`` rows of ``row_bytes``, ``pitch`` bytes apart from ``t`` (the padding between rows is
     not read); the caller has checked the whole span with :func:`ub_ok`."""
@@ -277,7 +322,7 @@ def ub_rows_in(core, t, rows, row_bytes, pitch):
     return True
 
 
-@njit(cache=True)
+@checked_only(True)
 def ub_rows_out(core, t, rows, row_bytes, pitch):
     """Writes of ``rows`` rows of ``row_bytes``, ``pitch`` bytes apart into ``t`` (the bytes between rows keep
     their state); the caller has checked the whole span with :func:`ub_ok`."""
@@ -289,7 +334,7 @@ def ub_rows_out(core, t, rows, row_bytes, pitch):
     return True
 
 
-@njit(cache=True)
+@checked_only(True)
 def vec_ok(core, t, nbytes):
     """A vector instruction's operand: :func:`ub_ok` at a 32 B-aligned address. Its bytes' shadow state flows to
     the destination (:func:`flow1`, :func:`flow2`) rather than being checked: a kernel computing on padding
@@ -298,7 +343,7 @@ def vec_ok(core, t, nbytes):
     return (not core.checks) or (_align_check(core, t, nbytes) and _ub_check(core, t, nbytes))
 
 
-@njit(cache=True)
+@checked_only(True)
 def vec_in(core, t, nbytes):
     """A vector operand whose values are used, not just carried (a reduction's source): :func:`vec_ok` and
     every byte written."""
@@ -306,7 +351,7 @@ def vec_in(core, t, nbytes):
                                  and _read_check(core, t, nbytes))
 
 
-@njit(cache=True)
+@checked_only(True)
 def vec_out(core, t, nbytes):
     """A vector destination filled regardless of the sources (Duplicate): :func:`vec_ok`, the bytes written."""
     return (not core.checks) or (_align_check(core, t, nbytes) and _ub_check(core, t, nbytes)
@@ -330,7 +375,7 @@ def _words(core, addr, n):
     return carray(address_as_pointer(core.err_at + SHADOW_COL * 8 + addr, np.uint64), n)
 
 
-@njit(cache=True)
+@checked_only(None)
 def flow1(core, dst, src, nbytes):
     """Checked mode: ``dst``'s bytes take the state of ``src``'s (an elementwise instruction of one source; in
     order, as the instruction reads element k before it writes it)."""
@@ -338,13 +383,13 @@ def flow1(core, dst, src, nbytes):
         sh = _shadow(core)
         d, s = dst.addr, src.addr
         if d + nbytes <= s or s + nbytes <= d:
-            sh[d:d + nbytes] = sh[s:s + nbytes]
+            copy_bytes(sh.ctypes.data + d, sh.ctypes.data + s, nbytes)
         else:
             for i in range(nbytes):
                 sh[d + i] = sh[s + i]
 
 
-@njit(cache=True)
+@checked_only(None)
 def flow2(core, dst, a, b, nbytes):
     """Checked mode: ``dst``'s bytes take the combined state of ``a``'s and ``b``'s (a binary instruction).
     Eight bytes at a time (the operands are 32 B aligned), one view per distinct operand so that the loop
@@ -381,7 +426,7 @@ def _lane_state(sh, o, size):
     return v
 
 
-@njit(cache=True)
+@checked_only(None)
 def flow_lanes(core, dst, src, n, dst_size, src_size, src_step):
     """Checked mode: lane ``i`` of ``dst`` (``dst_size`` bytes) takes the combined state of lane ``i * src_step``
     of ``src`` (``src_size`` bytes): casts (step 1, in order: an in-place widening reads lane i before any
@@ -454,7 +499,7 @@ def _written(core, addr, nbytes):
     return True
 
 
-@njit(cache=True)
+@checked_only(None)
 def clobber(core, t, nbytes):
     """Checked mode: an API with isReuseSource has used ``[addr, addr + nbytes)`` of its source as scratch, so
     the kernel must not read it again before writing it."""

@@ -84,6 +84,12 @@ class Launch:
         self.t0 = time.perf_counter()
         _local.launch = self
 
+    @property
+    def core_checks(self) -> bool | None:
+        """What the kernel hands :func:`tilesim.device.make_core`: True in checked mode; None otherwise, which
+        selects the fast build, compiled without checked mode's code."""
+        return True if self.checks else None
+
     def end_phase(self) -> None:
         """SyncAll: note where each core's log and violations stand (with a log, a phase in which no core
         issued or failed anything is no phase: a host helper's run_cores between phases)."""

@@ -24,12 +24,12 @@ import numpy as np
 from numba import njit
 
 from .cast import CAST_NONE
-from .device import ERR_API_TMP, at, clobber, plan_of, report
+from .device import ERR_API_TMP, at, checked_only, clobber, plan_of, report
 from .reduce import LANES, reduce_level
 from .vector import add, adds, broadcast_col, cast_from_f32, cast_to_f32, div, duplicate, mul, muls, sqrt, sub
 
 
-@njit(cache=True)
+@checked_only(True)
 def _tmp_ok(core, tmp, tmp_bytes, need):
     """ASCENDC_ASSERT(sharedTmpBuffer.GetSize() >= tiling.stackBufferSize): checked mode reports a short buffer
     and skips the API; fast mode runs it regardless, as a release build does."""

@@ -278,8 +278,10 @@ def broadcast_row(core, dst, src, rows, cols):
     for r in range(rows):
         flow1(core, at(dst, 4 * r * cols), src, 4 * cols)
     d, s = f32(core, dst, rows * cols), f32(core, src, cols)
-    for r in range(rows):
-        d[r * cols:(r + 1) * cols] = s
+    for r in range(rows):  # a loop, not a slice assignment (whose shape-mismatch error path costs compile time)
+        o = r * cols
+        for j in range(cols):
+            d[o + j] = s[j]
     count_vector(core, VEC_DUP, 4 * rows * cols, dst, src, src)
 
 
