@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .intrinsics import f32_as_u32
+from .intrinsics import bf16_nearest_bits, bf16_widen_bits, fp16_nearest_bits, fp16_widen_bits
 
 # Ascend C RoundMode, in the enum's order.
 CAST_NONE = 0
@@ -117,59 +117,28 @@ def f32_bits_to_fp16(u, mode):
 @njit(cache=True)
 def f32_bits_to_bf16_nearest(u, away):
     """:func:`f32_bits_to_bf16` for CAST_RINT / CAST_NONE (``away`` False) and CAST_ROUND (``away`` True), bit
-    for bit, without branches, so that the loops calling it vectorise."""
-    a = np.uint32(u) & np.uint32(0x7FFFFFFF)
-    sign = (np.uint32(u) >> 16) & np.uint32(0x8000)
-    bias = np.uint32(0x8000) if away else np.uint32(0x7FFF) + ((a >> 16) & np.uint32(1))
-    q = (a + bias) >> 16  # a carry out of the mantissa rounds into the exponent; past the largest finite: inf
-    q = np.uint32(0x7FC0) if a > np.uint32(0x7F800000) else q
-    return np.uint16(sign | q)
+    for bit, without branches and in 32-bit lanes (:func:`tilesim.intrinsics.bf16_nearest_bits`), so that the
+    loops calling it vectorise fully."""
+    return bf16_nearest_bits(u, away)
 
 
 @njit(cache=True)
 def f32_bits_to_fp16_nearest(u, away):
     """:func:`f32_bits_to_fp16` for CAST_RINT / CAST_NONE (``away`` False) and CAST_ROUND (``away`` True), bit
-    for bit, without branches (every case computed, then selected), so that the loops calling it vectorise."""
-    a = np.uint32(u) & np.uint32(0x7FFFFFFF)
-    sign = (np.uint32(u) >> 16) & np.uint32(0x8000)
-    e = a >> 23
-    # normal fp16 results: drop 13 mantissa bits from the rebased exponent and mantissa
-    t = a - np.uint32(112 << 23)
-    bias = np.uint32(0x1000) if away else np.uint32(0xFFF) + ((t >> 13) & np.uint32(1))
-    normal = (t + bias) >> 13
-    # subnormal results, in units of 2**-24: the mantissa with its hidden bit, shifted by 126 - e (at most 31 is
-    # enough: m < 2**24, so any larger shift rounds to zero as well)
-    m = (a & np.uint32(0x7FFFFF)) | (np.uint32(0x800000) if e != 0 else np.uint32(0))
-    sh = np.uint32(126) - (e if e != 0 else np.uint32(1))
-    sh = sh if sh < np.uint32(31) else np.uint32(31)
-    half = np.uint32(1) << (sh - np.uint32(1))
-    sbias = half if away else half - np.uint32(1) + ((m >> sh) & np.uint32(1))
-    sub = (m + sbias) >> sh
-    q = sub if e < np.uint32(113) else normal
-    q = q if q < np.uint32(0x7C00) else np.uint32(0x7C00)  # overflow and inf: inf, as nearest rounding does
-    nan = np.uint32(0x7C00) | ((a & np.uint32(0x7FFFFF)) >> 13)
-    nan = nan if nan != np.uint32(0x7C00) else np.uint32(0x7C01)
-    q = nan if a > np.uint32(0x7F800000) else q
-    return np.uint16(sign | q)
+    for bit, without branches (every case computed, then selected) and in 32-bit lanes
+    (:func:`tilesim.intrinsics.fp16_nearest_bits`)."""
+    return fp16_nearest_bits(u, away)
 
 
 @njit(cache=True)
 def bf16_to_f32_bits(h):
-    return np.uint32(np.uint32(h) << 16)
+    return bf16_widen_bits(h)
 
 
 @njit(cache=True)
 def fp16_to_f32_bits(h):
-    """Exact, without branches: every case computed, then selected."""
-    h = np.uint32(h)
-    sign = (h & np.uint32(0x8000)) << 16
-    e = (h >> 10) & np.uint32(0x1F)
-    m = h & np.uint32(0x3FF)
-    normal = ((e + np.uint32(112)) << 23) | (m << 13)
-    special = np.uint32(0x7F800000) | (m << 13)  # inf and NaN, payload kept
-    sub = f32_as_u32(np.float32(m) * np.float32(5.9604644775390625e-08))  # m * 2**-24 is exact in fp32; 0 too
-    bits = sub if e == np.uint32(0) else (special if e == np.uint32(31) else normal)
-    return np.uint32(sign | bits)
+    """Exact, without branches, in 32-bit lanes (:func:`tilesim.intrinsics.fp16_widen_bits`)."""
+    return fp16_widen_bits(h)
 
 
 @njit(cache=True)

@@ -95,3 +95,119 @@ def copy_bytes(typingctx, dst, src, n):
         return context.get_dummy_value()
 
     return types.none(dst, src, n), codegen
+
+
+# The 16-bit casts in 32-bit integer arithmetic. Numba widens uint32 arithmetic to 64 bits, which halves the lanes
+# of the vectorised cast loops and adds a pack per vector; these emit the same formulas as i32 operations.
+_I16, _I32 = ir.IntType(16), ir.IntType(32)
+
+
+def _c32(v: int) -> ir.Constant:
+    return ir.Constant(_I32, v)
+
+
+def _as_i32(builder: ir.IRBuilder, v: ir.Value, ty: types.Integer) -> ir.Value:
+    if ty.bitwidth > 32:
+        return builder.trunc(v, _I32)
+    return builder.zext(v, _I32) if ty.bitwidth < 32 else v
+
+
+def _umin(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
+    return builder.select(builder.icmp_unsigned("<", a, b), a, b)
+
+
+@intrinsic
+def bf16_nearest_bits(typingctx, u, away):
+    """fp32 bits to bf16 bits rounded to nearest, ties to even (``away`` False: CAST_RINT, CAST_NONE) or away from
+    zero (CAST_ROUND); past the largest finite value: inf; NaN: sign | 0x7FC0, as ml_dtypes."""
+    if not (isinstance(u, types.Integer) and isinstance(away, types.Boolean)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        b = builder
+        x = _as_i32(b, args[0], u)
+        a = b.and_(x, _c32(0x7FFFFFFF))
+        lsb = b.and_(b.lshr(x, _c32(16)), _c32(1))
+        bias = b.select(args[1], _c32(0x8000), b.add(_c32(0x7FFF), lsb))
+        q = b.lshr(b.add(x, bias), _c32(16))  # the sign rides along: |x| + bias stays below 2**31 unless NaN
+        nan = b.or_(b.and_(b.lshr(x, _c32(16)), _c32(0x8000)), _c32(0x7FC0))
+        return b.trunc(b.select(b.icmp_unsigned(">", a, _c32(0x7F800000)), nan, q), _I16)
+
+    return types.uint16(u, away), codegen
+
+
+@intrinsic
+def fp16_nearest_bits(typingctx, u, away):
+    """fp32 bits to fp16 bits rounded to nearest (as :func:`bf16_nearest_bits`), subnormals included; overflow
+    gives inf; NaN keeps its top payload bits and stays a NaN, as numpy's ``astype(float16)``."""
+    if not (isinstance(u, types.Integer) and isinstance(away, types.Boolean)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        b = builder
+        x = _as_i32(b, args[0], u)
+        a = b.and_(x, _c32(0x7FFFFFFF))
+        sign = b.and_(b.lshr(x, _c32(16)), _c32(0x8000))
+        e = b.lshr(a, _c32(23))
+        # normal results: drop 13 mantissa bits from the rebased exponent and mantissa
+        t = b.sub(a, _c32(112 << 23))
+        bias = b.select(args[1], _c32(0x1000), b.add(_c32(0xFFF), b.and_(b.lshr(t, _c32(13)), _c32(1))))
+        normal = b.lshr(b.add(t, bias), _c32(13))
+        # subnormal results, in units of 2**-24: the mantissa with its hidden bit, shifted by 126 - e, the shift
+        # kept in [1, 31] (larger shifts round to zero as well; lanes outside it are not selected)
+        e_nz = b.icmp_unsigned("!=", e, _c32(0))
+        m = b.or_(b.and_(a, _c32(0x7FFFFF)), b.select(e_nz, _c32(0x800000), _c32(0)))
+        sh = b.sub(_c32(126), b.select(e_nz, e, _c32(1)))
+        sh = _umin(b, sh, _c32(31))
+        sh = b.select(b.icmp_unsigned("<", sh, _c32(1)), _c32(1), sh)
+        half = b.shl(_c32(1), b.sub(sh, _c32(1)))
+        sbias = b.select(args[1], half, b.add(b.sub(half, _c32(1)), b.and_(b.lshr(m, sh), _c32(1))))
+        sub = b.lshr(b.add(m, sbias), sh)
+        q = b.select(b.icmp_unsigned("<", e, _c32(113)), sub, normal)
+        q = _umin(b, q, _c32(0x7C00))
+        nan = b.or_(_c32(0x7C00), b.lshr(b.and_(a, _c32(0x7FFFFF)), _c32(13)))
+        nan = b.select(b.icmp_unsigned("==", nan, _c32(0x7C00)), _c32(0x7C01), nan)
+        q = b.select(b.icmp_unsigned(">", a, _c32(0x7F800000)), nan, q)
+        return b.trunc(b.or_(sign, q), _I16)
+
+    return types.uint16(u, away), codegen
+
+
+@intrinsic
+def bf16_widen_bits(typingctx, h):
+    """bf16 bits to fp32 bits (exact: the bits shifted up)."""
+    if not isinstance(h, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.shl(_as_i32(builder, args[0], h), _c32(16))
+
+    return types.uint32(h), codegen
+
+
+@intrinsic
+def fp16_widen_bits(typingctx, h):
+    """fp16 bits to fp32 bits, exactly: subnormals normalised, inf and NaN with their payload."""
+    if not isinstance(h, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        b = builder
+        x = b.and_(_as_i32(b, args[0], h), _c32(0xFFFF))
+        sign = b.shl(b.and_(x, _c32(0x8000)), _c32(16))
+        e = b.and_(b.lshr(x, _c32(10)), _c32(0x1F))
+        m = b.and_(x, _c32(0x3FF))
+        normal = b.or_(b.shl(b.add(e, _c32(112)), _c32(23)), b.shl(m, _c32(13)))
+        special = b.or_(_c32(0x7F800000), b.shl(m, _c32(13)))
+        # subnormal m * 2**-24, normalised in integers (a float multiply here kept LLVM from vectorising):
+        # leading bit p, exponent p + 103, the bits below it as the mantissa; m = 0 gives 0
+        ctlz = b.module.declare_intrinsic("llvm.ctlz", [_I32], ir.FunctionType(_I32, [_I32, ir.IntType(1)]))
+        p = b.sub(_c32(31), b.call(ctlz, [m, ir.Constant(ir.IntType(1), 0)]))
+        sub = b.or_(b.shl(b.add(p, _c32(103)), _c32(23)),
+                    b.and_(b.shl(m, b.sub(_c32(23), _umin(b, p, _c32(23)))), _c32(0x7FFFFF)))
+        sub = b.select(b.icmp_unsigned("==", m, _c32(0)), _c32(0), sub)
+        bits = b.select(b.icmp_unsigned("==", e, _c32(0)), sub,
+                        b.select(b.icmp_unsigned("==", e, _c32(31)), special, normal))
+        return b.or_(sign, bits)
+
+    return types.uint32(h), codegen
