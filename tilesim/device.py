@@ -245,9 +245,10 @@ def count_mte2(core, dst, g, off, rows, row_len, stride, pad_bytes):
     ``off``, ``stride`` elements from one row's start to the next; ``pad_bytes`` of DataCopyPad's zero fill."""
     isz = g.isz
     nbytes = rows * row_len * isz
-    counters_of(core)[MTE2_BYTES] += nbytes
-    counters_of(core)[MTE2_PAD_BYTES] += pad_bytes
-    counters_of(core)[MTE2_XFERS] += 1
+    c = counters_of(core)
+    c[MTE2_BYTES] += nbytes
+    c[MTE2_PAD_BYTES] += pad_bytes
+    c[MTE2_XFERS] += 1
     if core.cnt_size > LOG_COUNT:
         _log(core, PIPE_MTE2, MTE2_BYTES, nbytes, rows, _ref(dst), -1, -1, g.tag, off * isz, row_len * isz,
              stride * isz)
@@ -259,10 +260,11 @@ def count_mte3(core, g, src, off, rows, row_len, stride, atomic):
     :func:`count_mte2`; ``atomic`` for SetAtomicAdd copies."""
     isz = g.isz
     nbytes = rows * row_len * isz
-    counters_of(core)[MTE3_BYTES] += nbytes
-    counters_of(core)[MTE3_XFERS] += 1
+    c = counters_of(core)
+    c[MTE3_BYTES] += nbytes
+    c[MTE3_XFERS] += 1
     if atomic:
-        counters_of(core)[ATOMIC_BYTES] += nbytes
+        c[ATOMIC_BYTES] += nbytes
     if core.cnt_size > LOG_COUNT:
         _log(core, PIPE_MTE3, ATOMIC_BYTES if atomic else MTE3_BYTES, nbytes, rows, -1, _ref(src), -1, g.tag,
              off * isz, row_len * isz, stride * isz)

@@ -41,7 +41,7 @@ def _tmp_ok(core, tmp, tmp_bytes, need):
 
 @njit(cache=True)
 def _row_sums(core, dst, src, cal, h):
-    """ReduceSumImpl: per row of ``h`` elements, WholeReduceSum over its 64-lane repeats (255 a instruction, the
+    """ReduceSumImpl: per row of ``h`` elements, WholeReduceSum over its 64-lane repeats (255 per instruction, the
     tail lanes one more), then over those partials (written into the row's span of ``dst``), level by level;
     row i's sum lands in ``dst[i]``."""
     for i in range(cal // h):
