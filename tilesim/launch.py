@@ -77,7 +77,13 @@ class Launch:
         # checked mode logs too: its race check reads the GM accesses, its reports name instructions
         self.log_room = _log_room.get(self.op, LOG_ROOM) if (_recording() or self.checks) else 0
         width = N_COUNTERS + (1 + self.log_room * LOG_FIELDS if self.log_room else 0)
-        self.counters = np.zeros((self.block_dim, width), np.int64)
+        if self.log_room:  # megabytes of log: this thread's buffer, reused (a fresh one page-faults on every 4 KiB
+            # the cores log into, which cost more than the kernel); the counters and log lengths start at 0, and
+            # no entry past a core's length is read
+            self.counters = _reused("log", 8 * self.block_dim * width).view(np.int64).reshape(self.block_dim, width)
+            self.counters[:, :LOG_COUNT + 1] = 0
+        else:
+            self.counters = np.zeros((self.block_dim, width), np.int64)
         self.err = np.zeros((self.block_dim, err_width(self.checks, self.soc.ub_size)), np.int64)
         self.phase_ends = []
         self.err_ends = []
@@ -280,8 +286,9 @@ def finish(launch: Launch, workspace_size: int = 0) -> RunReport:
     rep = RunReport(op=launch.op, soc=launch.soc.name, tiling=launch.tiling, ub_plan=launch.plan,
                     block_dim=launch.block_dim, counters=launch.counters[:, :N_COUNTERS].copy(),
                     workspace_size=workspace_size, checks=launch.checks, wall_s=wall, gm_names=list(launch.gm_names))
+    sinks = _sinks()
     if launch.log_room:
-        _attach_log(rep, launch)
+        _attach_log(rep, launch, keep=bool(sinks))
     found: list[Any] = []
     total = 0
     if launch.err[:, 0].any():
@@ -295,7 +302,7 @@ def finish(launch: Launch, workspace_size: int = 0) -> RunReport:
             more, n = hook(rep)
             found += more
             total += n
-    for sink in _sinks():
+    for sink in sinks:
         sink.append(rep)
     if found:
         raise CheckError(found, total)
@@ -306,7 +313,7 @@ def finish(launch: Launch, workspace_size: int = 0) -> RunReport:
 _race_checks: list[Callable[[RunReport], tuple[list[Any], int]]] = []
 
 
-def _attach_log(rep: RunReport, launch: Launch) -> None:
+def _attach_log(rep: RunReport, launch: Launch, keep: bool) -> None:
     """Give a recorded launch's report its instruction log, or, when a core issued more than the log held, say
     how much room a rerun needs (and make that room for the op's next recorded launch)."""
     issued = launch.counters[:, LOG_COUNT]
@@ -316,7 +323,8 @@ def _attach_log(rep: RunReport, launch: Launch) -> None:
         rep.log_needed = need
         return
     body = launch.counters[:, LOG_COUNT + 1:].reshape(launch.block_dim, launch.log_room, LOG_FIELDS)
-    rep.log = [body[c, :issued[c]].copy() for c in range(launch.block_dim)]
+    # views into the reused buffer while only the launch's own checks read them; copies once a report is kept
+    rep.log = [body[c, :issued[c]] if not keep else body[c, :issued[c]].copy() for c in range(launch.block_dim)]
     rep.phase_ends = np.array(launch.phase_ends or [issued], np.int64).reshape(-1, launch.block_dim)
 
 
