@@ -824,3 +824,13 @@ def test_data_copy_rows_checks_the_gap_not_the_stride():
     src, dst, _, _, launch = run_rows(np.uint16, 2, 16, 8, 16, [ROWS_OK], False)
     finish(launch)
     assert np.array_equal(dst[:16], src[:16]) and np.array_equal(dst[32:48], src[24:40])
+
+
+def test_instruction_timer_runs_both_builds(monkeypatch):
+    """``python -m bench.instructions`` (per-call cost of single instructions, fast and checked build)."""
+    from bench import instructions
+
+    monkeypatch.setattr(instructions, "CALLS", 10)
+    rows = instructions.measure([64])
+    assert [r[0] for r in rows] == instructions.INSTRUCTIONS
+    assert all(fast > 0 and checked > 0 for _, _, fast, checked in rows)
