@@ -86,7 +86,7 @@ def test_shared_plans_are_built_once_and_frozen():
 
     a = build(64)
     assert build(64) is a and built == [64]
-    assert a.as_array().tolist() == [[0, 64, 1]]
+    assert a.as_array().tolist() == [[0, 64, 1]] and a.used == 64
     with pytest.raises(RuntimeError, match="frozen"):
         a.add("y", 32)
     with pytest.raises(RuntimeError, match="frozen"):

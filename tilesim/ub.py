@@ -51,6 +51,7 @@ class UbPlan:
     region: int = 0  # index of the first buffer placed since the last reset
     _end: int = field(default=0, repr=False)  # where the next buffer of the current region goes
     _array: np.ndarray | None = field(default=None, repr=False)  # as_array of a frozen plan
+    _used: int = field(default=0, repr=False)  # used of a frozen plan
 
     def _mutable(self) -> None:
         if self._array is not None:
@@ -58,6 +59,7 @@ class UbPlan:
 
     def freeze(self) -> UbPlan:
         """No more buffers: the plan becomes shareable (see :func:`shared_plan`)."""
+        self._used = self.used
         self._array = self._rows()
         self._array.flags.writeable = False
         return self
@@ -93,6 +95,8 @@ class UbPlan:
     @property
     def used(self) -> int:
         """The high-water mark: the largest end offset of any buffer."""
+        if self._array is not None:
+            return self._used
         return max((b.offset + b.total for b in self.buffers), default=0)
 
     @property
