@@ -193,7 +193,7 @@ def reduce_sum_multi_n(core, dst, src, tmp, rows, cols, cols_align):
             for i in range(w):
                 acc[a + i] = acc[a + i] + s[b + i]
         count_vector(core, VEC_BINARY, 256 * rows, tmp, tmp, src)
-    whole_reduce_sums(core, dst, tmp, LANES, rows)
+    reduce_level(core, dst, tmp, LANES * rows)  # one vcadd per row's accumulators, 255 rows an instruction
 
 
 @njit(cache=True)
