@@ -77,8 +77,8 @@ def _trees_full(s, d, repeat):
     """``d[r]`` = the adjacent-pair tree of the 64 lanes of repeat ``r`` of ``s``, for every r at once: six
     levels of pairwise sums over the whole span (a pair never straddles two repeats), the same sums in the same
     order as :func:`_tree64`, level by level rather than repeat by repeat."""
-    a = np.empty(32 * repeat, np.float32)
-    b = np.empty(16 * repeat, np.float32)
+    w = np.empty(48 * repeat, np.float32)  # one allocation: the two levels' buffers side by side
+    a, b = w[:32 * repeat], w[32 * repeat:]
     _pairs(a, s, 32 * repeat)
     _pairs(b, a, 16 * repeat)
     _pairs(a, b, 8 * repeat)
