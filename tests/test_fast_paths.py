@@ -8,6 +8,8 @@
   thread and restores the caller's count; reused workspaces and shadows never leak one launch into the next.
 - A constant argument does not give a device function a second compiled version (``tilesim.specialise``).
 - A GM access outside a tensor is reported in fast mode too (the movers copy raw bytes).
+- Copy-outs into large GM tensors, written with non-temporal stores, write exactly the bytes a memcpy writes,
+  whatever the alignment and length, and a kernel's results do not change.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import kernels
 import tilesim
 from tilesim import vector
 from tilesim.cast import KIND_BF16, KIND_FP16, narrow, widen
-from tilesim.datamove import data_copy
+from tilesim.datamove import STREAM_TENSOR_BYTES, _write_gm, data_copy
 from tilesim.device import at, err_width, global_tensor, make_core
 from tilesim.launch import SERIAL_BELOW, finish, host_threads, prepare, release_scratch, run_cores, workspace, zeros
 from tilesim.soc import get_soc
@@ -276,3 +278,38 @@ def test_cache_stamps_carry_the_machine_hash():
     for fn in (sys.modules["kernels.rms_norm_grad"]._cores, _two_call_sites):
         stamp = fn._cache._cache_file._source_stamp
         assert isinstance(stamp, tuple) and stamp[-1] == jit_cache.MACHINE_HASH
+
+
+@njit(cache=True)
+def _write_at(dst, d_off, src, s_off, n, stream):
+    _write_gm(dst.ctypes.data + d_off, src.ctypes.data + s_off, n, stream)
+
+
+@pytest.mark.parametrize("d_off", [0, 2, 4, 30, 32, 62, 64, 65])
+@pytest.mark.parametrize("n", [0, 1, 2, 63, 64, 65, 127, 256, 1000, 4097])
+def test_streamed_copy_out_writes_exactly_what_memcpy_writes(d_off, n):
+    """Head to the first 64 B line, whole lines by non-temporal stores, tail: every byte of the run, no other."""
+    rng = np.random.default_rng(n + 97 * d_off)
+    src = rng.integers(0, 256, 8192, dtype=np.uint8)
+    streamed, plain = np.full(8192, 0xA5, np.uint8), np.full(8192, 0xA5, np.uint8)
+    base = -streamed.ctypes.data % 64  # a 64 B-aligned origin, so d_off sets the alignment
+    _write_at(streamed, base + d_off, src, 3, n, True)
+    _write_at(plain, base + d_off, src, 3, n, False)
+    np.testing.assert_array_equal(streamed, plain)
+    assert (plain[base + d_off:base + d_off + n] == src[3:3 + n]).all()
+
+
+def test_a_kernel_writing_a_large_output_gives_the_bits_of_a_small_one():
+    """RmsNormGrad's dx of [2048, 1024] fp32 (8 MiB, written by streaming stores from both host threads) equals,
+    row for row, that of its first 64 rows alone (a 256 KiB dx, written by cached stores): the split-N kernel
+    computes each row of dx by the same instructions whatever the row count."""
+    rng = np.random.default_rng(5)
+    n, d = STREAM_TENSOR_BYTES // 4 // 1024, 1024
+    x = rng.uniform(-2, 2, (n, d)).astype(np.float32)
+    dy = rng.standard_normal((n, d), dtype=np.float32)
+    rstd = (1 / np.sqrt((x.astype(np.float64) ** 2).mean(axis=1) + 1e-6)).astype(np.float32)
+    gamma = rng.uniform(0.5, 1.5, d).astype(np.float32)
+    big, _ = kernels.rms_norm_grad(dy, x, rstd, gamma)
+    small, _ = kernels.rms_norm_grad(dy[:64], x[:64], rstd[:64], gamma)
+    assert big.nbytes >= STREAM_TENSOR_BYTES
+    np.testing.assert_array_equal(big[:64].view(np.uint32), small.view(np.uint32))

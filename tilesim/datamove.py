@@ -31,14 +31,42 @@ from .device import (
     ub_rows_out,
     ub_view,
 )
-from .intrinsics import copy_bytes
+from .intrinsics import copy_bytes, stream_line
 from .ub import BLOCK
+
+# GM tensors at least this large are written with non-temporal stores: they outgrow the host's caches, so a
+# cached store would first read each line from memory (a third more traffic for a kernel's output) and evict the
+# UB tiles the next instruction reads. Smaller ones (workspaces, atomic targets) are read back soon: cached.
+STREAM_TENSOR_BYTES = 8 << 20
+STREAM_RUN_BYTES = 256  # shorter runs are mostly the partial lines at their ends
 
 
 @njit(cache=True)
 def _gm_addr(g, off):
     """The address of element ``off`` of a GM tensor."""
     return g.addr + off * g.isz
+
+
+@njit(cache=True)
+def _streams(g, nbytes):
+    return g.nbytes >= STREAM_TENSOR_BYTES and nbytes >= STREAM_RUN_BYTES
+
+
+@njit(cache=True)
+def _write_gm(dst, src, nbytes, stream):
+    """``nbytes`` from host address ``src`` to GM address ``dst``; with ``stream``, the whole 64 B lines of the
+    destination by non-temporal stores (:func:`tilesim.intrinsics.stream_line`). Another host thread sees them
+    once this one has run a store fence: :func:`tilesim.launch.run_cores` runs one after each thread's cores."""
+    if not stream:
+        copy_bytes(dst, src, nbytes)
+        return
+    head = min(-dst % 64, nbytes)
+    lines = (nbytes - head) // 64
+    copy_bytes(dst, src, head)
+    for k in range(lines):
+        stream_line(dst + head + 64 * k, src + head + 64 * k)
+    done = head + 64 * lines
+    copy_bytes(dst + done, src + done, nbytes - done)
 
 
 @njit(cache=True)
@@ -114,8 +142,9 @@ def data_copy_rows_out(core, dst, dst_off, src, rows, row_len, dst_stride):
     if not (gm_ok(core, dst, dst_off, row_len) and gm_ok(core, dst, dst_off + (rows - 1) * dst_stride, row_len)):
         return
     base = core.base + src.addr
+    stream = _streams(dst, row_b)
     for r in range(rows):
-        copy_bytes(_gm_addr(dst, dst_off + r * dst_stride), base + r * row_b, row_b)
+        _write_gm(_gm_addr(dst, dst_off + r * dst_stride), base + r * row_b, row_b, stream)
     count_mte3(core, dst, src, dst_off, rows, row_len, dst_stride, False)
 
 
@@ -165,8 +194,9 @@ def data_copy_pad_out(core, dst, dst_off, src, rows, row_len, dst_stride):
             and ub_rows_in(core, src, rows, row_bytes, pitch) and gm_ok(core, dst, dst_off, row_len)
             and gm_ok(core, dst, dst_off + (rows - 1) * dst_stride, row_len)):
         return
+    stream = _streams(dst, row_bytes)
     for r in range(rows):
-        copy_bytes(_gm_addr(dst, dst_off + r * dst_stride), core.base + src.addr + r * pitch, row_bytes)
+        _write_gm(_gm_addr(dst, dst_off + r * dst_stride), core.base + src.addr + r * pitch, row_bytes, stream)
     count_mte3(core, dst, src, dst_off, rows, row_len, dst_stride, False)
 
 

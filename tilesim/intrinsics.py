@@ -8,6 +8,7 @@ fallback, keeps LLVM from vectorising the loop around it. These vectorise.
 from __future__ import annotations
 
 from llvmlite import ir
+from llvmlite.binding import get_process_triple
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -95,6 +96,39 @@ def copy_bytes(typingctx, dst, src, n):
         return context.get_dummy_value()
 
     return types.none(dst, src, n), codegen
+
+
+@intrinsic
+def stream_line(typingctx, dst, src):
+    """64 bytes from ``src`` (any alignment) to ``dst`` (a multiple of 64) with a non-temporal store: the line goes
+    to memory without being read into the cache first, and without evicting what is there."""
+    if not (isinstance(dst, types.Integer) and isinstance(src, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        line = ir.VectorType(ir.FloatType(), 16)
+        v = builder.load(builder.inttoptr(args[1], line.as_pointer()), align=1)
+        st = builder.store(v, builder.inttoptr(args[0], line.as_pointer()), align=64)
+        st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+        return context.get_dummy_value()
+
+    return types.none(dst, src), codegen
+
+
+@intrinsic
+def store_fence(typingctx):
+    """This thread's non-temporal stores are visible before any store that follows: ``sfence`` on x86 (where an
+    ordinary fence orders nothing, every other store being ordered already), a full fence elsewhere."""
+
+    def codegen(context, builder, signature, args):
+        if get_process_triple().startswith(("x86_64", "i686", "i386")):
+            fn = builder.module.declare_intrinsic("llvm.x86.sse.sfence", [], ir.FunctionType(ir.VoidType(), []))
+            builder.call(fn, [])
+        else:
+            builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return types.none(), codegen
 
 
 # The 16-bit casts in 32-bit integer arithmetic. Numba widens uint32 arithmetic to 64 bits, which halves the lanes

@@ -30,6 +30,7 @@ from .device import (
     err_width,
 )
 from .errors import CheckError
+from .intrinsics import store_fence
 from .soc import SocSpec
 from .ub import UbPlan
 
@@ -150,7 +151,7 @@ def run_cores(cores: Callable[..., None], block_dim: int, *args: Any) -> None:
     global _pool
     n = max(1, min(numba.get_num_threads(), block_dim))
     if n == 1:
-        cores(0, block_dim, *args)
+        _run_fenced(cores, 0, block_dim, *args)
         _end_phase()
         return
     if _pool is None:
@@ -158,13 +159,27 @@ def run_cores(cores: Callable[..., None], block_dim: int, *args: Any) -> None:
             if _pool is None:
                 _pool = ThreadPoolExecutor(max_workers=numba.config.NUMBA_NUM_THREADS, thread_name_prefix="tilesim")
     cuts = [block_dim * k // n for k in range(n + 1)]
-    futures = [_pool.submit(cores, cuts[k], cuts[k + 1], *args) for k in range(1, n)]
+    futures = [_pool.submit(_run_fenced, cores, cuts[k], cuts[k + 1], *args) for k in range(1, n)]
     try:
-        cores(cuts[0], cuts[1], *args)
+        _run_fenced(cores, cuts[0], cuts[1], *args)
     finally:
         for f in futures:
             f.result()
     _end_phase()
+
+
+@njit(cache=True, nogil=True)
+def _store_fence():
+    store_fence()
+
+
+def _run_fenced(cores: Callable[..., None], first: int, last: int, *args: Any) -> None:
+    """``cores(first, last, *args)``, then a store fence: the copy-outs' non-temporal stores
+    (:func:`tilesim.datamove._write_gm`) are visible to the other host threads after the phase."""
+    try:
+        cores(first, last, *args)
+    finally:
+        _store_fence()
 
 
 def _end_phase() -> None:
