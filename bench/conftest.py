@@ -8,7 +8,9 @@ The benchmarks put ``op``, ``dtype`` and (but for the start-up) ``bytes`` (what 
 ``extra_info``; GB/s here is bytes / median time / 1e9, the probe's GB/s is the triad's (2 reads + 1 write
 counted). The kernel is ``extra_info["kernel"]`` when given, else the first word of the benchmark group;
 speedups compare rows of one group (one kernel, dtype and shape), torch's row being the op named ``torch ...``,
-numpy's ``numpy ...``; checked/fast is the median of the group's ``tilesim checked`` row over its ``tilesim`` row's,
+numpy's ``numpy ...``, the hand-written untiled Numba kernel's ``numba untiled`` (``bench/untiled.py``, where
+there is one: vs untiled is its median over tilesim's, the share of a fused kernel's speed the emulation keeps);
+checked/fast is the median of the group's ``tilesim checked`` row over its ``tilesim`` row's,
 shown on the latter. Files may share the probe: only its first run is kept.
 
 Sections by benchmark group: ``small calls`` (test_bench_small_calls.py), ``scaling`` (test_bench_scaling.py),
@@ -29,6 +31,7 @@ RESULTS = Path(__file__).with_name("results.json")
 PROBE_OP = "bandwidth probe"
 TORCH_OP = "torch"  # prefix of the torch baseline's op name ("torch autograd", "torch aten")
 NUMPY_OP = "numpy"  # prefix of the numpy baseline's op name
+UNTILED_OP = "numba untiled"  # a hand-written fused Numba kernel of the same op (bench/untiled.py)
 FAST_OP = "tilesim"
 CHECKED_OP = "tilesim checked"  # the same call with checks=True, in the fast row's group
 SMALL_GROUP = "small calls"
@@ -80,6 +83,7 @@ def _rows(config: Any) -> list[dict[str, Any]]:
     main = [r for r in rows if r["section"] == "main"]
     torch_ms = {r["group"]: r["median_ms"] for r in main if r["op"].startswith(TORCH_OP)}
     numpy_ms = {r["group"]: r["median_ms"] for r in main if r["op"].startswith(NUMPY_OP)}
+    untiled_ms = {r["group"]: r["median_ms"] for r in main if r["op"] == UNTILED_OP}
     checked_ms = {r["group"]: r["median_ms"] for r in main if r["op"] == CHECKED_OP}
     for r in rows:
         r["pct_of_probe"] = 100.0 * r["gbs"] / probe if probe and r["gbs"] is not None else None
@@ -87,6 +91,8 @@ def _rows(config: Any) -> list[dict[str, Any]]:
         t, n = (torch_ms.get(r["group"]), numpy_ms.get(r["group"])) if main_row else (None, None)
         r["speedup_vs_torch"] = t / r["median_ms"] if t else None
         r["speedup_vs_numpy"] = n / r["median_ms"] if n else None
+        u = untiled_ms.get(r["group"]) if main_row and r["op"] != UNTILED_OP else None
+        r["speedup_vs_untiled"] = u / r["median_ms"] if u else None
         c = checked_ms.get(r["group"]) if main_row and r["op"] == FAST_OP else None
         r["checked_over_fast"] = c / r["median_ms"] if c else None
         if r["section"] == "small":
@@ -96,8 +102,8 @@ def _rows(config: Any) -> list[dict[str, Any]]:
             r["elements"], r["ns_per_element"] = n, r["median_ms"] * 1e6 / n if n else None
 
     def order(op: str) -> int:
-        return (0 if op == FAST_OP else 1 if op == CHECKED_OP else 2 if op.startswith(NUMPY_OP)
-                else 3 if op.startswith(TORCH_OP) else 9)
+        return (0 if op == FAST_OP else 1 if op == CHECKED_OP else 2 if op == UNTILED_OP
+                else 3 if op.startswith(NUMPY_OP) else 4 if op.startswith(TORCH_OP) else 9)
 
     rows.sort(key=lambda r: (r["op"] == PROBE_OP, r["kernel"], r["dtype"], r["info"].get("elements", 0),
                              list(r["shape"] or []), order(r["op"]), r["op"]))
@@ -163,18 +169,19 @@ def _main_table(tr: Any, rows: list[dict[str, Any]]) -> None:
     kw = max(len("kernel"), *(len(r["kernel"]) for r in rows))
     sw = max(len("shape"), *(len(_shape(r["shape"])) for r in rows))
     head = (f"{'kernel':<{kw}} {'shape':<{sw}} {'op':<16} {'dtype':<6} {'median ms':>10} {'GB/s':>7} {'% probe':>8} "
-            f"{'vs torch':>9} {'vs numpy':>9} {'checked/fast':>12}")
+            f"{'vs torch':>9} {'vs numpy':>9} {'vs untiled':>10} {'checked/fast':>12}")
     tr.write_line(head)
     tr.write_line("-" * len(head))
     for r in rows:
         pct = _fmt(r["pct_of_probe"], ".1f", "%")
         vt, vn = _fmt(r["speedup_vs_torch"], ".2f", "x"), _fmt(r["speedup_vs_numpy"], ".2f", "x")
-        cf = _fmt(r["checked_over_fast"], ".2f", "x")
+        vu, cf = _fmt(r["speedup_vs_untiled"], ".2f", "x"), _fmt(r["checked_over_fast"], ".2f", "x")
         tr.write_line(f"{r['kernel']:<{kw}} {_shape(r['shape']):<{sw}} {r['op']:<16} {r['dtype']:<6} "
-                      f"{r['median_ms']:>10.2f} {_fmt(r['gbs'], '.2f'):>7} {pct:>8} {vt:>9} {vn:>9} {cf:>12}")
+                      f"{r['median_ms']:>10.2f} {_fmt(r['gbs'], '.2f'):>7} {pct:>8} {vt:>9} {vn:>9} {vu:>10} {cf:>12}")
     tr.write_line("GB/s = bytes the op must move (each input read once, each output written once; see each bench's "
                   "op_bytes) / median; probe = triad, 2 reads + 1 write; vs torch / vs numpy = that baseline's "
-                  "median / this median, same kernel, dtype and shape (> 1: faster); checked/fast = median with "
+                  "median / this median, same kernel, dtype and shape (> 1: faster); vs untiled = the hand-written "
+                  "fused Numba kernel's median / this median (bench/untiled.py); checked/fast = median with "
                   "checks=True / median with checks=False, same call")
 
 

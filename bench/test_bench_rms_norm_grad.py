@@ -1,5 +1,6 @@
 """RmsNormGrad at the two standard shapes, [4096, 4096] and [16384, 1024], on this CPU, side by side: tilesim's tiled
-kernel (fast, and in checked mode), the untiled numpy reference, torch autograd, and the host's memory bandwidth
+kernel (fast, and in checked mode), a hand-written untiled Numba kernel of the same math (``bench/untiled.py``:
+what the emulation of tiles costs), the untiled numpy reference, torch autograd, and the host's memory bandwidth
 (the triad probe).
 
 ``make bench`` (``pytest bench --benchmark-enable``) times them; plain ``pytest bench`` (benchmarks disabled by
@@ -26,6 +27,7 @@ import pytest
 import torch
 
 import kernels
+from bench import untiled
 from bench.bandwidth import make_arrays, triad, triad_bytes
 from bench.record import record, torch_threads
 from tilesim.precision import compare
@@ -95,6 +97,25 @@ def test_tilesim(benchmark, dtype, shape):
 def test_tilesim_checked(benchmark, dtype, shape):
     """The same call in checked mode (``checks=True``: the kernel into temporaries, copied out when clean)."""
     _tilesim(benchmark, dtype, shape, checks=True)
+
+
+@pytest.mark.parametrize("dtype,shape", PARAMS)
+def test_numba_untiled(benchmark, dtype, shape):
+    """bench.untiled.rms_norm_grad: the op fused into two passes per row by hand, on all Numba threads, into
+    preallocated outputs; its first 64 rows of dx checked as tilesim's, its dgamma loosely."""
+    dy, x, rstd, gamma = inputs(dtype, shape)
+    dx = np.empty_like(dy)
+    partials = np.empty((numba.config.NUMBA_NUM_THREADS, shape[1]), np.float32)
+    untiled.rms_norm_grad(dy, x, rstd, gamma, dx, partials)  # warm-up: compile / load the Numba cache
+    dgamma = benchmark(untiled.rms_norm_grad, dy, x, rstd, gamma, dx, partials)
+    _record(benchmark, "numba untiled", dtype, shape, op_bytes(dy, x, rstd, gamma),
+            f"bench.untiled.rms_norm_grad (fused, {numba.config.NUMBA_NUM_THREADS} threads, preallocated dx)")
+    golden_dx, _ = kernels.reference.rms_norm_grad(dy[:64], x[:64], rstd[:64], gamma)
+    precision = compare(dx[:64], golden_dx)
+    assert precision.ok, f"dx: {precision}"
+    golden_dgamma = np.einsum("ij,ij->j", dy.astype(np.float64), x.astype(np.float64) * rstd[:, None])
+    tol = 1e-3 * np.abs(golden_dgamma).max()  # one fp32 sum over N rows per thread: loose, as the other benches
+    assert np.abs(dgamma - golden_dgamma).max() <= tol, f"dgamma off by {np.abs(dgamma - golden_dgamma).max():.3g}"
 
 
 @pytest.mark.parametrize("dtype,shape", PARAMS)

@@ -834,3 +834,26 @@ def test_instruction_timer_runs_both_builds(monkeypatch):
     rows = instructions.measure([64])
     assert [r[0] for r in rows] == instructions.INSTRUCTIONS
     assert all(fast > 0 and checked > 0 for _, _, fast, checked in rows)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_untiled_baseline_matches_the_kernel(dtype):
+    """bench.untiled (the hand-written fused RmsNormGrad the benchmark sets beside tilesim) computes the op: its
+    dx equals the tiled kernel's to an ulp or so (the same formula, other rounding points), its dgamma is close."""
+    from bench import untiled
+
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(np.float32)
+    rng = np.random.default_rng(11)
+    n, d = 96, 200
+    x = rng.uniform(-2, 2, (n, d)).astype(np.float32).astype(dt)
+    dy = rng.standard_normal((n, d), dtype=np.float32).astype(dt)
+    x32 = x.astype(np.float32)
+    rstd = (1 / np.sqrt((x32 * x32).mean(axis=1) + np.float32(1e-6))).astype(np.float32)
+    gamma = rng.uniform(0.5, 1.5, d).astype(np.float32)
+    dx = np.empty_like(dy)
+    dgamma = untiled.rms_norm_grad(dy, x, rstd, gamma, dx, np.empty((2, d), np.float32))
+    want_dx, want_dgamma = kernels.rms_norm_grad(dy, x, rstd, gamma)
+    ulp = 2.0 ** -7 if dtype == "bfloat16" else 2.0 ** -23
+    scale = np.abs(want_dx.astype(np.float64)).max()
+    assert np.abs(dx.astype(np.float64) - want_dx.astype(np.float64)).max() <= 4 * ulp * scale
+    np.testing.assert_allclose(dgamma, want_dgamma, rtol=1e-5, atol=1e-5 * np.abs(want_dgamma).max())
