@@ -8,7 +8,7 @@ fallback, keeps LLVM from vectorising the loop around it. These vectorise.
 from __future__ import annotations
 
 from llvmlite import ir
-from llvmlite.binding import get_process_triple
+from llvmlite.binding import get_host_cpu_features, get_process_triple
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -131,6 +131,20 @@ def store_fence(typingctx):
     return types.none(), codegen
 
 
+def _hardware_fp16() -> bool:
+    """Whether this host converts fp16 in hardware (x86: F16C's vcvtph2ps / vcvtps2ph; every aarch64 core):
+    then LLVM's ``fpext`` and ``fptrunc`` between half and float are a vector instruction each, not a library
+    call per element."""
+    if not get_process_triple().startswith(("x86_64", "i686", "i386")):
+        return get_process_triple().startswith(("aarch64", "arm64"))
+    try:
+        return bool(get_host_cpu_features().get("f16c", False))
+    except RuntimeError:  # no features reported: the portable formulas
+        return False
+
+
+HARDWARE_FP16 = _hardware_fp16()
+
 # The 16-bit casts in 32-bit integer arithmetic. Numba widens uint32 arithmetic to 64 bits, which halves the lanes
 # of the vectorised cast loops and adds a pack per vector; these emit the same formulas as i32 operations.
 _I16, _I32 = ir.IntType(16), ir.IntType(32)
@@ -201,8 +215,12 @@ def fp16_nearest_bits(typingctx, u, away):
         q = _umin(b, q, _c32(0x7C00))
         nan = b.or_(_c32(0x7C00), b.lshr(b.and_(a, _c32(0x7FFFFF)), _c32(13)))
         nan = b.select(b.icmp_unsigned("==", nan, _c32(0x7C00)), _c32(0x7C01), nan)
-        q = b.select(b.icmp_unsigned(">", a, _c32(0x7F800000)), nan, q)
-        return b.trunc(b.or_(sign, q), _I16)
+        is_nan = b.icmp_unsigned(">", a, _c32(0x7F800000))
+        q = b.or_(sign, b.select(is_nan, nan, q))
+        if HARDWARE_FP16:  # round to nearest even in hardware, NaNs as above: the same bits, one instruction
+            hw = b.zext(b.bitcast(b.fptrunc(b.bitcast(x, ir.FloatType()), ir.HalfType()), _I16), _I32)
+            q = b.select(args[1], q, b.select(is_nan, b.or_(sign, nan), hw))
+        return b.trunc(q, _I16)
 
     return types.uint16(u, away), codegen
 
@@ -240,8 +258,11 @@ def fp16_widen_bits(typingctx, h):
         sub = b.or_(b.shl(b.add(p, _c32(103)), _c32(23)),
                     b.and_(b.shl(m, b.sub(_c32(23), _umin(b, p, _c32(23)))), _c32(0x7FFFFF)))
         sub = b.select(b.icmp_unsigned("==", m, _c32(0)), _c32(0), sub)
-        bits = b.select(b.icmp_unsigned("==", e, _c32(0)), sub,
-                        b.select(b.icmp_unsigned("==", e, _c32(31)), special, normal))
+        is_special = b.icmp_unsigned("==", e, _c32(31))
+        if HARDWARE_FP16:  # exact in hardware but for NaN payloads (a signalling NaN comes out quiet): as above
+            hw = b.bitcast(b.fpext(b.bitcast(b.trunc(x, _I16), ir.HalfType()), ir.FloatType()), _I32)
+            return b.select(is_special, b.or_(sign, special), hw)
+        bits = b.select(b.icmp_unsigned("==", e, _c32(0)), sub, b.select(is_special, special, normal))
         return b.or_(sign, bits)
 
     return types.uint32(h), codegen
