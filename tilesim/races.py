@@ -117,29 +117,44 @@ def find_races(report: RunReport, limit: int = 16) -> tuple[list[Race], int]:
     return races, int(total)
 
 
+_FIELDS = ("phase", "tag", "core", "index", "pipe", "cls", "off", "row", "stride", "bursts")
+
+
 def _accesses(report: RunReport) -> dict[str, np.ndarray]:
     """Every GM access of every core, in core then log order: its phase, tensor tag, core, log row, pipe, class
     and where (byte offset, row bytes, stride, rows). Empty accesses are dropped (they touch nothing)."""
     ends = report.phase_ends
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("phase", "tag", "core", "index", "pipe", "cls", "off",
-                                                         "row", "stride", "bursts")}
-    for c, log in enumerate(report.log):
-        idx = np.flatnonzero(log[:, L_GM] >= 0)
-        acc = log[idx]
-        pipe = acc[:, L_PIPE]
-        cls = np.select([(pipe == PIPE_MTE2) | (pipe == PIPE_SCALAR),
-                         (pipe == PIPE_MTE3) & (acc[:, L_CLASS] == MTE3_BYTES),
-                         (pipe == PIPE_MTE3) & (acc[:, L_CLASS] == ATOMIC_BYTES)], [READ, WRITE, ATOMIC], -1)
-        keep = (cls >= 0) & (acc[:, L_BURSTS] > 0) & (acc[:, L_GM_ROW] > 0)
-        idx, acc = idx[keep], acc[keep]
-        cols["phase"].append(np.searchsorted(ends[:, c], idx, side="right"))
-        cols["core"].append(np.full(idx.size, c, np.int64))
-        cols["index"].append(idx)
-        cols["cls"].append(cls[keep])
-        for k, f in (("tag", L_GM), ("pipe", L_PIPE), ("off", L_GM_OFF), ("row", L_GM_ROW), ("stride", L_GM_STRIDE),
-                     ("bursts", L_BURSTS)):
-            cols[k].append(acc[:, f])
-    return {k: np.concatenate(v).astype(np.int64) if v else np.zeros(0, np.int64) for k, v in cols.items()}
+    out = np.empty((sum(log.shape[0] for log in report.log), len(_FIELDS)), np.int64)
+    k = 0
+    for c, log in enumerate(report.log):  # one compiled pass per core (a checked launch runs this every time)
+        k = _core_accesses(log, c, np.ascontiguousarray(ends[:, c]), out, k)
+    return {name: np.ascontiguousarray(out[:k, j]) for j, name in enumerate(_FIELDS)}
+
+
+@njit(cache=True)
+def _core_accesses(log, c, ends, out, k):
+    """Core ``c``'s GM accesses from its log into rows ``k ..`` of ``out`` (columns as ``_FIELDS``); returns the
+    next free row. An access's phase is the number of phase ends at or before its log row."""
+    phase = 0
+    for i in range(log.shape[0]):
+        if log[i, L_GM] < 0 or log[i, L_BURSTS] <= 0 or log[i, L_GM_ROW] <= 0:
+            continue
+        pipe, what = log[i, L_PIPE], log[i, L_CLASS]
+        if pipe == PIPE_MTE2 or pipe == PIPE_SCALAR:
+            cls = READ
+        elif pipe == PIPE_MTE3 and what == MTE3_BYTES:
+            cls = WRITE
+        elif pipe == PIPE_MTE3 and what == ATOMIC_BYTES:
+            cls = ATOMIC
+        else:
+            continue
+        while phase < ends.size and ends[phase] <= i:
+            phase += 1
+        out[k, 0], out[k, 1], out[k, 2], out[k, 3], out[k, 4] = phase, log[i, L_GM], c, i, pipe
+        out[k, 5], out[k, 6], out[k, 7], out[k, 8] = cls, log[i, L_GM_OFF], log[i, L_GM_ROW], log[i, L_GM_STRIDE]
+        out[k, 9] = log[i, L_BURSTS]
+        k += 1
+    return k
 
 
 def _intervals(acc: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
