@@ -124,17 +124,18 @@ def _accesses(report: RunReport) -> dict[str, np.ndarray]:
     """Every GM access of every core, in core then log order: its phase, tensor tag, core, log row, pipe, class
     and where (byte offset, row bytes, stride, rows). Empty accesses are dropped (they touch nothing)."""
     ends = report.phase_ends
-    out = np.empty((sum(log.shape[0] for log in report.log), len(_FIELDS)), np.int64)
+    out = np.empty((len(_FIELDS), sum(log.shape[0] for log in report.log)), np.int64)
+    ends_by_core = np.ascontiguousarray(ends.T)
     k = 0
     for c, log in enumerate(report.log):  # one compiled pass per core (a checked launch runs this every time)
-        k = _core_accesses(log, c, np.ascontiguousarray(ends[:, c]), out, k)
-    return {name: np.ascontiguousarray(out[:k, j]) for j, name in enumerate(_FIELDS)}
+        k = _core_accesses(log, c, ends_by_core[c], out, k)
+    return {name: out[j, :k] for j, name in enumerate(_FIELDS)}
 
 
 @njit(cache=True)
 def _core_accesses(log, c, ends, out, k):
-    """Core ``c``'s GM accesses from its log into rows ``k ..`` of ``out`` (columns as ``_FIELDS``); returns the
-    next free row. An access's phase is the number of phase ends at or before its log row."""
+    """Core ``c``'s GM accesses from its log into columns ``k ..`` of ``out`` (rows as ``_FIELDS``); returns the
+    next free column. An access's phase is the number of phase ends at or before its log row."""
     phase = 0
     for i in range(log.shape[0]):
         if log[i, L_GM] < 0 or log[i, L_BURSTS] <= 0 or log[i, L_GM_ROW] <= 0:
@@ -150,9 +151,9 @@ def _core_accesses(log, c, ends, out, k):
             continue
         while phase < ends.size and ends[phase] <= i:
             phase += 1
-        out[k, 0], out[k, 1], out[k, 2], out[k, 3], out[k, 4] = phase, log[i, L_GM], c, i, pipe
-        out[k, 5], out[k, 6], out[k, 7], out[k, 8] = cls, log[i, L_GM_OFF], log[i, L_GM_ROW], log[i, L_GM_STRIDE]
-        out[k, 9] = log[i, L_BURSTS]
+        out[0, k], out[1, k], out[2, k], out[3, k], out[4, k] = phase, log[i, L_GM], c, i, pipe
+        out[5, k], out[6, k], out[7, k], out[8, k] = cls, log[i, L_GM_OFF], log[i, L_GM_ROW], log[i, L_GM_STRIDE]
+        out[9, k] = log[i, L_BURSTS]
         k += 1
     return k
 
