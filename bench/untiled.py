@@ -23,8 +23,8 @@ def _widen(v):
     """An element as float32: bf16 bits (uint16) widened, a float32 as it is."""
 
 
-def _narrow(v, like):
-    """A float32 as the element type of ``like``: bf16 bits rounded to nearest even, or the float32 itself."""
+def _narrow(v, dtype):
+    """A float32 as ``dtype``: bf16 bits (uint16) rounded to nearest even, or the float32 itself."""
 
 
 @overload(_widen, inline="always")
@@ -35,10 +35,10 @@ def _widen_impl(v):
 
 
 @overload(_narrow, inline="always")
-def _narrow_impl(v, like):
-    if like == types.uint16:
-        return lambda v, like: bf16_nearest_bits(f32_as_u32(v), False)
-    return lambda v, like: v
+def _narrow_impl(v, dtype):
+    if dtype.dtype == types.uint16:
+        return lambda v, dtype: bf16_nearest_bits(f32_as_u32(v), False)
+    return lambda v, dtype: v
 
 
 @njit(cache=True, parallel=True)
@@ -63,7 +63,7 @@ def _rms_norm_grad(dy, x, rstd, gamma, dx, partials):
             mean = s * inv_d
             for j in range(d):
                 xn = _widen(x[i, j]) * rv
-                dx[i, j] = _narrow((_widen(dy[i, j]) * gamma[j] - xn * mean) * rv, dx[i, j])
+                dx[i, j] = _narrow((_widen(dy[i, j]) * gamma[j] - xn * mean) * rv, dx.dtype)
 
 
 def rms_norm_grad(dy: np.ndarray, x: np.ndarray, rstd: np.ndarray, gamma: np.ndarray, dx: np.ndarray,
