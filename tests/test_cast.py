@@ -424,3 +424,50 @@ def test_scalar_cast_bits_hypothesis(u, fm):
         assert got == int(_ref_rint(xa, fmt)[0])
     else:
         assert got == int(model(xa, fmt, mode)[0])
+
+
+OVERLAP_N = 37  # two whole blocks of BLOCK_LANES and a tail
+
+
+def _in_order(buf, d, s, n, dst_size, src_size, convert):
+    """The instruction's definition: element k read, converted, written, for k = 0 .. n - 1, on the bytes of
+    ``buf`` (``dst_size``/``src_size``-byte elements at byte offsets ``d`` and ``s``)."""
+    src_t, dst_t = (np.uint16, np.uint32) if src_size == 2 else (np.uint32, np.uint16)
+    for k in range(n):
+        v = int(buf[s + src_size * k:s + src_size * (k + 1)].view(src_t)[0])
+        buf[d + dst_size * k:d + dst_size * (k + 1)] = np.array([convert(v)], dst_t).view(np.uint8)
+
+
+@pytest.mark.parametrize("kind", [KIND_BF16, KIND_FP16], ids=["bf16", "fp16"])
+def test_widening_gives_the_in_order_results_wherever_the_source_lies(kind):
+    """widen_bits against the in-order loop for every source position from well below the destination to past
+    its end, in 2-byte steps: the block path where no write reaches a later source (the upper half, disjoint),
+    the runs where one does."""
+    n = OVERLAP_N
+    rng = np.random.default_rng(kind)
+    size = 12 * n
+    d = 4 * n
+    for s in range(0, size - 2 * n + 1, 2):
+        buf = rng.integers(0, 256, size, dtype=np.uint64).astype(np.uint8)
+        want = buf.copy()
+        _in_order(want, d, s, n, 4, 2, lambda v: b16_to_f32_bits(v, kind))
+        cast.widen_bits(buf[s:s + 2 * n].view(np.uint16), buf[d:d + 4 * n].view(np.uint32), n, kind)
+        np.testing.assert_array_equal(buf, want, err_msg=f"source at {s - d:+d} bytes from the destination")
+
+
+@pytest.mark.parametrize("kind", [KIND_BF16, KIND_FP16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("mode", [CAST_RINT, CAST_ROUND, CAST_FLOOR])
+def test_narrowing_gives_the_in_order_results_wherever_the_source_lies(kind, mode):
+    """narrow_bits against the in-order loop for every source position, in 4-byte steps (rounding to nearest
+    takes the block path where no write reaches a later source: in place, disjoint)."""
+    n = OVERLAP_N
+    rng = np.random.default_rng(kind + 10 * mode)
+    size = 12 * n
+    d = 4 * n
+    for s in range(0, size - 4 * n + 1, 4):
+        f = rng.uniform(-70000, 70000, size // 4).astype(np.float32)
+        buf = f.view(np.uint8).copy()
+        want = buf.copy()
+        _in_order(want, d, s, n, 2, 4, lambda v: f32_bits_to_b16(v, kind, mode))
+        cast.narrow_bits(buf[s:s + 4 * n].view(np.uint32), buf[d:d + 2 * n].view(np.uint16), n, kind, mode)
+        np.testing.assert_array_equal(buf, want, err_msg=f"source at {s - d:+d} bytes from the destination")

@@ -123,8 +123,9 @@ def test_branch_free_casts_match_general_ones(mode):
 def test_fp16_casts_are_exact_with_and_without_hardware_conversion(monkeypatch, hardware):
     """fp16 casts use the host's conversion instructions where it has them (intrinsics.HARDWARE_FP16), the
     portable integer formulas elsewhere; both give the same bits: every half widened, NaN payloads kept, and the
-    sample of :func:`test_branch_free_casts_match_general_ones` narrowed under RINT and ROUND. Checked on all
-    2^32 inputs when written; fresh uncached functions compile each path here."""
+    sample of :func:`test_branch_free_casts_match_general_ones` narrowed under RINT and ROUND, one element at a
+    time and in vector blocks. Checked on all 2^32 inputs when written; fresh uncached functions compile each
+    path here."""
     if hardware and not intrinsics.HARDWARE_FP16:
         pytest.skip("this host has no fp16 conversion instructions")
     monkeypatch.setattr(intrinsics, "HARDWARE_FP16", hardware)
@@ -141,18 +142,35 @@ def test_fp16_casts_are_exact_with_and_without_hardware_conversion(monkeypatch, 
             bad += intrinsics.fp16_nearest_bits(u[i], away) != f32_bits_to_fp16(u[i], mode)
         return bad
 
+    @njit
+    def widen_all_blocks(h, out):
+        for i in range(0, h.size, intrinsics.BLOCK_LANES):
+            intrinsics.fp16_widen_block(out.ctypes.data + 4 * i, h.ctypes.data + 2 * i)
+
+    @njit
+    def narrow_blocks_bad(u, away, mode):
+        out = np.empty(intrinsics.BLOCK_LANES, np.uint16)
+        bad = 0
+        for i in range(0, u.size - intrinsics.BLOCK_LANES + 1, intrinsics.BLOCK_LANES):
+            intrinsics.fp16_nearest_block(out.ctypes.data, u.ctypes.data + 4 * i, away)
+            for k in range(intrinsics.BLOCK_LANES):
+                bad += out[k] != f32_bits_to_fp16(u[i + k], mode)
+        return bad
+
     h = np.arange(65536, dtype=np.uint32).astype(np.uint16)
-    out = np.empty(65536, np.uint32)
-    widen_all(h, out)
     h32 = h.astype(np.uint32)
     nan_bits = ((h32 & 0x8000) << 16) | 0x7F800000 | ((h32 & 0x3FF) << 13)
     want = np.where((h32 & 0x7C00) == 0x7C00, nan_bits, h.view(np.float16).astype(np.float32).view(np.uint32))
-    np.testing.assert_array_equal(out, want)
+    for widen_with in (widen_all, widen_all_blocks):
+        out = np.empty(65536, np.uint32)
+        widen_with(h, out)
+        np.testing.assert_array_equal(out, want)
     rng = np.random.default_rng(7)
     u = rng.integers(0, 2**32, 2_000_000, dtype=np.uint64).astype(np.uint32)
     exps = np.arange(256, dtype=np.uint32) << 23
     low = np.array([0, 1, 0xFFF, 0x1000, 0x1001, 0x1FFF, 0x2000, 0x7FFFFF, 0x7FE000, 0x7FF000], np.uint32)
     edges = (exps[:, None] | low[None, :]).reshape(-1)
     u = np.concatenate([u, edges, edges | np.uint32(0x80000000)])
-    assert narrow_bad(u, False, CAST_RINT) == 0
-    assert narrow_bad(u, True, CAST_ROUND) == 0
+    for bad_of in (narrow_bad, narrow_blocks_bad):
+        assert bad_of(u, False, CAST_RINT) == 0
+        assert bad_of(u, True, CAST_ROUND) == 0

@@ -12,7 +12,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .intrinsics import bf16_nearest_bits, bf16_widen_bits, fp16_nearest_bits, fp16_widen_bits
+from .intrinsics import (
+    BLOCK_LANES,
+    bf16_nearest_bits,
+    bf16_nearest_block,
+    bf16_widen_bits,
+    bf16_widen_block,
+    fp16_nearest_bits,
+    fp16_nearest_block,
+    fp16_widen_bits,
+    fp16_widen_block,
+)
 
 # Ascend C RoundMode, in the enum's order.
 CAST_NONE = 0
@@ -208,11 +218,57 @@ def _run(dst_addr, dst_size, src_addr, src_size, i, m):
 
 
 @njit(cache=True)
+def _narrow_blocks(src, dst, n, kind, away):
+    """:func:`narrow_bits` rounding to nearest where no element's write reaches a later element's source (the
+    in-place narrowing the kernels do, disjoint arrays): BLOCK_LANES lanes read, then written, at a time, which
+    gives the in-order loop's results there and, unlike a loop over overlapping arrays, is vector code."""
+    da, sa = np.int64(dst.ctypes.data), np.int64(src.ctypes.data)
+    full = n // BLOCK_LANES * BLOCK_LANES
+    # a constant ``away`` in each loop, so that LLVM drops the rounding it does not take (fp16: the formulas
+    # where the hardware conversion serves)
+    if kind == KIND_BF16 and away:
+        for i in range(0, full, BLOCK_LANES):
+            bf16_nearest_block(da + 2 * i, sa + 4 * i, True)
+    elif kind == KIND_BF16:
+        for i in range(0, full, BLOCK_LANES):
+            bf16_nearest_block(da + 2 * i, sa + 4 * i, False)
+    elif away:
+        for i in range(0, full, BLOCK_LANES):
+            fp16_nearest_block(da + 2 * i, sa + 4 * i, True)
+    else:
+        for i in range(0, full, BLOCK_LANES):
+            fp16_nearest_block(da + 2 * i, sa + 4 * i, False)
+    for k in range(full, n):
+        dst[k] = f32_bits_to_b16(src[k], kind, CAST_ROUND if away else CAST_RINT)
+
+
+@njit(cache=True)
+def _widen_blocks(src, dst, n, kind):
+    """:func:`widen_bits` where no element's write reaches a later element's source (the kernels' widening from
+    the upper half of the destination, disjoint arrays), as :func:`_narrow_blocks`."""
+    da, sa = np.int64(dst.ctypes.data), np.int64(src.ctypes.data)
+    full = n // BLOCK_LANES * BLOCK_LANES
+    if kind == KIND_BF16:
+        for i in range(0, full, BLOCK_LANES):
+            bf16_widen_block(da + 4 * i, sa + 2 * i)
+    else:
+        for i in range(0, full, BLOCK_LANES):
+            fp16_widen_block(da + 4 * i, sa + 2 * i)
+    for k in range(full, n):
+        dst[k] = b16_to_f32_bits(src[k], kind)
+
+
+@njit(cache=True)
 def narrow_bits(src, dst, n, kind, mode):
     """``dst[i] = f32_bits_to_b16(src[i], kind, mode)`` for i < n, with the in-order loop's results whatever the
-    overlap (the kernels narrow in place). It converts in runs whose destination does not overlap their source:
-    one run when the arrays are disjoint; in place, runs that double from a few scalar elements at the start."""
+    overlap (the kernels narrow in place). Rounding to nearest where no write reaches a later source (in place at
+    one address, disjoint): vector blocks (:func:`_narrow_blocks`). Otherwise in runs whose destination does not
+    overlap their source: one run when the arrays are disjoint; runs that double from a few scalar elements."""
     da, sa = np.int64(dst.ctypes.data), np.int64(src.ctypes.data)
+    if sa >= da or sa + 4 * n <= da:  # no element's write reaches a later element's source: blocks will do
+        if mode == CAST_RINT or mode == CAST_NONE or mode == CAST_ROUND:
+            _narrow_blocks(src, dst, n, kind, mode == CAST_ROUND)
+            return
     i = 0
     while i < n:
         m = _run(da, 2, sa, 4, i, n - i)
@@ -227,9 +283,13 @@ def narrow_bits(src, dst, n, kind, mode):
 
 @njit(cache=True)
 def widen_bits(src, dst, n, kind):
-    """``dst[i] = b16_to_f32_bits(src[i], kind)`` for i < n, exactly, in runs as in :func:`narrow_bits` (the
-    kernels widen from the upper half of the destination's bytes)."""
+    """``dst[i] = b16_to_f32_bits(src[i], kind)`` for i < n, exactly: in vector blocks where no write reaches a
+    later source (the kernels widen from the upper half of the destination's bytes; disjoint arrays), otherwise in
+    runs as in :func:`narrow_bits`."""
     da, sa = np.int64(dst.ctypes.data), np.int64(src.ctypes.data)
+    if sa >= da + 2 * n - 2 or sa + 2 * n <= da:  # no element's write reaches a later element's source
+        _widen_blocks(src, dst, n, kind)
+        return
     i = 0
     while i < n:
         m = _run(da, 4, sa, 2, i, n - i)

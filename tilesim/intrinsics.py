@@ -7,6 +7,9 @@ fallback, keeps LLVM from vectorising the loop around it. These vectorise.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from llvmlite import ir
 from llvmlite.binding import get_host_cpu_features, get_process_triple
 from numba import types
@@ -146,12 +149,25 @@ def _hardware_fp16() -> bool:
 HARDWARE_FP16 = _hardware_fp16()
 
 # The 16-bit casts in 32-bit integer arithmetic. Numba widens uint32 arithmetic to 64 bits, which halves the lanes
-# of the vectorised cast loops and adds a pack per vector; these emit the same formulas as i32 operations.
+# of the vectorised cast loops and adds a pack per vector; these emit the same formulas as i32 operations. Each
+# formula is built on an i32 or on a vector of i32 lanes: the scalar intrinsics serve the in-order loops, the
+# block ones (:data:`BLOCK_LANES` lanes loaded, converted, stored) the in-place casts LLVM cannot vectorise.
 _I16, _I32 = ir.IntType(16), ir.IntType(32)
+BLOCK_LANES = 16  # lanes per block cast: one 512-bit vector of fp32 bits
 
 
 def _c32(v: int) -> ir.Constant:
     return ir.Constant(_I32, v)
+
+
+def _like(ty: ir.Type, elem: ir.Type) -> ir.Type:
+    """``elem``, or a vector of ``elem`` as long as the vector type ``ty``."""
+    return ir.VectorType(elem, ty.count) if isinstance(ty, ir.VectorType) else elem
+
+
+def _k(ty: ir.Type, v: int) -> ir.Constant:
+    """The i32 constant ``v`` for values of type ``ty`` (an i32 or a vector of them: every lane ``v``)."""
+    return ir.Constant(ty, [v] * ty.count) if isinstance(ty, ir.VectorType) else _c32(v)
 
 
 def _as_i32(builder: ir.IRBuilder, v: ir.Value, ty: types.Integer) -> ir.Value:
@@ -164,105 +180,148 @@ def _umin(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
     return builder.select(builder.icmp_unsigned("<", a, b), a, b)
 
 
-@intrinsic
-def bf16_nearest_bits(typingctx, u, away):
-    """fp32 bits to bf16 bits rounded to nearest, ties to even (``away`` False: CAST_RINT, CAST_NONE) or away from
-    zero (CAST_ROUND); past the largest finite value: inf; NaN: sign | 0x7FC0, as ml_dtypes."""
-    if not (isinstance(u, types.Integer) and isinstance(away, types.Boolean)):
-        return None
-
-    def codegen(context, builder, signature, args):
-        b = builder
-        x = _as_i32(b, args[0], u)
-        a = b.and_(x, _c32(0x7FFFFFFF))
-        lsb = b.and_(b.lshr(x, _c32(16)), _c32(1))
-        bias = b.select(args[1], _c32(0x8000), b.add(_c32(0x7FFF), lsb))
-        q = b.lshr(b.add(x, bias), _c32(16))  # the sign rides along: |x| + bias stays below 2**31 unless NaN
-        nan = b.or_(b.and_(b.lshr(x, _c32(16)), _c32(0x8000)), _c32(0x7FC0))
-        return b.trunc(b.select(b.icmp_unsigned(">", a, _c32(0x7F800000)), nan, q), _I16)
-
-    return types.uint16(u, away), codegen
+def _bf16_nearest(b: ir.IRBuilder, x: ir.Value, away: ir.Value) -> ir.Value:
+    """fp32 bits ``x`` to bf16 bits (in the low 16 bits of the i32 lanes); ``away`` an i1."""
+    t = x.type
+    a = b.and_(x, _k(t, 0x7FFFFFFF))
+    lsb = b.and_(b.lshr(x, _k(t, 16)), _k(t, 1))
+    bias = b.select(away, _k(t, 0x8000), b.add(_k(t, 0x7FFF), lsb))
+    q = b.lshr(b.add(x, bias), _k(t, 16))  # the sign rides along: |x| + bias stays below 2**31 unless NaN
+    nan = b.or_(b.and_(b.lshr(x, _k(t, 16)), _k(t, 0x8000)), _k(t, 0x7FC0))
+    return b.select(b.icmp_unsigned(">", a, _k(t, 0x7F800000)), nan, q)
 
 
-@intrinsic
-def fp16_nearest_bits(typingctx, u, away):
-    """fp32 bits to fp16 bits rounded to nearest (as :func:`bf16_nearest_bits`), subnormals included; overflow
-    gives inf; NaN keeps its top payload bits and stays a NaN, as numpy's ``astype(float16)``."""
-    if not (isinstance(u, types.Integer) and isinstance(away, types.Boolean)):
-        return None
-
-    def codegen(context, builder, signature, args):
-        b = builder
-        x = _as_i32(b, args[0], u)
-        a = b.and_(x, _c32(0x7FFFFFFF))
-        sign = b.and_(b.lshr(x, _c32(16)), _c32(0x8000))
-        e = b.lshr(a, _c32(23))
-        # normal results: drop 13 mantissa bits from the rebased exponent and mantissa
-        t = b.sub(a, _c32(112 << 23))
-        bias = b.select(args[1], _c32(0x1000), b.add(_c32(0xFFF), b.and_(b.lshr(t, _c32(13)), _c32(1))))
-        normal = b.lshr(b.add(t, bias), _c32(13))
-        # subnormal results, in units of 2**-24: the mantissa with its hidden bit, shifted by 126 - e, the shift
-        # kept in [1, 31] (larger shifts round to zero as well; lanes outside it are not selected)
-        e_nz = b.icmp_unsigned("!=", e, _c32(0))
-        m = b.or_(b.and_(a, _c32(0x7FFFFF)), b.select(e_nz, _c32(0x800000), _c32(0)))
-        sh = b.sub(_c32(126), b.select(e_nz, e, _c32(1)))
-        sh = _umin(b, sh, _c32(31))
-        sh = b.select(b.icmp_unsigned("<", sh, _c32(1)), _c32(1), sh)
-        half = b.shl(_c32(1), b.sub(sh, _c32(1)))
-        sbias = b.select(args[1], half, b.add(b.sub(half, _c32(1)), b.and_(b.lshr(m, sh), _c32(1))))
-        sub = b.lshr(b.add(m, sbias), sh)
-        q = b.select(b.icmp_unsigned("<", e, _c32(113)), sub, normal)
-        q = _umin(b, q, _c32(0x7C00))
-        nan = b.or_(_c32(0x7C00), b.lshr(b.and_(a, _c32(0x7FFFFF)), _c32(13)))
-        nan = b.select(b.icmp_unsigned("==", nan, _c32(0x7C00)), _c32(0x7C01), nan)
-        is_nan = b.icmp_unsigned(">", a, _c32(0x7F800000))
-        q = b.or_(sign, b.select(is_nan, nan, q))
-        if HARDWARE_FP16:  # round to nearest even in hardware, NaNs as above: the same bits, one instruction
-            hw = b.zext(b.bitcast(b.fptrunc(b.bitcast(x, ir.FloatType()), ir.HalfType()), _I16), _I32)
-            q = b.select(args[1], q, b.select(is_nan, b.or_(sign, nan), hw))
-        return b.trunc(q, _I16)
-
-    return types.uint16(u, away), codegen
+def _fp16_nearest(b: ir.IRBuilder, x: ir.Value, away: ir.Value) -> ir.Value:
+    """fp32 bits ``x`` to fp16 bits (in the low 16 bits of the i32 lanes); ``away`` an i1."""
+    t = x.type
+    a = b.and_(x, _k(t, 0x7FFFFFFF))
+    sign = b.and_(b.lshr(x, _k(t, 16)), _k(t, 0x8000))
+    e = b.lshr(a, _k(t, 23))
+    # normal results: drop 13 mantissa bits from the rebased exponent and mantissa
+    r = b.sub(a, _k(t, 112 << 23))
+    bias = b.select(away, _k(t, 0x1000), b.add(_k(t, 0xFFF), b.and_(b.lshr(r, _k(t, 13)), _k(t, 1))))
+    normal = b.lshr(b.add(r, bias), _k(t, 13))
+    # subnormal results, in units of 2**-24: the mantissa with its hidden bit, shifted by 126 - e, the shift
+    # kept in [1, 31] (larger shifts round to zero as well; lanes outside it are not selected)
+    e_nz = b.icmp_unsigned("!=", e, _k(t, 0))
+    m = b.or_(b.and_(a, _k(t, 0x7FFFFF)), b.select(e_nz, _k(t, 0x800000), _k(t, 0)))
+    sh = b.sub(_k(t, 126), b.select(e_nz, e, _k(t, 1)))
+    sh = _umin(b, sh, _k(t, 31))
+    sh = b.select(b.icmp_unsigned("<", sh, _k(t, 1)), _k(t, 1), sh)
+    half = b.shl(_k(t, 1), b.sub(sh, _k(t, 1)))
+    sbias = b.select(away, half, b.add(b.sub(half, _k(t, 1)), b.and_(b.lshr(m, sh), _k(t, 1))))
+    sub = b.lshr(b.add(m, sbias), sh)
+    q = b.select(b.icmp_unsigned("<", e, _k(t, 113)), sub, normal)
+    q = _umin(b, q, _k(t, 0x7C00))
+    nan = b.or_(_k(t, 0x7C00), b.lshr(b.and_(a, _k(t, 0x7FFFFF)), _k(t, 13)))
+    nan = b.select(b.icmp_unsigned("==", nan, _k(t, 0x7C00)), _k(t, 0x7C01), nan)
+    is_nan = b.icmp_unsigned(">", a, _k(t, 0x7F800000))
+    q = b.or_(sign, b.select(is_nan, nan, q))
+    if HARDWARE_FP16:  # round to nearest even in hardware, NaNs as above: the same bits, one instruction
+        hw = b.fptrunc(b.bitcast(x, _like(t, ir.FloatType())), _like(t, ir.HalfType()))
+        hw = b.zext(b.bitcast(hw, _like(t, _I16)), t)
+        q = b.select(away, q, b.select(is_nan, b.or_(sign, nan), hw))
+    return q
 
 
-@intrinsic
-def bf16_widen_bits(typingctx, h):
-    """bf16 bits to fp32 bits (exact: the bits shifted up)."""
-    if not isinstance(h, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.shl(_as_i32(builder, args[0], h), _c32(16))
-
-    return types.uint32(h), codegen
+def _bf16_widen(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """bf16 bits (the low 16 bits of the i32 lanes ``x``, the rest 0) to fp32 bits."""
+    return b.shl(x, _k(x.type, 16))
 
 
-@intrinsic
-def fp16_widen_bits(typingctx, h):
-    """fp16 bits to fp32 bits, exactly: subnormals normalised, inf and NaN with their payload."""
-    if not isinstance(h, types.Integer):
-        return None
+def _fp16_widen(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """fp16 bits (the low 16 bits of the i32 lanes ``x``, the rest 0) to fp32 bits."""
+    t = x.type
+    sign = b.shl(b.and_(x, _k(t, 0x8000)), _k(t, 16))
+    e = b.and_(b.lshr(x, _k(t, 10)), _k(t, 0x1F))
+    m = b.and_(x, _k(t, 0x3FF))
+    special = b.or_(_k(t, 0x7F800000), b.shl(m, _k(t, 13)))
+    is_special = b.icmp_unsigned("==", e, _k(t, 31))
+    if HARDWARE_FP16:  # exact in hardware but for NaN payloads (a signalling NaN comes out quiet): as below
+        hw = b.fpext(b.bitcast(b.trunc(x, _like(t, _I16)), _like(t, ir.HalfType())), _like(t, ir.FloatType()))
+        return b.select(is_special, b.or_(sign, special), b.bitcast(hw, t))
+    normal = b.or_(b.shl(b.add(e, _k(t, 112)), _k(t, 23)), b.shl(m, _k(t, 13)))
+    # subnormal m * 2**-24, normalised in integers (a float multiply here kept LLVM from vectorising):
+    # leading bit p, exponent p + 103, the bits below it as the mantissa; m = 0 gives 0
+    name = f"llvm.ctlz.v{t.count}i32" if isinstance(t, ir.VectorType) else "llvm.ctlz.i32"
+    ctlz = cgutils.get_or_insert_function(b.module, ir.FunctionType(t, [t, ir.IntType(1)]), name)
+    p = b.sub(_k(t, 31), b.call(ctlz, [m, ir.Constant(ir.IntType(1), 0)]))
+    sub = b.or_(b.shl(b.add(p, _k(t, 103)), _k(t, 23)),
+                b.and_(b.shl(m, b.sub(_k(t, 23), _umin(b, p, _k(t, 23)))), _k(t, 0x7FFFFF)))
+    sub = b.select(b.icmp_unsigned("==", m, _k(t, 0)), _k(t, 0), sub)
+    bits = b.select(b.icmp_unsigned("==", e, _k(t, 0)), sub, b.select(is_special, special, normal))
+    return b.or_(sign, bits)
 
-    def codegen(context, builder, signature, args):
-        b = builder
-        x = b.and_(_as_i32(b, args[0], h), _c32(0xFFFF))
-        sign = b.shl(b.and_(x, _c32(0x8000)), _c32(16))
-        e = b.and_(b.lshr(x, _c32(10)), _c32(0x1F))
-        m = b.and_(x, _c32(0x3FF))
-        normal = b.or_(b.shl(b.add(e, _c32(112)), _c32(23)), b.shl(m, _c32(13)))
-        special = b.or_(_c32(0x7F800000), b.shl(m, _c32(13)))
-        # subnormal m * 2**-24, normalised in integers (a float multiply here kept LLVM from vectorising):
-        # leading bit p, exponent p + 103, the bits below it as the mantissa; m = 0 gives 0
-        ctlz = b.module.declare_intrinsic("llvm.ctlz", [_I32], ir.FunctionType(_I32, [_I32, ir.IntType(1)]))
-        p = b.sub(_c32(31), b.call(ctlz, [m, ir.Constant(ir.IntType(1), 0)]))
-        sub = b.or_(b.shl(b.add(p, _c32(103)), _c32(23)),
-                    b.and_(b.shl(m, b.sub(_c32(23), _umin(b, p, _c32(23)))), _c32(0x7FFFFF)))
-        sub = b.select(b.icmp_unsigned("==", m, _c32(0)), _c32(0), sub)
-        is_special = b.icmp_unsigned("==", e, _c32(31))
-        if HARDWARE_FP16:  # exact in hardware but for NaN payloads (a signalling NaN comes out quiet): as above
-            hw = b.bitcast(b.fpext(b.bitcast(b.trunc(x, _I16), ir.HalfType()), ir.FloatType()), _I32)
-            return b.select(is_special, b.or_(sign, special), hw)
-        bits = b.select(b.icmp_unsigned("==", e, _c32(0)), sub, b.select(is_special, special, normal))
-        return b.or_(sign, bits)
 
-    return types.uint32(h), codegen
+def _nearest_intrinsic(formula: Callable[[ir.IRBuilder, ir.Value, ir.Value], ir.Value]) -> Callable[..., Any]:
+    def typer(typingctx: Any, u: types.Type, away: types.Type) -> Any:
+        if not (isinstance(u, types.Integer) and isinstance(away, types.Boolean)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            return builder.trunc(formula(builder, _as_i32(builder, args[0], u), args[1]), _I16)
+
+        return types.uint16(u, away), codegen
+    return typer
+
+
+def _widen_intrinsic(formula: Callable[[ir.IRBuilder, ir.Value], ir.Value]) -> Callable[..., Any]:
+    def typer(typingctx: Any, h: types.Type) -> Any:
+        if not isinstance(h, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, args):
+            return formula(builder, builder.and_(_as_i32(builder, args[0], h), _c32(0xFFFF)))
+
+        return types.uint32(h), codegen
+    return typer
+
+
+_V16, _V32 = ir.VectorType(_I16, BLOCK_LANES), ir.VectorType(_I32, BLOCK_LANES)
+
+
+def _narrow_block_intrinsic(formula: Callable[[ir.IRBuilder, ir.Value, ir.Value], ir.Value]) -> Callable[..., Any]:
+    def typer(typingctx: Any, dst: types.Type, src: types.Type, away: types.Type) -> Any:
+        if not (isinstance(dst, types.Integer) and isinstance(src, types.Integer)
+                and isinstance(away, types.Boolean)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            x = builder.load(builder.inttoptr(args[1], _V32.as_pointer()), align=4)
+            q = builder.trunc(formula(builder, x, args[2]), _V16)
+            builder.store(q, builder.inttoptr(args[0], _V16.as_pointer()), align=2)
+            return context.get_dummy_value()
+
+        return types.none(dst, src, away), codegen
+    return typer
+
+
+def _widen_block_intrinsic(formula: Callable[[ir.IRBuilder, ir.Value], ir.Value]) -> Callable[..., Any]:
+    def typer(typingctx: Any, dst: types.Type, src: types.Type) -> Any:
+        if not (isinstance(dst, types.Integer) and isinstance(src, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            h = builder.load(builder.inttoptr(args[1], _V16.as_pointer()), align=2)
+            y = formula(builder, builder.zext(h, _V32))
+            builder.store(y, builder.inttoptr(args[0], _V32.as_pointer()), align=4)
+            return context.get_dummy_value()
+
+        return types.none(dst, src), codegen
+    return typer
+
+
+# fp32 bits to b16 bits rounded to nearest, ties to even (``away`` False: CAST_RINT, CAST_NONE) or away from zero
+# (CAST_ROUND); past the largest finite value: inf. NaN: bf16 gives sign | 0x7FC0, as ml_dtypes; fp16 keeps its
+# top payload bits and stays a NaN, as numpy's ``astype(float16)``. fp16 subnormals included.
+bf16_nearest_bits = intrinsic(_nearest_intrinsic(_bf16_nearest))
+fp16_nearest_bits = intrinsic(_nearest_intrinsic(_fp16_nearest))
+# b16 bits to fp32 bits, exactly (fp16: subnormals normalised, inf and NaN with their payload)
+bf16_widen_bits = intrinsic(_widen_intrinsic(_bf16_widen))
+fp16_widen_bits = intrinsic(_widen_intrinsic(_fp16_widen))
+# The same on BLOCK_LANES lanes at once: ``(dst, src[, away])`` addresses; all the lanes are read before any is
+# written, so a block may overlap itself (an in-place cast) where that gives the in-order loop's results.
+bf16_nearest_block = intrinsic(_narrow_block_intrinsic(_bf16_nearest))
+fp16_nearest_block = intrinsic(_narrow_block_intrinsic(_fp16_nearest))
+bf16_widen_block = intrinsic(_widen_block_intrinsic(_bf16_widen))
+fp16_widen_block = intrinsic(_widen_block_intrinsic(_fp16_widen))
