@@ -48,7 +48,7 @@ from tilesim.vector import (
     set_value,
     sub,
 )
-from tiling.common import dtype_name, shape_of
+from tiling.common import device_form, dtype_name, shape_of
 from tiling.group_norm_backward import (
     DBETA,
     DBETA_T,
@@ -459,7 +459,7 @@ def _cores(first, last, phase, block_dim, arena, plan, cnt, err, checks, t, dy, 
 
 
 def device_tiling(t: GroupNormBackwardTiling) -> DeviceTiling:
-    return DeviceTiling(*(getattr(t, f) for f in DeviceTiling._fields))
+    return device_form(DeviceTiling, t)
 
 
 @reruns_on_overflow

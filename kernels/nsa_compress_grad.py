@@ -19,6 +19,7 @@ Casts: CAST_RINT for bf16, CAST_NONE for fp16 (both round to nearest even).
 
 from __future__ import annotations
 
+import functools
 from collections import namedtuple
 from dataclasses import fields
 from typing import Any
@@ -51,7 +52,9 @@ DeviceTiling = namedtuple("DeviceTiling", [f.name for f in fields(NsaCompressGra
                           + ["max_head", "n_rows_once", "n_head_once", "overlap", "shadows"])
 
 
+@functools.lru_cache(maxsize=1024)
 def device_tiling(t: NsaCompressGradTiling) -> Any:
+    """The tiling and the kernel's derived values as the kernel takes them, built once per tiling."""
     return DeviceTiling(*(getattr(t, f.name) for f in fields(t)), t.max_head_num_in_ub, t.n_rows_once,
                         t.n_head_once, int(t.is_overlap), shadows(t))
 

@@ -37,7 +37,7 @@ from tilesim.vector import (
     set_value,
     sub,
 )
-from tiling.common import FP32, dtype_name, shape_of
+from tiling.common import FP32, device_form, dtype_name, shape_of
 from tiling.rms_norm_grad import (
     DGAMMA,
     DX,
@@ -325,7 +325,7 @@ def run(t: RmsNormGradTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, rstd
     out_dgamma = dgamma.reshape(-1)
     with host_threads(dy, x, dx):
         args = (t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks,
-                DeviceTiling(*(getattr(t, f) for f in DeviceTiling._fields)), to_gm(dy), to_gm(x), to_gm(rstd),
+                device_form(DeviceTiling, t), to_gm(dy), to_gm(x), to_gm(rstd),
                 to_gm(gamma), gm_out(dx), gm_out(out_dgamma), user_ws, gm_out(atomic.shadow), kind, gkind, mode)
         for phase in range(n_phases):  # a SyncAll between phases
             run_cores(_cores, t.block_dim, phase, *args)

@@ -25,7 +25,7 @@ from tilesim.device import gm_tensor, make_core, slot
 from tilesim.launch import finish, host_threads, prepare, reruns_on_overflow, run_cores, workspace
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.vector import add, adds, cast_from_f32, cast_to_f32, div, duplicate, exp, mul, muls
-from tiling.common import dtype_name, shape_of
+from tiling.common import device_form, dtype_name, shape_of
 from tiling.swiglu_grad import (
     A_TMP,
     L_TMP,
@@ -175,7 +175,7 @@ def run(t: SwiGluGradTiling, spec: SocSpec, y_grad: np.ndarray, x: np.ndarray, o
     mode = CAST_RINT if spec.arch == 220 else CAST_NONE
     with host_threads(y_grad, x, out):
         run_cores(_cores, t.block_dim, t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err,
-                  launch.core_checks, DeviceTiling(*(getattr(t, f) for f in DeviceTiling._fields)), to_gm(y_grad),
+                  launch.core_checks, device_form(DeviceTiling, t), to_gm(y_grad),
                   to_gm(x), gm_out(out), kind, mode)
     finish(launch, t.workspace_size)
 

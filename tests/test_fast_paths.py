@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numba
 import numpy as np
 import pytest
@@ -178,12 +180,28 @@ def test_host_threads_serialises_small_launches_and_restores_the_count():
     before = numba.get_num_threads()
     small = np.zeros(SERIAL_BELOW // 8, np.float32)
     big = np.zeros(SERIAL_BELOW // 4, np.float32)
-    with host_threads(small) as n:
-        assert n == 1 and numba.get_num_threads() == 1
-    assert numba.get_num_threads() == before
-    with host_threads(big) as n:
-        assert n == before
-    assert numba.get_num_threads() == before
+    calls: list[tuple[int, int, int]] = []
+
+    def cores(first: int, last: int) -> None:
+        calls.append((first, last, threading.get_ident()))
+
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    try:
+        with host_threads(big) as n:
+            assert n == numba.get_num_threads()
+            with host_threads(small) as inner:  # the innermost block decides
+                assert inner == 1
+                run_cores(cores, 48)
+                assert calls == [(0, 48, threading.get_ident())]
+            calls.clear()
+            run_cores(cores, 48)
+            if n == 2:
+                assert sorted(c[:2] for c in calls) == [(0, 24), (24, 48)] and len({c[2] for c in calls}) == 2
+            else:
+                assert calls == [(0, 48, threading.get_ident())]
+        assert numba.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
+    finally:
+        numba.set_num_threads(before)
 
 
 def test_reused_buffers_start_clean_where_they_must():

@@ -90,8 +90,9 @@ UNWRITTEN, WRITTEN, CLOBBERED = 0, 1, 2
 
 
 def err_width(checks: bool, ub_size: int) -> int:
-    """Columns of a core's err row."""
-    return SHADOW_COL + (ub_size // 8 if checks else 0)
+    """Columns of a core's err row: the count and the reports, then in checked mode the slot generations and
+    the shadow (a fast build compiles out everything that reads or writes them)."""
+    return SHADOW_COL + ub_size // 8 if checks else GEN_COL
 
 
 def _fast_build(core: Any) -> bool:

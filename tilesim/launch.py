@@ -149,9 +149,9 @@ def run_cores(cores: Callable[..., None], block_dim: int, *args: Any) -> None:
     (its gufunc recompiles the whole call tree) and wakes Numba's thread pool on every launch.
     """
     global _pool
-    n = max(1, min(numba.get_num_threads(), block_dim))
-    if n == 1:
-        _run_fenced(cores, 0, block_dim, *args)
+    n = 1 if getattr(_local, "serial", False) else max(1, min(numba.get_num_threads(), block_dim))
+    if n == 1:  # no store fence: a thread sees its own stores, and a later reader on another thread takes a lock
+        cores(0, block_dim, *args)
         _end_phase()
         return
     if _pool is None:
@@ -190,22 +190,21 @@ def _end_phase() -> None:
 
 @contextmanager
 def host_threads(*gm: np.ndarray) -> Iterator[int]:
-    """Run the launcher inside this block: on one host thread when its GM tensors ``gm`` hold less than
-    :data:`SERIAL_BELOW` bytes, otherwise on the caller's thread count (``numba.set_num_threads``).
+    """Run the launcher inside this block: :func:`run_cores` keeps every core on the calling thread when the GM
+    tensors ``gm`` hold less than :data:`SERIAL_BELOW` bytes, and otherwise spreads them over the caller's thread
+    count (``numba.get_num_threads()``). Yields the thread count the block's launches use.
 
     Waking a second thread for a parallel region costs tens of microseconds on an idle host and milliseconds
     on a busy one, more than a small kernel takes. The results do not depend on the thread count (each core
-    writes its own rows and shadows)."""
-    total = sum(int(a.nbytes) for a in gm)
-    prev = numba.get_num_threads()
-    n = 1 if total < SERIAL_BELOW else prev
-    if n != prev:
-        numba.set_num_threads(n)
+    writes its own rows and shadows). The choice is this thread's own and is undone on leaving the block; it
+    does not touch Numba's thread count (setting it and putting it back cost more than a small kernel's core)."""
+    serial = sum(int(a.nbytes) for a in gm) < SERIAL_BELOW
+    prev = getattr(_local, "serial", False)
+    _local.serial = serial
     try:
-        yield n
+        yield 1 if serial else numba.get_num_threads()
     finally:
-        if n != prev:
-            numba.set_num_threads(prev)
+        _local.serial = prev
 
 
 _scratch = threading.local()
