@@ -3,6 +3,7 @@ default."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import ml_dtypes
@@ -10,7 +11,7 @@ import numpy as np
 
 from tilesim.cast import KIND_BF16, KIND_FP16
 from tilesim.errors import invalid
-from tilesim.launch import checks_enabled
+from tilesim.launch import checks_enabled, scratch
 from tiling.common import BF16, FP16, FP32, dtype_name
 
 NUMPY_DTYPE = {FP32: np.dtype(np.float32), FP16: np.dtype(np.float16), BF16: np.dtype(ml_dtypes.bfloat16)}
@@ -34,6 +35,25 @@ def output(out: Any, index: int, name: str, shape: tuple[int, ...], dtype: str) 
     if not o.flags.c_contiguous or not o.flags.writeable:
         raise invalid(name, "out array must be C-contiguous and writeable")
     return o
+
+
+def write_targets(outs: Sequence[np.ndarray | None], checks: bool,
+                  inputs: Sequence[Any] = ()) -> list[np.ndarray | None]:
+    """Where a launch writes each of ``outs`` (None stays None): the array itself, or this host thread's reused
+    temporary of its shape and dtype when the run is checked (a violation must leave the caller's arrays as they
+    were) or an output overlaps one of ``inputs`` (the kernel would read what it had written). :func:`copy_back`
+    moves the results in."""
+    if not checks and not any(isinstance(i, np.ndarray) and np.may_share_memory(o, i)
+                              for o in outs if o is not None for i in inputs):
+        return list(outs)
+    return [None if o is None else scratch(f"output {k}", o.shape, o.dtype) for k, o in enumerate(outs)]
+
+
+def copy_back(outs: Sequence[np.ndarray | None], targets: Sequence[np.ndarray | None]) -> None:
+    """The results of a launch into :func:`write_targets`'s temporaries, into the caller's arrays."""
+    for o, t in zip(outs, targets, strict=True):
+        if o is not None and t is not o:
+            o[...] = t
 
 
 def gm_out(a: np.ndarray) -> np.ndarray:

@@ -81,7 +81,7 @@ from tiling.group_norm_backward import (
 )
 from tiling.group_norm_backward import group_norm_backward as make_tiling
 
-from .common import KIND, NUMPY_DTYPE, checks_default, gm_out, output, to_gm
+from .common import KIND, NUMPY_DTYPE, checks_default, copy_back, gm_out, output, to_gm, write_targets
 
 LANES = 64
 FOLD_START = 128  # ReduceSum_template folds from 128 repeats of 64 lanes down
@@ -604,10 +604,8 @@ def execute(t: GroupNormBackwardTiling | None, spec: SocSpec, grad_out: Any, inp
             if r is not None:
                 r[...] = v.reshape(r.shape)
         return
-    run_out = [np.empty(np.shape(input) if i == 0 else (C,), dt) if (checks or r is None) else r
-               for i, r in enumerate(res)]
-    run(t, spec, grad_out, input, mean, rstd, g, run_out[0] if mask[0] else np.empty(0, dt), run_out[1],
-        run_out[2], ws, checks)
-    for r, v in zip(res, run_out, strict=True):
-        if r is not None and r is not v:
-            r[...] = v.reshape(r.shape)
+    targets = write_targets(res, checks, (grad_out, input, mean, rstd, gamma))
+    dgamma, dbeta = (v if v is not None else np.empty(C, dt) for v in targets[1:])  # masked off: computed, dropped
+    run(t, spec, grad_out, input, mean, rstd, g, targets[0] if mask[0] else np.empty(0, dt), dgamma, dbeta, ws,
+        checks)
+    copy_back(res, targets)

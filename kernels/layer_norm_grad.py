@@ -49,7 +49,7 @@ from tiling.layer_norm_grad import (
 from tiling.layer_norm_grad import layer_norm_grad as make_tiling
 from tiling.layer_norm_grad_api import device_tiling
 
-from .common import KIND, checks_default, gm_out, output, to_gm
+from .common import KIND, checks_default, copy_back, gm_out, output, to_gm, write_targets
 
 GM_NAMES = ["dy", "x", "variance", "mean", "gamma", "pd_x", "pd_gamma", "pd_beta", "workspace"]
 
@@ -227,11 +227,8 @@ def layer_norm_grad(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, *, ep
     pd_gamma = output(out, 1, "pd_gamma", (t.h,), dt)
     pd_beta = output(out, 2, "pd_beta", (t.h,), dt)
     checks = checks_default(checks)
-    if checks:
-        runs = (np.empty_like(pd_x), np.empty_like(pd_gamma), np.empty_like(pd_beta))
-        run(t, spec, dy, x, variance, mean, gamma, epsilon, *runs, workspace(t.workspace_size), True)
-        pd_x[...], pd_gamma[...], pd_beta[...] = runs
-    else:
-        run(t, spec, dy, x, variance, mean, gamma, epsilon, pd_x, pd_gamma, pd_beta, workspace(t.workspace_size),
-            False)
-    return pd_x, pd_gamma, pd_beta
+    outs = (pd_x, pd_gamma, pd_beta)
+    targets = write_targets(outs, checks, (dy, x, variance, mean, gamma))
+    run(t, spec, dy, x, variance, mean, gamma, epsilon, *targets, workspace(t.workspace_size), checks)
+    copy_back(outs, targets)
+    return outs

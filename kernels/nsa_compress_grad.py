@@ -40,7 +40,7 @@ from tiling.common import dtype_name, shape_of
 from tiling.nsa_compress_grad import SYS_WORKSPACE, UB_PRESERVE, NsaCompressGradTiling
 from tiling.nsa_compress_grad import nsa_compress_grad as make_tiling
 
-from .common import KIND, checks_default, gm_out, output, to_gm
+from .common import KIND, checks_default, copy_back, gm_out, output, to_gm, write_targets
 
 GM_NAMES = ["outputGrad", "input", "weight", "inputGrad", "weightGrad", "workspace (weight grad)",
             "workspace (input grad)", "inputGrad (atomic)"]
@@ -316,7 +316,7 @@ def nsa_compress_grad(output_grad: Any, input: Any, weight: Any, act_seq_len: An
     dx = output(out, 0, "inputGrad", shape_of(input), dt)
     dw = output(out, 1, "weightGrad", shape_of(weight), dt)
     checks = checks_default(checks)
-    res = (np.empty_like(dx), np.empty_like(dw))
-    run(t, spec, output_grad, input, weight, act_seq_len, *res, workspace(t.workspace_size), checks)
-    dx[...], dw[...] = res
+    targets = write_targets((dx, dw), checks, (output_grad, input, weight))
+    run(t, spec, output_grad, input, weight, act_seq_len, *targets, workspace(t.workspace_size), checks)
+    copy_back((dx, dw), targets)
     return dx, dw

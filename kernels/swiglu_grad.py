@@ -43,7 +43,7 @@ from tiling.swiglu_grad import M as Q_M
 from tiling.swiglu_grad import N as Q_N
 from tiling.swiglu_grad import swiglu_grad as make_tiling
 
-from .common import KIND, checks_default, gm_out, output, to_gm
+from .common import KIND, checks_default, copy_back, gm_out, output, to_gm, write_targets
 
 # GM tensor tags, for checked-mode reports.
 GM_NAMES = ["yGrad", "x", "out"]
@@ -200,10 +200,7 @@ def swiglu_grad(y_grad: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFA
     ub_plan(t, spec).check()
     res = output(None if out is None else (out,), 0, "out", shape_of(x), dtype_name(x))
     checks = checks_default(checks)
-    if checks:  # a violation must leave the caller's array untouched
-        tmp = np.empty_like(res)
-        run(t, spec, y_grad, x, tmp, workspace(t.workspace_size), True)
-        res[...] = tmp
-    else:
-        run(t, spec, y_grad, x, res, workspace(t.workspace_size), False)
+    targets = write_targets((res,), checks, (y_grad, x))
+    run(t, spec, y_grad, x, targets[0], workspace(t.workspace_size), checks)
+    copy_back((res,), targets)
     return res

@@ -239,6 +239,49 @@ def test_repeated_ops_with_reused_buffers_match_fresh_ones():
         np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
 
 
+def test_write_targets_give_temporaries_to_checked_runs_and_to_outputs_over_inputs():
+    from kernels.common import copy_back, write_targets
+
+    a, b, x = np.zeros((4, 8), np.float32), np.zeros(8, np.float16), np.ones((4, 8), np.float32)
+    assert all(t is o for t, o in zip(write_targets((a, None, b), False, (x,)), (a, None, b), strict=True))
+    for checks, inputs in ((True, (x,)), (False, (x, a[1:]))):  # checked; a overlaps an input
+        targets = write_targets((a, None, b), checks, inputs)
+        assert targets[1] is None
+        for t, o in zip(targets[::2], (a, b), strict=True):
+            assert t.shape == o.shape and t.dtype == o.dtype and not np.may_share_memory(t, o)
+            assert not any(np.may_share_memory(t, i) for i in inputs)
+            t[...] = 3
+        copy_back((a, None, b), targets)
+        assert (a == 3).all() and (b == 3).all()
+        a[...], b[...] = 0, 0
+
+
+def test_outputs_over_inputs_get_the_results_of_separate_ones():
+    """``out=`` arrays that are also inputs: the ops read each input element before they write over it."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(5)
+    t, n, d, bs, stride = 128, 2, 32, 32, 16
+    wins = (t - bs) // stride + 1
+    bf = ml_dtypes.bfloat16
+    dy = rng.standard_normal((wins, n, d)).astype(bf)
+    x, w = rng.standard_normal((t, n, d)).astype(bf), rng.uniform(-1, 1, (bs, n)).astype(bf)
+    want = kernels.nsa_compress_grad(dy, x, w, [t], bs, stride)
+    for checks in (False, True):
+        xs, ws = x.copy(), w.copy()
+        got = kernels.nsa_compress_grad(dy, xs, ws, [t], bs, stride, checks=checks, out=(xs, ws))
+        assert got[0] is xs and got[1] is ws
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
+    dyr, xr = rng.standard_normal((64, 96)).astype(np.float32), rng.uniform(-2, 2, (64, 96)).astype(np.float32)
+    rstd, gamma = rng.uniform(0.5, 2, 64).astype(np.float32), rng.uniform(0.5, 1.5, 96).astype(np.float32)
+    want = kernels.rms_norm_grad(dyr, xr, rstd, gamma)
+    got = kernels.rms_norm_grad(dyr, xr, rstd, gamma, out=(xr, None))  # dx over x
+    assert got[0] is xr
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
 @njit(cache=True)
 def _device_fn(core, t, n):
     vector.duplicate(core, t, 1.0, n)

@@ -8,6 +8,7 @@ A kernel module writes its per-core body and an ``@njit(nogil=True)`` loop over 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import threading
 import time
@@ -85,7 +86,12 @@ class Launch:
             self.counters[:, :LOG_COUNT + 1] = 0
         else:
             self.counters = np.zeros((self.block_dim, width), np.int64)
-        self.err = np.zeros((self.block_dim, err_width(self.checks, self.soc.ub_size)), np.int64)
+        width = err_width(self.checks, self.soc.ub_size)
+        if self.checks:  # with the UB shadows, megabytes: this thread's buffer, reused and cleared, as the log
+            self.err = _reused("err", 8 * self.block_dim * width).view(np.int64).reshape(self.block_dim, width)
+            self.err[...] = 0
+        else:
+            self.err = np.zeros((self.block_dim, width), np.int64)
         self.phase_ends = []
         self.err_ends = []
         self.t0 = time.perf_counter()
@@ -242,8 +248,17 @@ def zeros(name: str, n: int, dtype: Any = np.float32) -> np.ndarray:
     return buf.view(dtype)
 
 
+def scratch(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """This host thread's reused buffer ``name`` as an array of ``shape`` and ``dtype``, holding whatever its last
+    use left: for temporaries a launch writes whole (checked mode's outputs), which would otherwise page-fault
+    on every 4 KiB, from every host thread at once."""
+    dt = np.dtype(dtype)
+    return _reused(name, math.prod(shape) * dt.itemsize).view(dt).reshape(shape)
+
+
 def release_scratch() -> None:
-    """Free this host thread's reused workspace and shadow buffers (they are kept for the next launch)."""
+    """Free this host thread's reused workspace, shadow and temporary buffers (they are kept for the next
+    launch)."""
     _scratch.pool = {}
 
 
