@@ -10,8 +10,10 @@ buffer in the 24 KiB kept at the end.
   takes), then per pass of window rows: input and weight in, dW partials (input·dout summed over D by
   BlockReduceSum and WholeReduceSum) atomic-added to the core's slice, dX = weight·dout atomic-added to the
   workspace (overlap) or cast and written. The atomic adds into the shared inputGrad workspace are emulated by
-  window parity: window w adds into shadow row w mod ⌈blockSize/stride⌉, where it never meets another window, and
-  the rows are added in order after the phase, one order the NPU's adds may take, whatever the host threads do.
+  window parity: windows of one parity w mod ⌈blockSize/stride⌉ never meet, so those of parity 0 add into the
+  workspace itself and those of parity r > 0 into shadow row r − 1, and the rows are added in order after the
+  phase: one order the NPU's adds may take, whatever the host threads do. (Parity 0 going first, onto the zeroed
+  workspace, gives the bits of a shadow row of its own: 0 + a = a.)
 - Phase 2 (MoveResult, after SyncAll): the weight grad is summed deterministically (16-element column chunks per
   core, the cores' slices added by a pairwise halving tree, cast); overlapping inputGrad is cast and moved.
 Casts: CAST_RINT for bf16, CAST_NONE for fp16 (both round to nearest even).
@@ -107,7 +109,7 @@ def _dot_over_d(core, tmpx, x, groups, d):
 
 
 @njit(cache=True)
-def _process(core, t, cum, g_dy, g_x, g_w, g_dx, g_wsw, shadow, kind):
+def _process(core, t, cum, g_dy, g_x, g_w, g_dx, g_wsw, g_wsx, shadow, kind):
     """Process: the core's windows in order, head groups, passes of rows."""
     c, n, d, bs, st = core.idx, t.num_of_head, t.dim_of_head, t.block_size, t.block_stride
     mi = t.max_head * d  # maxInputNum
@@ -164,9 +166,12 @@ def _process(core, t, cum, g_dy, g_x, g_w, g_dx, g_wsw, shadow, kind):
                 cast_to_f32(core, w_f32, w_hf, heads * rows, kind)  # ComputeInputGrad
                 broadcast_col(core, wb, w_f32, heads * rows, d)
                 mul(core, wb, wb, cmp, total)
-                if t.overlap:  # CopyOutInputGrad: atomic add into the fp32 workspace (this window's shadow row)
-                    atomic_add_pad_out(core, shadow, (blc % t.shadows) * (cum[cum.size - 1] * row) + x_off, wb,
-                                       total)
+                if t.overlap:  # CopyOutInputGrad: atomic add into the fp32 workspace (or this window's shadow row)
+                    par = blc % t.shadows
+                    if par == 0:
+                        atomic_add_pad_out(core, g_wsx, x_off, wb, total)
+                    else:
+                        atomic_add_pad_out(core, shadow, (par - 1) * (cum[cum.size - 1] * row) + x_off, wb, total)
                 else:
                     _cast_out(core, wb, wb, total, kind)
                     data_copy_pad_out(core, g_dx, x_off, wb, 1, total, total)
@@ -229,7 +234,7 @@ def _core(phase, c, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw
     if phase == 0:
         _zero(core, t, g_wsw, g_wsx, g_dx)
     elif phase == 1:
-        _process(core, t, cum, g_dy, g_x, g_w, g_dx, g_wsw, g_sh, kind)
+        _process(core, t, cum, g_dy, g_x, g_w, g_dx, g_wsw, g_wsx, g_sh, kind)
     else:
         _sum_weight_grad(core, t, g_wsw, g_dw, kind)
         if t.overlap:
@@ -244,7 +249,7 @@ def _cores(first, last, phase, arena, plan, cnt, err, checks, t, cum, dy, x, w, 
 
 @njit(cache=True, nogil=True)
 def _merge_shadows(first, last, shadow, ws, k):
-    """The atomic adds into the inputGrad workspace, in window-parity order at every address (elements
+    """The shadowed atomic adds into the inputGrad workspace, in window-parity order at every address (elements
     ``first .. last - 1``; :func:`tilesim.launch.run_cores` splits the range over the host threads)."""
     n = ws.size
     for c0 in range(first, last, 1024):  # chunks that stay in L1 while each row is added, in row order
@@ -279,14 +284,14 @@ def run(t: NsaCompressGradTiling, spec: SocSpec, output_grad: np.ndarray, input:
     wsx = ws[SYS_WORKSPACE + 4 * nw:SYS_WORKSPACE + 4 * nw + 4 * tnd].view(np.float32)
     cum = np.asarray(act_seq_len, np.int64).reshape(-1)
     with host_threads(output_grad, input, input_grad):
-        shadow = zeros("nsa_compress_grad shadows", dt.shadows * tnd if t.is_overlap else 1)
+        shadow = zeros("nsa_compress_grad shadows", (dt.shadows - 1) * tnd if t.is_overlap else 1)
         args = (dt, cum, to_gm(output_grad), to_gm(input), to_gm(weight), gm_out(input_grad), gm_out(weight_grad),
                 gm_out(wsw), gm_out(wsx), gm_out(shadow), kind)
         for phase in range(3):
             run_cores(_cores, t.block_dim, phase, launch.arena, launch.plan_array, launch.counters, launch.err,
                       launch.core_checks, *args)
             if phase == 1 and t.is_overlap:
-                run_cores(_merge_shadows, wsx.size, shadow, wsx, dt.shadows)
+                run_cores(_merge_shadows, wsx.size, shadow, wsx, dt.shadows - 1)
     finish(launch, t.workspace_size)
 
 
