@@ -82,16 +82,11 @@ class Launch:
         if self.log_room:  # megabytes of log: this thread's buffer, reused (a fresh one page-faults on every 4 KiB
             # the cores log into, which cost more than the kernel); the counters and log lengths start at 0, and
             # no entry past a core's length is read
-            self.counters = _reused("log", 8 * self.block_dim * width).view(np.int64).reshape(self.block_dim, width)
+            self.counters = scratch("log", (self.block_dim, width), np.int64)
             self.counters[:, :LOG_COUNT + 1] = 0
         else:
             self.counters = np.zeros((self.block_dim, width), np.int64)
-        width = err_width(self.checks, self.soc.ub_size)
-        if self.checks:  # with the UB shadows, megabytes: this thread's buffer, reused and cleared, as the log
-            self.err = _reused("err", 8 * self.block_dim * width).view(np.int64).reshape(self.block_dim, width)
-            self.err[...] = 0
-        else:
-            self.err = np.zeros((self.block_dim, width), np.int64)
+        self.err = np.zeros((self.block_dim, err_width(self.checks, self.soc.ub_size)), np.int64)
         self.phase_ends = []
         self.err_ends = []
         self.t0 = time.perf_counter()
