@@ -468,7 +468,7 @@ def run(t: GroupNormBackwardTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray
         checks: bool) -> None:
     """Launch the kernel on arrays already validated (outputs flat or shaped, in the op's dtype)."""
     plan = ub_plan(t, spec).check()
-    launch = prepare("group_norm_backward", spec, t, plan, t.block_dim, checks, GM_NAMES)
+    launch = prepare("group_norm_backward", spec, t, plan, t.block_dim, checks, GM_NAMES, phase_local_ub=True)
     kind = KIND[t.dtype]
     wss = t.work_space_size
     user = ws[SYS_WORKSPACE:SYS_WORKSPACE + 2 * wss * 4].view(np.float32)

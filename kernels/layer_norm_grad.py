@@ -187,7 +187,7 @@ def run(t: LayerNormGradOpTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, 
         pd_beta: np.ndarray, ws: np.ndarray, checks: bool) -> None:
     """Launch the kernel on validated arrays (the device part of the op)."""
     plan = plan_for(t.ub_rows, t.h_align, t.block_dim, spec, t.tmp_mode, t.region_bytes).check()
-    launch = prepare("layer_norm_grad", spec, t, plan, t.block_dim, checks, GM_NAMES)
+    launch = prepare("layer_norm_grad", spec, t, plan, t.block_dim, checks, GM_NAMES, phase_local_ub=True)
     kind = KIND[t.dtype]
     eps = float(np.float32(epsilon))  # the float APIs' epsilon
     user_ws = ws[SYS_WORKSPACE:t.workspace_size]

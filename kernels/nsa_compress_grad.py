@@ -275,7 +275,7 @@ def run(t: NsaCompressGradTiling, spec: SocSpec, output_grad: np.ndarray, input:
         checks: bool) -> None:
     """Launch the three phases (SyncAll between them) on validated arrays."""
     plan = ub_plan(t, spec).check()
-    launch = prepare("nsa_compress_grad", spec, t, plan, t.block_dim, checks, GM_NAMES)
+    launch = prepare("nsa_compress_grad", spec, t, plan, t.block_dim, checks, GM_NAMES, phase_local_ub=True)
     kind = KIND[dtype_name(input)]
     dt = device_tiling(t)
     nw = t.block_size * t.num_of_head * t.block_dim

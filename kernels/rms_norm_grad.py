@@ -315,7 +315,7 @@ def run(t: RmsNormGradTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, rstd
     """Launch the kernel on arrays already validated: the device part of the op (``aclnnRmsNormGrad``)."""
     check_supported(t)
     plan = ub_plan(t, spec).check()
-    launch = prepare("rms_norm_grad", spec, t, plan, t.block_dim, checks, GM_NAMES)
+    launch = prepare("rms_norm_grad", spec, t, plan, t.block_dim, checks, GM_NAMES, phase_local_ub=True)
     kind, gkind = KIND[dtype_name(dy)], KIND[dtype_name(gamma)]
     mode = CAST_RINT if kind == KIND_BF16 else CAST_NONE
     det = t.fixed_output == 1

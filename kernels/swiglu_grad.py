@@ -170,7 +170,7 @@ def run(t: SwiGluGradTiling, spec: SocSpec, y_grad: np.ndarray, x: np.ndarray, o
     """Launch the kernel on arrays already validated: the device part of the op (``aclnnSwiGluGrad``). The 16 MiB
     workspace the tiling asks for is not touched by the kernel."""
     plan = ub_plan(t, spec).check()
-    launch = prepare("swiglu_grad", spec, t, plan, t.block_dim, checks, GM_NAMES)
+    launch = prepare("swiglu_grad", spec, t, plan, t.block_dim, checks, GM_NAMES, phase_local_ub=True)
     kind = KIND[dtype_name(x)]
     mode = CAST_RINT if spec.arch == 220 else CAST_NONE
     with host_threads(y_grad, x, out):

@@ -6,6 +6,8 @@
 - In-place casts (narrowing over the source, widening from the upper half) equal the out-of-place ones.
 - ``run_cores`` runs every core once whatever the host thread count; ``host_threads`` runs small launches on one
   thread and restores the caller's count; reused workspaces and shadows never leak one launch into the next.
+- A launch with ``phase_local_ub`` gives each host thread one UB in fast mode only, and checked mode reports a
+  kernel that breaks the promise (reads UB an earlier phase wrote).
 - A constant argument does not give a device function a second compiled version (``tilesim.specialise``).
 - A GM access outside a tensor is reported in fast mode too (the movers copy raw bytes).
 - Copy-outs into large GM tensors, written with non-temporal stores, write exactly the bytes a memcpy writes,
@@ -25,8 +27,8 @@ import kernels
 import tilesim
 from tilesim import vector
 from tilesim.cast import KIND_BF16, KIND_FP16, narrow, widen
-from tilesim.datamove import STREAM_TENSOR_BYTES, _write_gm, data_copy
-from tilesim.device import at, err_width, global_tensor, make_core
+from tilesim.datamove import STREAM_TENSOR_BYTES, _write_gm, data_copy, data_copy_out
+from tilesim.device import at, err_width, global_tensor, make_core, slot
 from tilesim.launch import SERIAL_BELOW, finish, host_threads, prepare, release_scratch, run_cores, workspace, zeros
 from tilesim.soc import get_soc
 from tilesim.ub import LocalTensor, UbPlan
@@ -202,6 +204,82 @@ def test_host_threads_serialises_small_launches_and_restores_the_count():
         assert numba.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
     finally:
         numba.set_num_threads(before)
+
+
+def test_phase_local_ub_gives_each_host_thread_one_ub_in_fast_mode_only():
+    """A fast launch with phase_local_ub hands each host thread's cores one arena row (a stride-0 view), the
+    threads' rows apart; a checked launch, or one without the promise, gets the per-core arena itself."""
+    before = numba.get_num_threads()
+    seen: list[tuple[int, np.ndarray]] = []
+
+    def cores(first: int, last: int, arena: np.ndarray, tag: int) -> None:
+        seen.append((first, arena))
+
+    plan = UbPlan(SOC.ub_size)
+    plan.add("x", 256)
+    big = np.zeros(SERIAL_BELOW // 4, np.float32)
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    try:
+        for checks, promise in ((False, True), (True, True), (False, False)):
+            launch = prepare("ub", SOC, None, plan.check(), 48, checks, [], phase_local_ub=promise)
+            a = launch.arena
+            with host_threads(big) as n:
+                seen.clear()
+                run_cores(cores, 48, a, 7)
+            finish(launch)
+            assert len(seen) == n
+            for first, view in seen:
+                if checks or not promise:
+                    assert view is a
+                    continue
+                k = 0 if first == 0 else 1
+                assert view.shape == (48, SOC.ub_size) and view.strides == (0, 1)
+                assert view.ctypes.data == a[k * (a.shape[0] // n)].ctypes.data
+            if n == 2 and not checks and promise:  # a guard of rows between the threads' UBs
+                assert abs(seen[0][1].ctypes.data - seen[1][1].ctypes.data) >= 2 * SOC.ub_size
+    finally:
+        numba.set_num_threads(before)
+
+
+@njit(cache=True, nogil=True)
+def _keep_across_phases(first, last, phase, block_dim, arena, plan, cnt, err, checks, src, dst):
+    """Phase 0 loads each core's 64 fp32 into UB; phase 1 copies that UB out: it relies on UB kept across
+    SyncAll, which a kernel with phase_local_ub promises not to do."""
+    for c in range(first, last):
+        core = make_core(c, block_dim, arena, plan, cnt, err, checks)
+        x = slot(core, 0, 0)
+        if phase == 0:
+            data_copy(core, x, global_tensor(0, src), c * 64, 64)
+        else:
+            data_copy_out(core, global_tensor(1, dst), c * 64, x, 64)
+
+
+def _run_keep(checks: bool, promise: bool) -> np.ndarray:
+    plan = UbPlan(SOC.ub_size)
+    plan.add("x", 256)
+    block_dim = 4
+    src = np.arange(block_dim * 64, dtype=np.float32)
+    dst = np.full_like(src, -1.0)
+    launch = prepare("keep", SOC, None, plan.check(), block_dim, checks, ["src", "dst"], phase_local_ub=promise)
+    with host_threads(src, dst):
+        for phase in range(2):
+            run_cores(_keep_across_phases, block_dim, phase, block_dim, launch.arena, launch.plan_array,
+                      launch.counters, launch.err, launch.core_checks, src, dst)
+    finish(launch)
+    return dst
+
+
+def test_checked_mode_holds_a_kernel_to_its_phase_local_ub_promise():
+    src = np.arange(4 * 64, dtype=np.float32)
+    np.testing.assert_array_equal(_run_keep(True, False), src)  # UB kept across SyncAll, as on the NPU
+    np.testing.assert_array_equal(_run_keep(False, False), src)
+    with pytest.raises(tilesim.CheckError) as ei:  # the promise broken: phase 1 reads UB phase 0 wrote
+        _run_keep(True, True)
+    v = ei.value.violations[0]
+    assert v.kind == "uninitialised read" and v.phase == 1, v
+    # what fast mode then does: the cores of a host thread share one UB, so each copies out the last one's tile
+    got = _run_keep(False, True).reshape(4, 64)
+    np.testing.assert_array_equal(got, np.broadcast_to(src.reshape(4, 64)[3], (4, 64)))
 
 
 def test_reused_buffers_start_clean_where_they_must():

@@ -140,10 +140,13 @@ def make_core(idx, block_num, arena, plan, cnt, err, checks):
     """The context of core ``idx``. ``checks`` None makes the Core of a fast build (checked mode's code compiled
     out: :func:`checked_only`); a bool makes that of a checked build, which checks when it is True (the launch
     passes :attr:`tilesim.launch.Launch.core_checks`). The other fields get one type whatever the caller passes
-    (a prange index is unsigned, a range index signed), so every primitive compiles once per build."""
+    (a prange index is unsigned, a range index signed), so every primitive compiles once per build. Core i's UB
+    is row i of ``arena``, found by the row stride: a launch hands a view with stride 0 to give every core on a
+    host thread the same UB (:attr:`tilesim.launch.Launch.phase_local_ub`)."""
     i = np.int64(idx)
     ub_size, cnt_size, err_size = np.int64(arena.shape[1]), np.int64(cnt.shape[1]), np.int64(err.shape[1])
-    return Core(i, np.int64(block_num), _checks_field(checks), np.int64(arena.ctypes.data) + i * ub_size, ub_size,
+    ub_at = np.int64(arena.ctypes.data) + i * np.int64(arena.strides[0])
+    return Core(i, np.int64(block_num), _checks_field(checks), ub_at, ub_size,
                 np.int64(plan.ctypes.data), np.int64(plan.shape[0]), np.int64(cnt.ctypes.data) + i * cnt_size * 8,
                 cnt_size, np.int64(err.ctypes.data) + i * err_size * 8, err_size)
 

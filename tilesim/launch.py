@@ -28,6 +28,8 @@ from .device import (
     LOG_COUNT,
     LOG_FIELDS,
     N_COUNTERS,
+    SHADOW_COL,
+    UNWRITTEN,
     err_width,
 )
 from .errors import CheckError
@@ -38,16 +40,19 @@ from .ub import UbPlan
 _POISON = 0xFF  # never-written UB reads as NaN (fp32 and b16), as stale UB would read as garbage
 
 _arenas: dict[int, np.ndarray] = {}
+_ub_views: dict[tuple[int, int, int, int], np.ndarray] = {}  # host threads' UBs: see _thread_ub
 _lock = threading.Lock()
 
 
 def arena(soc: SocSpec, block_dim: int) -> np.ndarray:
-    """The per-core UB arenas, ``[block_dim, ub_size]`` uint8, kept across launches like the real UB. A guard
+    """The per-core UB arenas, ``[block_dim, ub_size]`` uint8, kept across launches like the real UB (in a fast
+    launch with :attr:`Launch.phase_local_ub`, row k·(rows // threads) is host thread k's UB instead). A guard
     row follows the last one, so that a fast-mode kernel overrunning its UB (what checked mode reports) corrupts
     emulated memory, as on the NPU, rather than the host process's."""
     with _lock:
         a = _arenas.get(soc.ub_size)
         if a is None or a.shape[0] < block_dim + 1:
+            _ub_views.clear()  # they keep the old arena alive
             a = np.full((max(block_dim, soc.core_num_aiv) + 1, soc.ub_size), _POISON, np.uint8)
             _arenas[soc.ub_size] = a
         return a
@@ -64,6 +69,12 @@ class Launch:
     block_dim: int
     checks: bool
     gm_names: list[str]
+    # No core reads UB it wrote in an earlier phase or launch (every phase loads what it computes on). A fast
+    # launch then gives each host thread one UB for all the cores it runs (:func:`run_cores`): a small call's
+    # cores stay in the host's L2 instead of each touching a UB of its own. A checked launch keeps a UB per core
+    # and holds the kernel to the promise: each phase starts with its UB shadow unwritten, so that such a read
+    # is reported as a read of UB never written.
+    phase_local_ub: bool = False
     arena: np.ndarray = field(init=False)
     plan_array: np.ndarray = field(init=False)
     counters: np.ndarray = field(init=False)
@@ -103,6 +114,8 @@ class Launch:
         issued or failed anything is no phase: a host helper's run_cores between phases)."""
         ends = self.counters[:, LOG_COUNT].copy() if self.log_room else None
         errs = self.err[:, 0].copy()
+        if self.phase_local_ub and self.checks:
+            self.err[:, SHADOW_COL:] = UNWRITTEN
         if (ends is None or not self.phase_ends or (ends != self.phase_ends[-1]).any()
                 or (errs != self.err_ends[-1]).any()):  # a phase whose only instruction failed is a phase
             if ends is not None:
@@ -115,8 +128,8 @@ _log_room: dict[str, int] = {}  # per op: the room its last recorded launch turn
 
 
 def prepare(op: str, soc: SocSpec, tiling: Any, plan: UbPlan, block_dim: int, checks: bool,
-            gm_names: list[str]) -> Launch:
-    return Launch(op, soc, tiling, plan, block_dim, checks, gm_names)
+            gm_names: list[str], phase_local_ub: bool = False) -> Launch:
+    return Launch(op, soc, tiling, plan, block_dim, checks, gm_names, phase_local_ub)
 
 
 _forced_checks = [False]
@@ -152,7 +165,7 @@ def run_cores(cores: Callable[..., None], block_dim: int, *args: Any) -> None:
     global _pool
     n = 1 if getattr(_local, "serial", False) else max(1, min(numba.get_num_threads(), block_dim))
     if n == 1:  # no store fence: a thread sees its own stores, and a later reader on another thread takes a lock
-        cores(0, block_dim, *args)
+        cores(0, block_dim, *_thread_ub(args, 0, 1))
         _end_phase()
         return
     if _pool is None:
@@ -160,13 +173,29 @@ def run_cores(cores: Callable[..., None], block_dim: int, *args: Any) -> None:
             if _pool is None:
                 _pool = ThreadPoolExecutor(max_workers=numba.config.NUMBA_NUM_THREADS, thread_name_prefix="tilesim")
     cuts = [block_dim * k // n for k in range(n + 1)]
-    futures = [_pool.submit(_run_fenced, cores, cuts[k], cuts[k + 1], *args) for k in range(1, n)]
+    futures = [_pool.submit(_run_fenced, cores, cuts[k], cuts[k + 1], *_thread_ub(args, k, n)) for k in range(1, n)]
     try:
-        _run_fenced(cores, cuts[0], cuts[1], *args)
+        _run_fenced(cores, cuts[0], cuts[1], *_thread_ub(args, 0, n))
     finally:
         for f in futures:
             f.result()
     _end_phase()
+
+
+def _thread_ub(args: tuple[Any, ...], k: int, n: int) -> tuple[Any, ...]:
+    """``args``, with the arena of a fast launch with :attr:`Launch.phase_local_ub` replaced by host thread k's
+    (of n) UB: one arena row, seen by every core (a view with row stride 0). The threads' rows lie apart, so
+    that a core overrunning its UB writes into rows no thread uses, not into another thread's UB."""
+    launch = getattr(_local, "launch", None)
+    if launch is None or not launch.phase_local_ub or launch.checks:
+        return args
+    a = launch.arena
+    key = (a.ctypes.data, launch.block_dim, k, n)
+    view = _ub_views.get(key)
+    if view is None:  # as_strided costs more than a small core's work; the arena lives as long as the process
+        view = _ub_views[key] = np.lib.stride_tricks.as_strided(a[k * (a.shape[0] // n)],
+                                                                 (launch.block_dim, a.shape[1]), (0, 1))
+    return tuple(view if x is a else x for x in args)
 
 
 @njit(cache=True, nogil=True)
