@@ -190,9 +190,9 @@ def _thread_ub(args: tuple[Any, ...], k: int, n: int) -> tuple[Any, ...]:
     if launch is None or not launch.phase_local_ub or launch.checks:
         return args
     a = launch.arena
-    key = (a.ctypes.data, launch.block_dim, k, n)
+    key = (id(a), launch.block_dim, k, n)  # a cached view keeps its arena, so the id is not reused meanwhile
     view = _ub_views.get(key)
-    if view is None:  # as_strided costs more than a small core's work; the arena lives as long as the process
+    if view is None:  # as_strided costs more than a small core's work
         view = _ub_views[key] = np.lib.stride_tricks.as_strided(a[k * (a.shape[0] // n)],
                                                                  (launch.block_dim, a.shape[1]), (0, 1))
     return tuple(view if x is a else x for x in args)
