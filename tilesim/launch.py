@@ -195,7 +195,10 @@ def _thread_ub(args: tuple[Any, ...], k: int, n: int) -> tuple[Any, ...]:
     if view is None:  # as_strided costs more than a small core's work
         view = _ub_views[key] = np.lib.stride_tricks.as_strided(a[k * (a.shape[0] // n)],
                                                                  (launch.block_dim, a.shape[1]), (0, 1))
-    return tuple(view if x is a else x for x in args)
+    for i, x in enumerate(args):  # the arena comes early: this is a microsecond cheaper than rebuilding all
+        if x is a:
+            return (*args[:i], view, *args[i + 1:])
+    return args
 
 
 @njit(cache=True, nogil=True)
