@@ -184,8 +184,9 @@ def run_cores(cores: Callable[..., None], block_dim: int, *args: Any) -> None:
 
 def _thread_ub(args: tuple[Any, ...], k: int, n: int) -> tuple[Any, ...]:
     """``args``, with the arena of a fast launch with :attr:`Launch.phase_local_ub` replaced by host thread k's
-    (of n) UB: one arena row, seen by every core (a view with row stride 0). The threads' rows lie apart, so
-    that a core overrunning its UB writes into rows no thread uses, not into another thread's UB."""
+    (of n) UB: one arena row, seen by every core (a view with row stride 0). The threads' rows are spread over
+    the arena, so that (with two rows or more per thread) a core overrunning its UB writes into rows no thread
+    uses, not into another thread's UB."""
     launch = getattr(_local, "launch", None)
     if launch is None or not launch.phase_local_ub or launch.checks:
         return args
