@@ -213,6 +213,7 @@ def test_phase_local_ub_gives_each_host_thread_one_ub_in_fast_mode_only():
     seen: list[tuple[int, np.ndarray]] = []
 
     def cores(first: int, last: int, arena: np.ndarray, tag: int) -> None:
+        assert tag == 7  # the other arguments pass unchanged
         seen.append((first, arena))
 
     plan = UbPlan(SOC.ub_size)
