@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -60,6 +61,78 @@ def require(**tensors: Any) -> None:
     for name, t in tensors.items():
         if t is None:
             raise null_error(name)
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorMeta:
+    """What a tiling reads of a tensor: its shape and dtype, no data."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+
+
+def _value_key(v: Any) -> Any:
+    """``v`` with its type, so that equal keys mean interchangeable values: 1, 1.0, True and np.int64(1) are equal
+    and hash alike in Python, but a check may refuse one of them; so may 0.0 and -0.0 (the sign goes in too)."""
+    tp = type(v)
+    if tp is float or isinstance(v, np.floating):
+        return tp, v, math.copysign(1.0, v)
+    if tp is tuple:
+        return tp, tuple([_value_key(e) for e in v])
+    hash(v)  # TypeError (a list, an array): the call is not remembered
+    return tp, v
+
+
+def _array_key(v: Any) -> Any:
+    """An array-like read by value (``np.asarray``): its dtype, shape and bytes."""
+    if v is None:
+        return None
+    a = np.asarray(v)
+    if a.dtype.hasobject:
+        raise TypeError("object arrays are not remembered")
+    return a.dtype.str, a.shape, a.tobytes()
+
+
+MEMO_SIZE = 1024  # entries per remembered function
+
+
+def remembered(tensors: int, by_value: tuple[int, ...] = ()) -> Any:
+    """Memoise a tiling (or check) function whose first ``tensors`` positional parameters are tensors it reads
+    only the ``.shape`` and ``.dtype`` of; positional parameters in ``by_value`` are array-likes it reads
+    through ``np.asarray`` (NsaCompressGrad's actSeqLen); all other arguments must be hashable.
+
+    On a miss the function runs on :class:`TensorMeta` stand-ins built from the key, so what it returns cannot
+    depend on anything the key leaves out; a call that raises is not remembered (it raises every time), nor is a
+    call the key cannot describe (tensors passed by keyword, a list argument), which runs as it is. A small call
+    spent a fifth of its time making its tiling again."""
+    def wrap(fn: Any) -> Any:
+        memo: dict[tuple[Any, ...], Any] = {}
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if len(args) < tensors:
+                return fn(*args, **kwargs)
+            try:
+                key = [None if t is None else (t.shape, t.dtype) for t in args[:tensors]]
+                key += [_array_key(v) if i in by_value else _value_key(v) for i, v in enumerate(args) if i >= tensors]
+                key += [(k, _value_key(v)) for k, v in kwargs.items()]
+                key = tuple(key)
+                return memo[key]
+            except KeyError:
+                pass
+            except (TypeError, AttributeError, ValueError):
+                return fn(*args, **kwargs)
+            # equal keys make this call's other arguments interchangeable with any other call's
+            out = fn(*(None if k is None else TensorMeta(*k) for k in key[:tensors]), *args[tensors:], **kwargs)
+            if len(memo) >= MEMO_SIZE:
+                del memo[next(iter(memo))]  # the oldest entry
+            memo[key] = out
+            return out
+
+        call.cache_clear = memo.clear  # type: ignore[attr-defined]
+        return call
+
+    return wrap
 
 
 @functools.lru_cache(maxsize=1024)

@@ -21,7 +21,7 @@ from tilesim.errors import invalid, null_error, tiling_error
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan, shared_plan
 
-from .common import BF16, FP16, FP32, align_up, ceil_div, dtype_name, numel, shape_of
+from .common import BF16, FP16, FP32, align_up, ceil_div, dtype_name, numel, remembered, shape_of
 
 MODE_0, MODE_1, MODE_2, MODE_3, MODE_5 = 0, 1, 2, 3, 5
 UB_MODES = (MODE_0, MODE_1, MODE_2, MODE_3, MODE_5)
@@ -97,6 +97,7 @@ def dtype_bytes(dtype: str) -> int:
     return 4 if dtype == FP32 else 6
 
 
+@remembered(5)
 def check_args(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: Any, n: int, c: int, hxw: int, group: int,
                output_mask: Any, outputs: tuple[Any, Any, Any] | None, soc: SocSpec) -> None:
     """CheckParams of aclnnGroupNormBackward, in its order. None inputs are 161001; everything else, a null or
@@ -236,6 +237,7 @@ def _stage2(n: int, c: int, used: int, dtype: str, det: bool, ub: int) -> dict:
     return f
 
 
+@remembered(5)
 def group_norm_backward(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: Any, N: int, C: int,  # noqa: N803
                         HxW: int, group: int, output_mask: Any = (True, True, True), *,  # noqa: N803
                         soc: str | SocSpec = DEFAULT_SOC, core_num: int | None = None, ub_mode: int | None = None,

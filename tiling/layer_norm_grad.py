@@ -23,7 +23,6 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -33,7 +32,7 @@ from tilesim.errors import ACLNN_ERR_INNER_TILING_ERROR, AclnnError, invalid, ti
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan, shared_plan
 
-from .common import FP16, FP32, ITEMSIZE, align_up, ceil_div, dtype_name, numel, replace, require, shape_of
+from .common import FP16, FP32, ITEMSIZE, align_up, ceil_div, dtype_name, numel, remembered, replace, require, shape_of
 from .layer_norm_grad_api import (
     LNG_FLOAT_BUF_NUM,
     LNG_HALF_BUF_NUM,
@@ -167,6 +166,7 @@ def _fits(rows: int, hp: int, reuse: bool, block_dim: int, soc: SocSpec, tmp_mod
     return tmp_mode == 0 or plan.buffers[TMP].nbytes >= region
 
 
+@remembered(5)
 def layer_norm_grad(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, *, epsilon: float = 1e-5,
                     soc: str | SocSpec = DEFAULT_SOC, tmp: str = "shared", is_reuse_source: bool = False,
                     core_num: int | None = None, ub_rows: int | None = None) -> LayerNormGradOpTiling:
@@ -176,11 +176,10 @@ def layer_norm_grad(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, *, ep
     return _tiling(rows, h, dt, bool(is_reuse_source), tmp, spec, core_num, ub_rows)
 
 
-@functools.lru_cache(maxsize=256)
 def _tiling(rows: int, h: int, dt: str, reuse: bool, tmp: str, spec: SocSpec, core_num: int | None,
             ub_rows: int | None) -> LayerNormGradOpTiling:
-    """The tiling of checked arguments, remembered: it runs the API helpers six times, more than a small
-    launch takes."""
+    """The tiling of checked arguments (it runs the API helpers six times: :func:`layer_norm_grad` remembers
+    it)."""
     hp = align_up(h, 32 // ITEMSIZE[dt])  # whole 32 B blocks of T (half rows must land 32 B apart too)
     cores = spec.core_num_aiv if core_num is None else int(core_num)
     if not 1 <= cores <= spec.core_num_aiv:

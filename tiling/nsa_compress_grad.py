@@ -15,7 +15,7 @@ import numpy as np
 from tilesim.errors import invalid, tiling_error
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import BF16, FP16, ceil_div, dtype_name, require, shape_of
+from .common import BF16, FP16, ceil_div, dtype_name, remembered, require, shape_of
 
 SYS_WORKSPACE = 16 * 1024 * 1024  # WORKSIZE
 UB_PRESERVE = 24 * 1024  # the kernel keeps 24 KiB of UB for its tmp buffers
@@ -142,6 +142,7 @@ def check_args(output_grad: Any, input: Any, weight: Any, act_seq_len: Any, comp
     return t, n, d, total
 
 
+@remembered(3, by_value=(3,))
 def nsa_compress_grad(output_grad: Any, input: Any, weight: Any, act_seq_len: Any,
                       compress_block_size: int, compress_stride: int, act_seq_len_type: int = 0,
                       layout: str = "TND", *, soc: str | SocSpec = DEFAULT_SOC,

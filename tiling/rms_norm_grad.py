@@ -17,7 +17,7 @@ from tilesim.errors import ACLNN_ERR_INNER_TILING_ERROR, AclnnError, invalid, ti
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan, shared_plan
 
-from .common import BF16, FP16, FP32, U32, align_up, ceil_div, dtype_name, numel, require, shape_of
+from .common import BF16, FP16, FP32, U32, align_up, ceil_div, dtype_name, numel, remembered, require, shape_of
 
 SPLIT_N = 1
 SPLIT_D = 2
@@ -160,6 +160,7 @@ def _workspace(soc: SocSpec, key: int, row: int, col: int, cva: int, itemsize: i
     return 1, chunk, num, col - (num - 1) * chunk, (chunk + ALIGN_32 + block_factor) * block_dim * 4 + SYS_WORKSPACE
 
 
+@remembered(4)
 def rms_norm_grad(dy: Any, x: Any, rstd: Any, gamma: Any, *, soc: str | SocSpec = DEFAULT_SOC,
                   deterministic: bool = False, core_num: int | None = None, ub_factor: int | None = None,
                   buffer_num: int = BUFFER_NUM_DB, tiling_key: int | None = None) -> RmsNormGradTiling:

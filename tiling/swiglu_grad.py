@@ -28,7 +28,7 @@ from tilesim.errors import (
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan, shared_plan
 
-from .common import BF16, FP16, FP32, ITEMSIZE, align_up, ceil_div, dtype_name, numel, require, shape_of
+from .common import BF16, FP16, FP32, ITEMSIZE, align_up, ceil_div, dtype_name, numel, remembered, require, shape_of
 
 L2_CACHE_LINE = 512  # L2_CACHE_LINE_SIZE: bytes of the pack the base column is cut to
 BLOCK = 32  # UB_MIN_BLOCK_SIZE
@@ -254,6 +254,7 @@ def _official(row_len: int, col_len: int, dtype: str, spec: SocSpec, cores: int,
     return db, 2
 
 
+@remembered(2)
 def swiglu_grad(y_grad: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC,
                 core_num: int | None = None, buffer_num: int | None = None, base_row_len: int | None = None,
                 base_col_len: int | None = None) -> SwiGluGradTiling:
