@@ -453,12 +453,13 @@ def _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rs
 @njit(cache=True, nogil=True)
 def _cores(first, last, phase, block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rstd, gamma, dx, dgamma,
            dbeta, wsg, wsb, sh1g, sh1b, sh2g, sh2b, kind):
+    t = DeviceTiling(*t)  # a plain tuple from the host: see tiling.common.device_form
     for c in range(first, last):
         _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rstd, gamma, dx, dgamma, dbeta, wsg,
               wsb, sh1g, sh1b, sh2g, sh2b, kind)
 
 
-def device_tiling(t: GroupNormBackwardTiling) -> DeviceTiling:
+def device_tiling(t: GroupNormBackwardTiling) -> tuple[Any, ...]:
     return device_form(DeviceTiling, t)
 
 

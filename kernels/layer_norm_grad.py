@@ -47,6 +47,8 @@ from tiling.layer_norm_grad import (
     plan_for,
 )
 from tiling.layer_norm_grad import layer_norm_grad as make_tiling
+from tiling.layer_norm_grad_api import LayerNormGradBetaTilingDevice as BetaDevice
+from tiling.layer_norm_grad_api import LayerNormGradTilingDevice as LngDevice
 from tiling.layer_norm_grad_api import device_tiling
 
 from .common import KIND, checks_default, copy_back, gm_out, output, to_gm, write_targets
@@ -169,6 +171,9 @@ def _core(phase, c, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, b
 @njit(cache=True, nogil=True)
 def _cores(first, last, phase, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, bt2, dy, x, var, mean,
            gamma, pdx, pg, pb, ws, eps, kind, reuse):
+    # the API tilings come as plain tuples: see tiling.common.device_form
+    lt0, lt1, lt2 = LngDevice(*lt0), LngDevice(*lt1), LngDevice(*lt2)
+    bt0, bt1, bt2 = BetaDevice(*bt0), BetaDevice(*bt1), BetaDevice(*bt2)
     for c in range(first, last):
         _core(phase, c, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, bt2, dy, x, var, mean, gamma, pdx,
               pg, pb, ws, eps, kind, reuse)
@@ -192,7 +197,7 @@ def run(t: LayerNormGradOpTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, 
     eps = float(np.float32(epsilon))  # the float APIs' epsilon
     user_ws = ws[SYS_WORKSPACE:t.workspace_size]
     args = (launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks, _device_params(t),
-            *(device_tiling(a) for a in t.lng), *(device_tiling(b) for b in t.beta), to_gm(dy), to_gm(x),
+            *(tuple(device_tiling(a)) for a in t.lng), *(tuple(device_tiling(b)) for b in t.beta), to_gm(dy), to_gm(x),
             to_gm(variance), to_gm(mean), to_gm(gamma), gm_out(pd_x), gm_out(pd_gamma), gm_out(pd_beta), user_ws, eps,
             kind, bool(t.is_reuse_source))
     with host_threads(dy, x, pd_x):

@@ -243,6 +243,7 @@ def _core(phase, c, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw
 
 @njit(cache=True, nogil=True)
 def _cores(first, last, phase, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw, wsx, shadow, kind):
+    t = DeviceTiling(*t)  # a plain tuple from the host: see tiling.common.device_form
     for c in range(first, last):
         _core(phase, c, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw, wsx, shadow, kind)
 
@@ -285,8 +286,8 @@ def run(t: NsaCompressGradTiling, spec: SocSpec, output_grad: np.ndarray, input:
     cum = np.asarray(act_seq_len, np.int64).reshape(-1)
     with host_threads(output_grad, input, input_grad):
         shadow = zeros("nsa_compress_grad shadows", (dt.shadows - 1) * tnd if t.is_overlap else 1)
-        args = (dt, cum, to_gm(output_grad), to_gm(input), to_gm(weight), gm_out(input_grad), gm_out(weight_grad),
-                gm_out(wsw), gm_out(wsx), gm_out(shadow), kind)
+        args = (tuple(dt), cum, to_gm(output_grad), to_gm(input), to_gm(weight), gm_out(input_grad),
+                gm_out(weight_grad), gm_out(wsw), gm_out(wsx), gm_out(shadow), kind)
         for phase in range(3):
             run_cores(_cores, t.block_dim, phase, launch.arena, launch.plan_array, launch.counters, launch.err,
                       launch.core_checks, *args)

@@ -296,6 +296,7 @@ def _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, rstd, ga
 @njit(cache=True, nogil=True)
 def _cores(first, last, phase, block_dim, arena, plan, cnt, err, checks, t, dy, x, rstd, gamma, dx, dgamma, ws,
            shadow, kind, gkind, mode):
+    t = DeviceTiling(*t)  # a plain tuple from the host: see tiling.common.device_form
     for c in range(first, last):
         _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, rstd, gamma, dx, dgamma, ws, shadow, kind,
               gkind, mode)

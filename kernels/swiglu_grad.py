@@ -160,6 +160,7 @@ def _core(c, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode
 
 @njit(cache=True, nogil=True)
 def _cores(first, last, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode):
+    t = DeviceTiling(*t)  # a plain tuple from the host: see tiling.common.device_form
     for c in range(first, last):
         _core(c, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode)
 
