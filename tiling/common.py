@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -94,6 +95,7 @@ def _array_key(v: Any) -> Any:
 
 
 MEMO_SIZE = 1024  # entries per remembered function
+_MISSING = object()
 
 
 def remembered(tensors: int, by_value: tuple[int, ...] = ()) -> Any:
@@ -107,6 +109,7 @@ def remembered(tensors: int, by_value: tuple[int, ...] = ()) -> Any:
     spent a fifth of its time making its tiling again."""
     def wrap(fn: Any) -> Any:
         memo: dict[tuple[Any, ...], Any] = {}
+        lock = threading.Lock()  # for the eviction: op calls may come from several threads
 
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -117,16 +120,17 @@ def remembered(tensors: int, by_value: tuple[int, ...] = ()) -> Any:
                 key += [_array_key(v) if i in by_value else _value_key(v) for i, v in enumerate(args) if i >= tensors]
                 key += [(k, _value_key(v)) for k, v in kwargs.items()]
                 key = tuple(key)
-                return memo[key]
-            except KeyError:
-                pass
+                out = memo.get(key, _MISSING)
             except (TypeError, AttributeError, ValueError):
                 return fn(*args, **kwargs)
+            if out is not _MISSING:
+                return out
             # equal keys make this call's other arguments interchangeable with any other call's
             out = fn(*(None if k is None else TensorMeta(*k) for k in key[:tensors]), *args[tensors:], **kwargs)
-            if len(memo) >= MEMO_SIZE:
-                del memo[next(iter(memo))]  # the oldest entry
-            memo[key] = out
+            with lock:
+                if len(memo) >= MEMO_SIZE:
+                    del memo[next(iter(memo))]  # the oldest entry
+                memo[key] = out
             return out
 
         call.cache_clear = memo.clear  # type: ignore[attr-defined]
