@@ -36,9 +36,9 @@ def test_same_shapes_and_dtypes_reuse_the_result_whatever_the_data():
 
 
 def test_a_miss_runs_on_stand_ins_that_carry_no_data():
-    fn, calls = _counting(1)
+    fn, _ = _counting(1)
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
-    (args, _), = [fn(x, "shared")]
+    args, _ = fn(x, "shared")
     assert args[0] == TensorMeta((2, 3), np.dtype(np.float32)) and not isinstance(args[0], np.ndarray)
     assert args[1] == "shared"
 
@@ -98,8 +98,8 @@ def test_a_refused_call_is_refused_every_time_even_after_a_good_one_of_that_shap
         assert e.value.status == 161002
 
 
-def test_an_op_api_gets_the_tiling_it_would_compute(rng):
-    """The op's official tiling, remembered, is the tiling a fresh computation gives."""
+def test_a_remembered_tiling_is_the_tiling_a_fresh_computation_gives(rng):
+    """RmsNormGrad's official tiling, remembered, equals the unremembered function's; other data reuse it."""
     dy = rng.standard_normal((8, 128)).astype(np.float32)
     t1 = tiling.rms_norm_grad(dy, dy, np.ones(8, np.float32), np.ones(128, np.float32))
     fresh = tiling.rms_norm_grad.__wrapped__(dy, dy, np.ones(8, np.float32), np.ones(128, np.float32))
