@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import ml_dtypes
 import numpy as np
 import pytest
 
+from tiling.common import TensorMeta as Spec  # noqa: F401  (shape-only stand-ins: what a tiling reads of a tensor)
+
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
-
-
-@dataclass
-class Spec:
-    """Anything with ``.shape`` and ``.dtype``: what a tiling needs, with no data."""
-
-    shape: tuple
-    dtype: object
 
 
 def rms_inputs(rng: np.random.Generator, shape: tuple, n_gamma: int = 1, dtype: str = "float32",
