@@ -13,6 +13,11 @@ there is one: vs untiled is its median over tilesim's, the share of a fused kern
 checked/fast is the median of the group's ``tilesim checked`` row over its ``tilesim`` row's,
 shown on the latter. Files may share the probe: only its first run is kept.
 
+A tilesim row whose ``extra_info`` has the emulated kernel's own traffic (``gm_bytes``, ``ub_bytes``: see
+``bench.record.kernel_traffic``) also shows GM/op and UB/op, those bytes over the op's, and GM % probe, the
+kernel's GM bytes per second as a share of the probe: a low % of probe with a high GM/op is the kernel's design
+(it moves more than the op needs), with a high UB/op the emulated vector passes.
+
 Sections by benchmark group: ``small calls`` (test_bench_small_calls.py), ``scaling`` (test_bench_scaling.py),
 ``startup`` (test_bench_startup.py); every other group is a row of the main table.
 """
@@ -95,6 +100,11 @@ def _rows(config: Any) -> list[dict[str, Any]]:
         r["speedup_vs_untiled"] = u / r["median_ms"] if u else None
         c = checked_ms.get(r["group"]) if main_row and r["op"] == FAST_OP else None
         r["checked_over_fast"] = c / r["median_ms"] if c else None
+        gm, ub = r["info"].get("gm_bytes"), r["info"].get("ub_bytes")
+        own = main_row and gm is not None and bool(r["bytes"])
+        r["gm_over_op"] = gm / r["bytes"] if own else None
+        r["ub_over_op"] = ub / r["bytes"] if own and ub is not None else None
+        r["gm_pct_of_probe"] = 100.0 * gm / (r["median_ms"] / 1e3) / 1e9 / probe if own and probe else None
         if r["section"] == "small":
             r["median_us"] = r["median_ms"] * 1e3
         if r["section"] == "scaling":
@@ -169,20 +179,27 @@ def _main_table(tr: Any, rows: list[dict[str, Any]]) -> None:
     kw = max(len("kernel"), *(len(r["kernel"]) for r in rows))
     sw = max(len("shape"), *(len(_shape(r["shape"])) for r in rows))
     head = (f"{'kernel':<{kw}} {'shape':<{sw}} {'op':<16} {'dtype':<6} {'median ms':>10} {'GB/s':>7} {'% probe':>8} "
-            f"{'vs torch':>9} {'vs numpy':>9} {'vs untiled':>10} {'checked/fast':>12}")
+            f"{'vs torch':>9} {'vs numpy':>9} {'vs untiled':>10} {'checked/fast':>12} {'GM/op':>6} {'GM % probe':>10} "
+            f"{'UB/op':>6}")
     tr.write_line(head)
     tr.write_line("-" * len(head))
     for r in rows:
         pct = _fmt(r["pct_of_probe"], ".1f", "%")
         vt, vn = _fmt(r["speedup_vs_torch"], ".2f", "x"), _fmt(r["speedup_vs_numpy"], ".2f", "x")
         vu, cf = _fmt(r["speedup_vs_untiled"], ".2f", "x"), _fmt(r["checked_over_fast"], ".2f", "x")
+        gm, gp, ub = (_fmt(r["gm_over_op"], ".2f", "x"), _fmt(r["gm_pct_of_probe"], ".1f", "%"),
+                      _fmt(r["ub_over_op"], ".1f", "x"))
         tr.write_line(f"{r['kernel']:<{kw}} {_shape(r['shape']):<{sw}} {r['op']:<16} {r['dtype']:<6} "
-                      f"{r['median_ms']:>10.2f} {_fmt(r['gbs'], '.2f'):>7} {pct:>8} {vt:>9} {vn:>9} {vu:>10} {cf:>12}")
+                      f"{r['median_ms']:>10.2f} {_fmt(r['gbs'], '.2f'):>7} {pct:>8} {vt:>9} {vn:>9} {vu:>10} {cf:>12} "
+                      f"{gm:>6} {gp:>10} {ub:>6}")
     tr.write_line("GB/s = bytes the op must move (each input read once, each output written once; see each bench's "
                   "op_bytes) / median; probe = triad, 2 reads + 1 write; vs torch / vs numpy = that baseline's "
                   "median / this median, same kernel, dtype and shape (> 1: faster); vs untiled = the hand-written "
                   "fused Numba kernel's median / this median (bench/untiled.py); checked/fast = median with "
-                  "checks=True / median with checks=False, same call")
+                  "checks=True / median with checks=False, same call; GM/op = the GM bytes the emulated kernel "
+                  "moved (MTE2 reads + MTE3 writes, atomic adds included, from its counters) / the bytes the op must "
+                  "move; GM % probe = those kernel bytes / median, as a share of the probe; UB/op = the UB bytes its "
+                  "vector instructions covered (256 B a repeat) / the bytes the op must move")
 
 
 def _small_table(tr: Any, rows: list[dict[str, Any]]) -> None:

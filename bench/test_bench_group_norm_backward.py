@@ -27,7 +27,7 @@ import pytest
 import torch
 
 import kernels
-from bench.record import record, torch_threads
+from bench.record import kernel_traffic, record, torch_threads
 from bench.test_bench_rms_norm_grad import test_bandwidth_probe  # noqa: F401  (collected here too)
 
 N, C, HXW, GROUPS = 32, 512, 64 * 64, 32
@@ -109,8 +109,8 @@ def op_bytes(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np.ndarray, 
     return dy.nbytes + x.nbytes + mean.nbytes + rstd.nbytes + gamma.nbytes + dy.nbytes + 2 * gamma.nbytes
 
 
-def _record(benchmark, op: str, dtype: str, nbytes: int, timed: str) -> None:
-    record(benchmark, op, dtype, nbytes, timed, shape=[N, C, HXW], groups=GROUPS)
+def _record(benchmark, op: str, dtype: str, nbytes: int, timed: str, **traffic: int) -> None:
+    record(benchmark, op, dtype, nbytes, timed, **traffic, shape=[N, C, HXW], groups=GROUPS)
 
 
 def _tilesim(benchmark, dtype: str, checks: bool) -> None:
@@ -119,11 +119,13 @@ def _tilesim(benchmark, dtype: str, checks: bool) -> None:
     args = inputs(dtype)
     dy, _, _, _, gamma = args
     out = (np.empty_like(dy), np.empty_like(gamma), np.empty_like(gamma))
-    kernels.group_norm_backward(*args, N, C, HXW, GROUPS, checks=checks, out=out)  # warm-up: compile / load cache
+    traffic = kernel_traffic(  # the warm-up: compile / load the Numba cache
+        lambda: kernels.group_norm_backward(*args, N, C, HXW, GROUPS, checks=checks, out=out))
     check(out, dtype)
     benchmark(kernels.group_norm_backward, *args, N, C, HXW, GROUPS, checks=checks, out=out)
     _record(benchmark, "tilesim checked" if checks else "tilesim", dtype, op_bytes(*args),
-            f"kernels.group_norm_backward(..., checks={checks}, out=(dx, dgamma, dbeta)): validation, tiling, launch")
+            f"kernels.group_norm_backward(..., checks={checks}, out=(dx, dgamma, dbeta)): validation, tiling, launch",
+            **traffic)
 
 
 @pytest.mark.parametrize("dtype", PARAMS)

@@ -32,7 +32,7 @@ import pytest
 import torch
 
 import kernels
-from bench.record import record, torch_threads
+from bench.record import kernel_traffic, record, torch_threads
 from bench.test_bench_rms_norm_grad import test_bandwidth_probe  # noqa: F401  (collected here too)
 
 N, H = 4096, 4096
@@ -110,8 +110,8 @@ def op_bytes(dy: np.ndarray, x: np.ndarray, variance: np.ndarray, mean: np.ndarr
     return dy.nbytes + x.nbytes + variance.nbytes + mean.nbytes + gamma.nbytes + x.nbytes + 2 * gamma.nbytes
 
 
-def _record(benchmark, op: str, dtype: str, nbytes: int, timed: str) -> None:
-    record(benchmark, op, dtype, nbytes, timed, shape=[N, H], epsilon=EPS)
+def _record(benchmark, op: str, dtype: str, nbytes: int, timed: str, **traffic: int) -> None:
+    record(benchmark, op, dtype, nbytes, timed, **traffic, shape=[N, H], epsilon=EPS)
 
 
 def _tilesim(benchmark, dtype: str, checks: bool) -> None:
@@ -120,12 +120,13 @@ def _tilesim(benchmark, dtype: str, checks: bool) -> None:
     args = inputs(dtype)
     _, x, _, _, gamma = args
     out = (np.empty_like(x), np.empty_like(gamma), np.empty_like(gamma))
-    kernels.layer_norm_grad(*args, epsilon=EPS, checks=checks, out=out)  # warm-up: compile / load the Numba cache
+    traffic = kernel_traffic(  # the warm-up: compile / load the Numba cache
+        lambda: kernels.layer_norm_grad(*args, epsilon=EPS, checks=checks, out=out))
     check(out, dtype)
     benchmark(kernels.layer_norm_grad, *args, epsilon=EPS, checks=checks, out=out)
     _record(benchmark, "tilesim checked" if checks else "tilesim", dtype, op_bytes(*args),
             f"kernels.layer_norm_grad(..., checks={checks}, out=(pd_x, pd_gamma, pd_beta)): validation, tiling, "
-            f"launch")
+            f"launch", **traffic)
 
 
 @pytest.mark.parametrize("dtype", PARAMS)

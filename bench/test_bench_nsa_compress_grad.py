@@ -34,7 +34,7 @@ import pytest
 import torch
 
 import kernels
-from bench.record import record, torch_threads
+from bench.record import kernel_traffic, record, torch_threads
 from bench.test_bench_rms_norm_grad import test_bandwidth_probe  # noqa: F401  (collected here too)
 
 CUM = (2048, 4096, 6144, 8192)  # act_seq_len: cumulative ends of the 4 sequences
@@ -133,9 +133,9 @@ def op_bytes(dy: np.ndarray, x: np.ndarray, w: np.ndarray) -> int:
     return dy.nbytes + 2 * x.nbytes + 2 * w.nbytes
 
 
-def _record(benchmark, op: str, dtype: str, nbytes: int, timed: str) -> None:
-    record(benchmark, op, dtype, nbytes, timed, shape=[T, N, D], act_seq_len=list(CUM), block_size=BLOCK_SIZE,
-           stride=STRIDE, windows=NUM_WINDOWS)
+def _record(benchmark, op: str, dtype: str, nbytes: int, timed: str, **traffic: int) -> None:
+    record(benchmark, op, dtype, nbytes, timed, **traffic, shape=[T, N, D], act_seq_len=list(CUM),
+           block_size=BLOCK_SIZE, stride=STRIDE, windows=NUM_WINDOWS)
 
 
 def _tilesim(benchmark, dtype: str, checks: bool) -> None:
@@ -145,12 +145,13 @@ def _tilesim(benchmark, dtype: str, checks: bool) -> None:
     _, x, w = args
     out = (np.empty_like(x), np.empty_like(w))
     cum = list(CUM)
-    kernels.nsa_compress_grad(*args, cum, BLOCK_SIZE, STRIDE, checks=checks, out=out)  # warm-up: compile / cache
+    traffic = kernel_traffic(  # the warm-up: compile / load the Numba cache
+        lambda: kernels.nsa_compress_grad(*args, cum, BLOCK_SIZE, STRIDE, checks=checks, out=out))
     check(out, dtype)
     benchmark(kernels.nsa_compress_grad, *args, cum, BLOCK_SIZE, STRIDE, checks=checks, out=out)
     _record(benchmark, "tilesim checked" if checks else "tilesim", dtype, op_bytes(*args),
             f"kernels.nsa_compress_grad(dy, x, w, cum, 32, 16, checks={checks}, out=(dx, dw)): validation, tiling, "
-            f"launch")
+            f"launch", **traffic)
 
 
 @pytest.mark.parametrize("dtype", PARAMS)

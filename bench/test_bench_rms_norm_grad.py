@@ -29,7 +29,7 @@ import torch
 import kernels
 from bench import untiled
 from bench.bandwidth import make_arrays, triad, triad_bytes
-from bench.record import record, torch_threads
+from bench.record import kernel_traffic, record, torch_threads
 from tilesim.precision import compare
 
 SHAPES = ((4096, 4096), (16384, 1024))  # (N, D): the standard shapes, 16 M elements each
@@ -68,8 +68,8 @@ def op_bytes(dy: np.ndarray, x: np.ndarray, rstd: np.ndarray, gamma: np.ndarray)
     return dy.nbytes + x.nbytes + rstd.nbytes + gamma.nbytes + dy.nbytes + gamma.size * 4
 
 
-def _record(benchmark, op: str, dtype: str, shape: tuple[int, int], nbytes: int, timed: str) -> None:
-    record(benchmark, op, dtype, nbytes, timed, shape=list(shape))
+def _record(benchmark, op: str, dtype: str, shape: tuple[int, int], nbytes: int, timed: str, **traffic: int) -> None:
+    record(benchmark, op, dtype, nbytes, timed, **traffic, shape=list(shape))
 
 
 def _tilesim(benchmark, dtype: str, shape: tuple[int, int], checks: bool) -> None:
@@ -78,10 +78,11 @@ def _tilesim(benchmark, dtype: str, shape: tuple[int, int], checks: bool) -> Non
     dy, x, rstd, gamma = inputs(dtype, shape)
     dx, dgamma = np.empty_like(dy), np.empty(shape[1], np.float32)
     out = (dx, dgamma)
-    kernels.rms_norm_grad(dy, x, rstd, gamma, checks=checks, out=out)  # warm-up: compile / load the Numba cache
+    traffic = kernel_traffic(  # the warm-up: compile / load the Numba cache
+        lambda: kernels.rms_norm_grad(dy, x, rstd, gamma, checks=checks, out=out))
     benchmark(kernels.rms_norm_grad, dy, x, rstd, gamma, checks=checks, out=out)
     _record(benchmark, "tilesim checked" if checks else "tilesim", dtype, shape, op_bytes(dy, x, rstd, gamma),
-            f"kernels.rms_norm_grad(..., checks={checks}, out=(dx, dgamma)): validation, tiling, launch")
+            f"kernels.rms_norm_grad(..., checks={checks}, out=(dx, dgamma)): validation, tiling, launch", **traffic)
     golden_dx, _ = kernels.reference.rms_norm_grad(dy[:64], x[:64], rstd[:64], gamma)  # the timed run was right
     precision = compare(dx[:64], golden_dx)
     assert precision.ok, f"dx: {precision}"

@@ -29,7 +29,7 @@ import pytest
 import torch
 
 import kernels
-from bench.record import record, torch_threads
+from bench.record import kernel_traffic, record, torch_threads
 from bench.test_bench_rms_norm_grad import test_bandwidth_probe  # noqa: F401  (collected here too)
 
 ROWS, COLS = 8192, 8192  # x; A and B are its column halves, y_grad is [ROWS, COLS // 2]
@@ -104,8 +104,8 @@ def op_bytes(dy: np.ndarray, x: np.ndarray) -> int:
     return 2 * x.nbytes + dy.nbytes
 
 
-def _record(benchmark, op: str, dtype: str, nbytes: int, timed: str) -> None:
-    record(benchmark, op, dtype, nbytes, timed, shape=[ROWS, COLS], dim=DIM)
+def _record(benchmark, op: str, dtype: str, nbytes: int, timed: str, **traffic: int) -> None:
+    record(benchmark, op, dtype, nbytes, timed, **traffic, shape=[ROWS, COLS], dim=DIM)
 
 
 def _tilesim(benchmark, dtype: str, checks: bool) -> None:
@@ -113,11 +113,12 @@ def _tilesim(benchmark, dtype: str, checks: bool) -> None:
     warm-up call with the same checks whose outputs are checked."""
     dy, x = inputs(dtype)
     out = np.empty_like(x)
-    kernels.swiglu_grad(dy, x, DIM, checks=checks, out=out)  # warm-up: compile / load the Numba cache
+    traffic = kernel_traffic(  # the warm-up: compile / load the Numba cache
+        lambda: kernels.swiglu_grad(dy, x, DIM, checks=checks, out=out))
     check(out, dtype)
     benchmark(kernels.swiglu_grad, dy, x, DIM, checks=checks, out=out)
     _record(benchmark, "tilesim checked" if checks else "tilesim", dtype, op_bytes(dy, x),
-            f"kernels.swiglu_grad(dy, x, -1, checks={checks}, out=dx): validation, tiling, launch")
+            f"kernels.swiglu_grad(dy, x, -1, checks={checks}, out=dx): validation, tiling, launch", **traffic)
 
 
 @pytest.mark.parametrize("dtype", PARAMS)
