@@ -857,3 +857,19 @@ def test_untiled_baseline_matches_the_kernel(dtype):
     scale = np.abs(want_dx.astype(np.float64)).max()
     assert np.abs(dx.astype(np.float64) - want_dx.astype(np.float64)).max() <= 4 * ulp * scale
     np.testing.assert_allclose(dgamma, want_dgamma, rtol=1e-5, atol=1e-5 * np.abs(want_dgamma).max())
+
+
+def test_kernel_traffic_is_what_the_emulated_kernel_moved():
+    """bench.record.kernel_traffic (the GM/op and UB/op columns of ``make bench``): SwiGluGrad on aligned rows reads
+    dy and x and writes dx once, so its GM bytes are exactly those; its UB bytes are its vector repeats' 256 B."""
+    from bench.record import kernel_traffic
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((64, 512), dtype=np.float32)
+    dy = rng.standard_normal((64, 256), dtype=np.float32)
+    traffic = kernel_traffic(lambda: kernels.swiglu_grad(dy, x, -1))
+    assert traffic["gm_bytes"] == dy.nbytes + 2 * x.nbytes
+    with tilesim.capture() as runs:
+        kernels.swiglu_grad(dy, x, -1)
+    repeats = sum(r.total(n) for r in runs for n in tilesim.COUNTER_NAMES if n.startswith("vec_"))
+    assert repeats > 0 and traffic["ub_bytes"] == 256 * repeats
