@@ -22,6 +22,7 @@ from tilesim.ub import UbPlan
 from tiling.common import FP16, FP32, ITEMSIZE, dtype_name, require, shape_of
 from tiling.layer_norm_grad_api import (
     LayerNormGradBetaTiling,
+    LayerNormGradBetaTilingDevice,
     device_tiling,
     get_layer_norm_grad_beta_max_min_tmp_size,
     get_layer_norm_grad_beta_nd_tiling_info,
@@ -70,6 +71,7 @@ def tmp_region(plan: UbPlan, tmp: str, tmp_bytes: int | None, need: tuple[int, i
 
 @njit(cache=True)
 def _kernel(arena, plan, cnt, err, checks, t, res, dy, pd_gamma, pd_beta, tmp_bytes, kind, reuse):
+    t = LayerNormGradBetaTilingDevice(*t)  # a plain tuple across the launch: see tiling.common.device_form
     core = make_core(0, 1, arena, plan, cnt, err, checks)
     isz = elem_size(kind)
     g_res, g_dy = gm_tensor(0, res, isz), gm_tensor(1, dy, isz)
@@ -127,8 +129,9 @@ def layer_norm_grad_beta(res_for_gamma: Any, dy: Any, *, soc: str | SocSpec = DE
 
     def launch_once() -> None:
         launch = prepare("layer_norm_grad_beta", spec, t, plan, 1, checks, GM_NAMES)
-        _kernel(launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks, device_tiling(t),
-                to_gm(res_for_gamma), to_gm(dy), gm_out(pg), gm_out(pb), size, KIND[dtype], bool(is_reuse_source))
+        _kernel(launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks,
+                tuple(device_tiling(t)), to_gm(res_for_gamma), to_gm(dy), gm_out(pg), gm_out(pb), size, KIND[dtype],
+                bool(is_reuse_source))
         finish(launch)
 
     run_checked(launch_once)
