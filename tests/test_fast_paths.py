@@ -3,7 +3,9 @@
 - Every elementwise instruction gives the same bits whether it computes in place (dst is a source) or not: the
   in-place cases run their own loops so that they vectorise.
 - Div and Sqrt follow IEEE (x/0 = ±inf, 0/0 = NaN, sqrt(-1) = NaN), as the NPU does; they do not raise.
-- In-place casts (narrowing over the source, widening from the upper half) equal the out-of-place ones.
+- In-place casts (narrowing over the source, widening from the upper half) equal the out-of-place ones, and in
+  checked mode every cast's destination lanes take their source lanes' shadow state, whether the source is in
+  one state (a fill) or not (the lane loop).
 - ``run_cores`` runs every core once whatever the host thread count; ``host_threads`` runs small launches on one
   thread and restores the caller's count; reused workspaces and shadows never leak one launch into the next.
 - A launch with ``phase_local_ub`` gives each host thread one UB in fast mode only, and checked mode reports a
@@ -28,7 +30,7 @@ import tilesim
 from tilesim import vector
 from tilesim.cast import KIND_BF16, KIND_FP16, narrow, widen
 from tilesim.datamove import STREAM_TENSOR_BYTES, _write_gm, data_copy, data_copy_out
-from tilesim.device import at, err_width, global_tensor, make_core, slot
+from tilesim.device import SHADOW_COL, at, err_width, global_tensor, make_core, slot
 from tilesim.launch import SERIAL_BELOW, finish, host_threads, prepare, release_scratch, run_cores, workspace, zeros
 from tilesim.soc import get_soc
 from tilesim.ub import LocalTensor, UbPlan
@@ -157,6 +159,53 @@ def test_in_place_casts_equal_out_of_place(kind, n):
     u16 = arena[0].view(np.uint16)
     np.testing.assert_array_equal(u16[C // 2:C // 2 + n], bits)
     np.testing.assert_array_equal(f[B // 4:B // 4 + n].view(np.uint32), widen(bits, fmt).view(np.uint32))
+
+
+@njit(cache=True)
+def _cast_in_checked_mode(arena, plan, cnt, err, which, n):
+    core = make_core(0, 1, arena, plan, cnt, err, True)
+    ta, tc = LocalTensor(0, A, -1), LocalTensor(0, C, -1)
+    if which == 0:  # widening from the upper half of the destination
+        vector.cast_to_f32(core, ta, at(ta, 2 * n), n, KIND_BF16)
+    elif which == 1:  # narrowing over the source
+        vector.cast_from_f32(core, ta, ta, n, KIND_BF16, 1)
+    elif which == 2:
+        vector.cast_to_f32(core, tc, ta, n, KIND_BF16)
+    else:
+        vector.cast_from_f32(core, tc, ta, n, KIND_BF16, 1)
+
+
+def _lane_states(src: np.ndarray, size: int) -> np.ndarray:
+    """Each ``size``-byte lane's state: written if every byte is, else clobbered if any byte is, else unwritten."""
+    lanes = src.reshape(-1, size)
+    written = (lanes & 1).min(axis=1)
+    clobbered = (lanes & 2).max(axis=1)
+    return (written | clobbered).astype(np.uint8)
+
+
+@pytest.mark.parametrize("states", ["written", "unwritten", "clobbered", "one unwritten byte", "mixed"])
+@pytest.mark.parametrize("which, n", [(0, 1008), (1, 1008), (2, 1001), (3, 1001)],
+                         ids=["widen in place", "narrow in place", "widen", "narrow"])
+def test_cast_shadow_takes_the_source_lanes_state(states, which, n):
+    """Checked mode's shadow through a cast: lane i of the destination gets the combined state of lane i of the
+    source as it was before the cast, in place or not."""
+    arena = np.zeros((1, SOC.ub_size), np.uint8)
+    plan = np.array([[0, SOC.ub_size, 1]], np.int64)
+    err = np.zeros((1, err_width(True, SOC.ub_size)), np.int64)
+    shadow = err[0, SHADOW_COL:].view(np.uint8)
+    src_size, dst_size = (2, 4) if which in (0, 2) else (4, 2)
+    src_at = A + 2 * n if which == 0 else A
+    dst_at = C if which >= 2 else A
+    rng = np.random.default_rng(n + which)
+    src = {"written": np.full(n * src_size, 1), "unwritten": np.zeros(n * src_size),
+           "clobbered": np.full(n * src_size, 2), "mixed": rng.integers(0, 3, n * src_size),
+           "one unwritten byte": np.full(n * src_size, 1)}[states].astype(np.uint8)
+    if states == "one unwritten byte":
+        src[n * src_size - 1] = 0  # the last byte: past the whole 8-byte words for the odd n
+    shadow[src_at:src_at + n * src_size] = src
+    _cast_in_checked_mode(arena, plan, np.zeros((1, 14), np.int64), err, which, n)
+    got = shadow[dst_at:dst_at + n * dst_size].reshape(n, dst_size)
+    np.testing.assert_array_equal(got, np.repeat(_lane_states(src, src_size)[:, None], dst_size, axis=1))
 
 
 @njit(cache=True, nogil=True)

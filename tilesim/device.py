@@ -432,6 +432,25 @@ def _lane_state(sh, o, size):
     return v
 
 
+@njit(cache=True)
+def _uniform_state(core, addr, nbytes):
+    """The shadow state of every byte of ``[addr, addr + nbytes)`` when they all have the same, else -1. An OR of
+    differences over 8-byte words, which vectorises."""
+    if nbytes <= 0:
+        return -1
+    sh = _shadow(core)
+    v = sh[addr]
+    w = nbytes // 8 if addr % 8 == 0 else 0
+    pattern = np.uint64(v) * _LOW
+    words = _words(core, addr, w)
+    diff = np.uint64(0)
+    for i in range(w):
+        diff |= words[i] ^ pattern
+    for i in range(8 * w, nbytes):
+        diff |= np.uint64(sh[addr + i] ^ v)
+    return np.int64(v) if diff == 0 else np.int64(-1)
+
+
 @checked_only(None)
 def flow_lanes(core, dst, src, n, dst_size, src_size, src_step):
     """Checked mode: lane ``i`` of ``dst`` (``dst_size`` bytes) takes the combined state of lane ``i * src_step``
@@ -442,6 +461,13 @@ def flow_lanes(core, dst, src, n, dst_size, src_size, src_step):
     sh = _shadow(core)
     if src_step == 0:
         sh[dst.addr:dst.addr + n * dst_size] = _lane_state(sh, src.addr, src_size)
+        return
+    # A source all in one state (the usual cast: every byte written) gives every lane that state. Read before
+    # the destination is written, so it holds for the in-place casts too, whose lane loops below LLVM cannot
+    # vectorise (the views overlap): 4096 lanes had cost 8 to 13 µs.
+    v = _uniform_state(core, src.addr, n * src_size) if src_step == 1 else -1
+    if v >= 0:
+        sh[dst.addr:dst.addr + n * dst_size] = np.uint8(v)
         return
     base = core.err_at + SHADOW_COL * 8
     if src_step == 1 and dst_size == 4 and src_size == 2 and dst.addr % 4 == 0 and src.addr % 2 == 0:
