@@ -469,6 +469,29 @@ def test_cache_stamps_carry_the_machine_hash():
         assert isinstance(stamp, tuple) and stamp[-1] == jit_cache.MACHINE_HASH
 
 
+def test_no_device_code_inlines_a_host_only_module():
+    """The machine hash leaves the HOST_ONLY modules out, so no kernel or device module may call a compiled
+    function of theirs: a kernel would keep the old machine code after an edit."""
+    import importlib
+    import pkgutil
+    from pathlib import Path
+
+    from numba.core.registry import CPUDispatcher
+
+    from tilesim import jit_cache
+
+    host = {"tilesim." + n[:-3] for n in jit_cache.HOST_ONLY}
+    names = [f"tilesim.{m.name}" for m in pkgutil.iter_modules(tilesim.__path__) if f"tilesim.{m.name}" not in host]
+    names += [f"kernels.{p.stem}" for p in Path(kernels.__file__).parent.glob("*.py")]
+    names += ["examples.add_tail"]
+    assert len(names) > 15
+    for name in names:
+        mod = importlib.import_module(name)
+        for attr, v in vars(mod).items():
+            if isinstance(v, CPUDispatcher):
+                assert v.py_func.__module__ not in host, f"{name}.{attr} is compiled code of a HOST_ONLY module"
+
+
 @njit(cache=True)
 def _write_at(dst, d_off, src, s_off, n, stream):
     _write_gm(dst.ctypes.data + d_off, src.ctypes.data + s_off, n, stream)
