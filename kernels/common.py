@@ -43,10 +43,28 @@ def write_targets(outs: Sequence[np.ndarray | None], checks: bool,
     temporary of its shape and dtype when the run is checked (a violation must leave the caller's arrays as they
     were) or an output overlaps one of ``inputs`` (the kernel would read what it had written). :func:`copy_back`
     moves the results in."""
-    if not checks and not any(isinstance(i, np.ndarray) and np.may_share_memory(o, i)
-                              for o in outs if o is not None for i in inputs):
+    if not checks and not _overlap(outs, inputs):
         return list(outs)
     return [None if o is None else scratch(f"output {k}", o.shape, o.dtype) for k, o in enumerate(outs)]
+
+
+def _owner(a: np.ndarray) -> bool:
+    """``a`` allocated its own memory: two such arrays that are distinct objects share none."""
+    return a.base is None and a.flags.owndata
+
+
+def _overlap(outs: Sequence[np.ndarray | None], inputs: Sequence[Any]) -> bool:
+    """Whether an output may share memory with an input array. Distinct arrays that own their memory (the usual
+    case) are told apart without ``np.may_share_memory``, whose calls (one per pair) a small call paid for."""
+    ins = [(i, _owner(i)) for i in inputs if isinstance(i, np.ndarray)]
+    for o in outs:
+        if o is None:
+            continue
+        own = _owner(o)
+        for i, i_own in ins:
+            if (o is i or not (own and i_own)) and np.may_share_memory(o, i):
+                return True
+    return False
 
 
 def copy_back(outs: Sequence[np.ndarray | None], targets: Sequence[np.ndarray | None]) -> None:

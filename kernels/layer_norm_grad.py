@@ -24,6 +24,7 @@ from tilesim.cast import CAST_RINT, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
 from tilesim.device import at, count_gm_scalar, gm_f32, gm_tensor, gm_u16, make_core, plan_of, slot
 from tilesim.launch import finish, host_threads, prepare, reruns_on_overflow, run_cores, workspace
+from tilesim.memo import by_identity
 from tilesim.normalization import layer_norm_grad as lng_api
 from tilesim.normalization import layer_norm_grad_beta as beta_api
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
@@ -179,11 +180,13 @@ def _cores(first, last, phase, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, 
               pg, pb, ws, eps, kind, reuse)
 
 
-def _device_params(t: LayerNormGradOpTiling) -> tuple[int, ...]:
-    """The scalars the device reads, by index: h, h_align, beta_bytes, pd_gamma_off, pd_beta_off, block_factor,
-    block_dim, tail_rows, ub_rows."""
-    return (t.h, t.h_align, t.beta_bytes, t.pd_gamma_off, t.pd_beta_off, t.block_factor, t.block_dim, t.tail_rows,
-            t.ub_rows)
+@by_identity
+def _device_args(t: LayerNormGradOpTiling) -> tuple[tuple[int, ...], ...]:
+    """What the device takes of the tiling, once per tiling object: the scalars it reads, by index (h, h_align,
+    beta_bytes, pd_gamma_off, pd_beta_off, block_factor, block_dim, tail_rows, ub_rows), then the three
+    LayerNormGrad and the three LayerNormGradBeta tilings as plain tuples (see tiling.common.device_form)."""
+    return ((t.h, t.h_align, t.beta_bytes, t.pd_gamma_off, t.pd_beta_off, t.block_factor, t.block_dim, t.tail_rows,
+             t.ub_rows), *(tuple(device_tiling(a)) for a in t.lng), *(tuple(device_tiling(b)) for b in t.beta))
 
 
 @reruns_on_overflow
@@ -196,10 +199,9 @@ def run(t: LayerNormGradOpTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, 
     kind = KIND[t.dtype]
     eps = float(np.float32(epsilon))  # the float APIs' epsilon
     user_ws = ws[SYS_WORKSPACE:t.workspace_size]
-    args = (launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks, _device_params(t),
-            *(tuple(device_tiling(a)) for a in t.lng), *(tuple(device_tiling(b)) for b in t.beta), to_gm(dy), to_gm(x),
-            to_gm(variance), to_gm(mean), to_gm(gamma), gm_out(pd_x), gm_out(pd_gamma), gm_out(pd_beta), user_ws, eps,
-            kind, bool(t.is_reuse_source))
+    args = (launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks, *_device_args(t),
+            to_gm(dy), to_gm(x), to_gm(variance), to_gm(mean), to_gm(gamma), gm_out(pd_x), gm_out(pd_gamma),
+            gm_out(pd_beta), user_ws, eps, kind, bool(t.is_reuse_source))
     with host_threads(dy, x, pd_x):
         for phase in range(2):  # SyncAll between the tiles and the final sums
             run_cores(_cores, t.block_dim, phase, *args)

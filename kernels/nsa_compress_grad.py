@@ -21,7 +21,7 @@ Casts: CAST_RINT for bf16, CAST_NONE for fp16 (both round to nearest even).
 
 from __future__ import annotations
 
-import functools
+import math
 from collections import namedtuple
 from dataclasses import fields
 from typing import Any
@@ -34,6 +34,7 @@ from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_ou
 from tilesim.device import at, gm_tensor, make_core, slot
 from tilesim.errors import tiling_error
 from tilesim.launch import finish, host_threads, prepare, reruns_on_overflow, run_cores, workspace, zeros
+from tilesim.memo import by_identity
 from tilesim.reduce import block_reduce_sum, whole_reduce_sum_to
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan, shared_plan
@@ -54,7 +55,7 @@ DeviceTiling = namedtuple("DeviceTiling", [f.name for f in fields(NsaCompressGra
                           + ["max_head", "n_rows_once", "n_head_once", "overlap", "shadows"])
 
 
-@functools.lru_cache(maxsize=1024)
+@by_identity
 def device_tiling(t: NsaCompressGradTiling) -> Any:
     """The tiling and the kernel's derived values as the kernel takes them, built once per tiling."""
     return DeviceTiling(*(getattr(t, f.name) for f in fields(t)), t.max_head_num_in_ub, t.n_rows_once,
@@ -280,7 +281,7 @@ def run(t: NsaCompressGradTiling, spec: SocSpec, output_grad: np.ndarray, input:
     kind = KIND[dtype_name(input)]
     dt = device_tiling(t)
     nw = t.block_size * t.num_of_head * t.block_dim
-    tnd = int(np.prod(shape_of(input)))
+    tnd = math.prod(input.shape)
     wsw = ws[SYS_WORKSPACE:SYS_WORKSPACE + 4 * nw].view(np.float32)
     wsx = ws[SYS_WORKSPACE + 4 * nw:SYS_WORKSPACE + 4 * nw + 4 * tnd].view(np.float32)
     cum = np.asarray(act_seq_len, np.int64).reshape(-1)

@@ -222,23 +222,33 @@ def _end_phase() -> None:
         launch.end_phase()
 
 
-@contextmanager
-def host_threads(*gm: np.ndarray) -> Iterator[int]:
+class _HostThreads:
+    """The context manager of :func:`host_threads` (a class: a generator-based one costs microseconds a call)."""
+
+    __slots__ = ("serial", "prev")
+
+    def __init__(self, gm: tuple[np.ndarray, ...]) -> None:
+        self.serial = sum([a.nbytes for a in gm]) < SERIAL_BELOW
+
+    def __enter__(self) -> int:
+        self.prev = getattr(_local, "serial", False)
+        _local.serial = self.serial
+        return 1 if self.serial else numba.get_num_threads()
+
+    def __exit__(self, *exc: object) -> None:
+        _local.serial = self.prev
+
+
+def host_threads(*gm: np.ndarray) -> _HostThreads:
     """Run the launcher inside this block: :func:`run_cores` keeps every core on the calling thread when the GM
     tensors ``gm`` hold less than :data:`SERIAL_BELOW` bytes, and otherwise spreads them over the caller's thread
-    count (``numba.get_num_threads()``). Yields the thread count the block's launches use.
+    count (``numba.get_num_threads()``). The block gets the thread count its launches use.
 
     Waking a second thread for a parallel region costs tens of microseconds on an idle host and milliseconds
     on a busy one, more than a small kernel takes. The results do not depend on the thread count (each core
     writes its own rows and shadows). The choice is this thread's own and is undone on leaving the block; it
     does not touch Numba's thread count (setting it and putting it back cost more than a small kernel's core)."""
-    serial = sum(int(a.nbytes) for a in gm) < SERIAL_BELOW
-    prev = getattr(_local, "serial", False)
-    _local.serial = serial
-    try:
-        yield 1 if serial else numba.get_num_threads()
-    finally:
-        _local.serial = prev
+    return _HostThreads(gm)
 
 
 _scratch = threading.local()
@@ -348,7 +358,7 @@ def finish(launch: Launch, workspace_size: int = 0) -> RunReport:
         _attach_log(rep, launch, keep=bool(sinks))
     found: list[Any] = []
     total = 0
-    if launch.err[:, 0].any():
+    if np.count_nonzero(launch.err[:, 0]):  # not .any(): numpy's Python wrapper costs microseconds
         found, total = violations.from_cores(
             launch.op, launch.err, launch.plan.names(), {i for i, b in enumerate(launch.plan.buffers) if b.stack},
             launch.gm_names, np.array(launch.err_ends or [launch.err[:, 0]], np.int64).reshape(-1, launch.block_dim))

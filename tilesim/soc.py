@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from .errors import ACLNN_ERR_PARAM_INVALID, AclnnError
 
@@ -24,6 +24,15 @@ class SocSpec:
     block_size: int = 32  # ONE_BLK_SIZE
     repeat_size: int = 256  # ONE_REPEAT_BYTE_SIZE
     max_repeat_times: int = 255
+
+    def __hash__(self) -> int:
+        # the dataclass's hash rehashes every field; plans and tilings are memoised by SoC on every op call
+        try:
+            return self.__dict__["_hash"]
+        except KeyError:
+            h = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", h)
+            return h
 
     @property
     def split_arch(self) -> bool:
