@@ -384,6 +384,56 @@ def test_write_targets_give_temporaries_to_checked_runs_and_to_outputs_over_inpu
         a[...], b[...] = 0, 0
 
 
+@pytest.mark.parametrize("case", ["distinct owners", "same array", "view of it", "reshaped", "frombuffer twice",
+                                  "disjoint slices", "other owner's view"])
+def test_write_targets_see_every_output_that_may_share_memory_with_an_input(case):
+    """The cheap test (distinct arrays that own their memory share none) falls back to np.may_share_memory for
+    everything else, so its answer is that of np.may_share_memory over every pair."""
+    from kernels.common import write_targets
+
+    raw = bytearray(256)
+    base, other = np.zeros(64, np.float32), np.zeros(64, np.float32)
+    out, inp = {
+        "distinct owners": (base, other),
+        "same array": (base, base),
+        "view of it": (base, base[8:]),
+        "reshaped": (base.reshape(8, 8), base),
+        "frombuffer twice": (np.frombuffer(raw, np.float32), np.frombuffer(raw, np.float32)),
+        "disjoint slices": (base[:32], base[32:]),
+        "other owner's view": (base, other[1:]),
+    }[case]
+    shares = np.may_share_memory(out, inp)
+    assert (write_targets((out,), False, (None, inp, [1.0]))[0] is not out) == shares
+    assert shares == (case in ("same array", "view of it", "reshaped", "frombuffer twice"))
+
+
+def test_by_identity_memoises_by_the_arguments_objects_not_their_values(monkeypatch):
+    from tilesim import memo
+
+    calls = []
+
+    @memo.by_identity
+    def f(a, b):
+        calls.append((a, b))
+        return (a, b)
+
+    x, y = (1, [2]), (1, [2])  # equal, distinct
+    assert f(x, 3) is f(x, 3) and len(calls) == 1
+    assert f(y, 3) == f(x, 3) and len(calls) == 2  # an equal argument that is another object computes again
+    monkeypatch.setattr(memo, "IDENTITY_MEMO_SIZE", 2)
+
+    @memo.by_identity
+    def g(a):
+        calls.append(a)
+        return a
+
+    calls.clear()
+    objs = [object() for _ in range(3)]
+    for o in (*objs, objs[0], objs[2]):
+        g(o)
+    assert calls == [objs[0], objs[1], objs[2], objs[0]]  # the oldest went when the third came in
+
+
 def test_outputs_over_inputs_get_the_results_of_separate_ones():
     """``out=`` arrays that are also inputs: the ops read each input element before they write over it."""
     import ml_dtypes
