@@ -16,12 +16,13 @@ from tiling.common import BF16, FP16, FP32, dtype_name
 
 NUMPY_DTYPE = {FP32: np.dtype(np.float32), FP16: np.dtype(np.float16), BF16: np.dtype(ml_dtypes.bfloat16)}
 KIND = {FP32: 0, FP16: KIND_FP16, BF16: KIND_BF16}
+U8 = np.dtype(np.uint8)  # a dtype object: ndarray.view(np.uint8) converts the type on every call
 
 
 def to_gm(a: Any) -> np.ndarray:
     """The bytes of a flat, C-contiguous view (a copy only when needed), as a kernel's GlobalTensor holds them.
     The caller's array is never written."""
-    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    return np.ascontiguousarray(a).reshape(-1).view(U8)
 
 
 def output(out: Any, index: int, name: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -76,7 +77,7 @@ def copy_back(outs: Sequence[np.ndarray | None], targets: Sequence[np.ndarray | 
 
 def gm_out(a: np.ndarray) -> np.ndarray:
     """The bytes of a C-contiguous output array, as a kernel's GlobalTensor holds them (writes land in ``a``)."""
-    return a.reshape(-1).view(np.uint8)
+    return a.reshape(-1).view(U8)
 
 
 def checks_default(checks: bool | None) -> bool:

@@ -39,6 +39,19 @@ from .ub import UbPlan
 
 _POISON = 0xFF  # never-written UB reads as NaN (fp32 and b16), as stale UB would read as garbage
 
+class _ThreadState(threading.local):
+    """What each host thread keeps: the launch under way, the serial choice of :func:`host_threads`, the sinks and
+    the log flag of :func:`capture`, its reused buffers. The class attributes are every thread's defaults: a
+    missing attribute of a plain threading.local costs an AttributeError (about a microsecond) per look-up."""
+
+    launch: Launch | None = None
+    serial = False
+    sinks: list[list[RunReport]] = []  # never mutated: capture assigns a new list
+    log = False
+    pool: dict[str, np.ndarray] | None = None
+
+
+_local = _ThreadState()
 _arenas: dict[int, np.ndarray] = {}
 _ub_views: dict[tuple[int, int, int, int], np.ndarray] = {}  # host threads' UBs: see _thread_ub
 _lock = threading.Lock()
@@ -49,6 +62,9 @@ def arena(soc: SocSpec, block_dim: int) -> np.ndarray:
     launch with :attr:`Launch.phase_local_ub`, row k·(rows // threads) is host thread k's UB instead). A guard
     row follows the last one, so that a fast-mode kernel overrunning its UB (what checked mode reports) corrupts
     emulated memory, as on the NPU, rather than the host process's."""
+    a = _arenas.get(soc.ub_size)
+    if a is not None and a.shape[0] >= block_dim + 1:  # the usual case, without the lock
+        return a
     with _lock:
         a = _arenas.get(soc.ub_size)
         if a is None or a.shape[0] < block_dim + 1:
@@ -163,7 +179,7 @@ def run_cores(cores: Callable[..., None], block_dim: int, *args: Any) -> None:
     (its gufunc recompiles the whole call tree) and wakes Numba's thread pool on every launch.
     """
     global _pool
-    n = 1 if getattr(_local, "serial", False) else max(1, min(numba.get_num_threads(), block_dim))
+    n = 1 if _local.serial else max(1, min(numba.get_num_threads(), block_dim))
     if n == 1:  # no store fence: a thread sees its own stores, and a later reader on another thread takes a lock
         cores(0, block_dim, *_thread_ub(args, 0, 1))
         _end_phase()
@@ -187,7 +203,7 @@ def _thread_ub(args: tuple[Any, ...], k: int, n: int) -> tuple[Any, ...]:
     (of n) UB: one arena row, seen by every core (a view with row stride 0). The threads' rows are spread over
     the arena, so that (with two rows or more per thread) a core overrunning its UB writes into rows no thread
     uses, not into another thread's UB."""
-    launch = getattr(_local, "launch", None)
+    launch = _local.launch
     if launch is None or not launch.phase_local_ub or launch.checks:
         return args
     a = launch.arena
@@ -217,7 +233,7 @@ def _run_fenced(cores: Callable[..., None], first: int, last: int, *args: Any) -
 
 
 def _end_phase() -> None:
-    launch = getattr(_local, "launch", None)
+    launch = _local.launch
     if launch is not None:
         launch.end_phase()
 
@@ -231,7 +247,7 @@ class _HostThreads:
         self.serial = sum([a.nbytes for a in gm]) < SERIAL_BELOW
 
     def __enter__(self) -> int:
-        self.prev = getattr(_local, "serial", False)
+        self.prev = _local.serial
         _local.serial = self.serial
         return 1 if self.serial else numba.get_num_threads()
 
@@ -251,16 +267,13 @@ def host_threads(*gm: np.ndarray) -> _HostThreads:
     return _HostThreads(gm)
 
 
-_scratch = threading.local()
-
-
 def _reused(name: str, nbytes: int) -> np.ndarray:
     """This host thread's buffer ``name``, at least ``nbytes`` long, kept across launches: a fresh allocation of
     a large buffer costs a page fault per 4 KiB page the kernel touches (the kernel zeroing each page first),
     which for NsaCompressGrad's 384 MiB of workspace and shadows took longer than the kernel's own work."""
-    pool = getattr(_scratch, "pool", None)
+    pool = _local.pool
     if pool is None:
-        pool = _scratch.pool = {}
+        pool = _local.pool = {}
     buf = pool.get(name)
     if buf is None or buf.size < nbytes:
         buf = pool[name] = np.empty(max(nbytes, 1), np.uint8)
@@ -297,7 +310,7 @@ def scratch(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
 def release_scratch() -> None:
     """Free this host thread's reused workspace, shadow and temporary buffers (they are kept for the next
     launch)."""
-    _scratch.pool = {}
+    _local.pool = {}
 
 
 class AtomicTarget:
@@ -351,7 +364,8 @@ def finish(launch: Launch, workspace_size: int = 0) -> RunReport:
     wall = time.perf_counter() - launch.t0
     _local.launch = None
     rep = RunReport(op=launch.op, soc=launch.soc.name, tiling=launch.tiling, ub_plan=launch.plan,
-                    block_dim=launch.block_dim, counters=launch.counters[:, :N_COUNTERS].copy(),
+                    block_dim=launch.block_dim,  # the counters of a launch without a log are its own array
+                    counters=launch.counters[:, :N_COUNTERS].copy() if launch.log_room else launch.counters,
                     workspace_size=workspace_size, checks=launch.checks, wall_s=wall, gm_names=list(launch.gm_names))
     sinks = _sinks()
     if launch.log_room:
@@ -435,15 +449,12 @@ class RunReport:
         return "\n".join(lines)
 
 
-_local = threading.local()
-
-
 def _sinks() -> list[list[RunReport]]:
-    return getattr(_local, "sinks", [])
+    return _local.sinks
 
 
 def _recording() -> bool:
-    return getattr(_local, "log", False)
+    return _local.log
 
 
 @contextmanager

@@ -48,7 +48,7 @@ def dtype_name(t: Any) -> str:
 
 
 def shape_of(t: Any) -> tuple[int, ...]:
-    return tuple(int(s) for s in t.shape)
+    return tuple(map(int, t.shape))
 
 
 def numel(shape: tuple[int, ...]) -> int:
@@ -77,6 +77,8 @@ def _value_key(v: Any) -> Any:
     """``v`` with its type, so that equal keys mean interchangeable values: 1, 1.0, True and np.int64(1) are equal
     and hash alike in Python, but a check may refuse one of them; so may 0.0 and -0.0 (the sign goes in too)."""
     tp = type(v)
+    if tp is bool or tp is int or tp is str:
+        return tp, v
     if tp is float or isinstance(v, np.floating):
         return tp, v, math.copysign(1.0, v)
     if tp is tuple:
