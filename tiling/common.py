@@ -120,8 +120,13 @@ def remembered(tensors: int, by_value: tuple[int, ...] = ()) -> Any:
                 return fn(*args, **kwargs)
             try:
                 key = [None if t is None else (t.shape, t.dtype) for t in args[:tensors]]
-                key += [_array_key(v) if i in by_value else _value_key(v) for i, v in enumerate(args) if i >= tensors]
-                key += [(k, _value_key(v)) for k, v in kwargs.items()]
+                if by_value:
+                    key += [_array_key(v) if i in by_value else _value_key(v)
+                            for i, v in enumerate(args[tensors:], tensors)]
+                else:
+                    key += map(_value_key, args[tensors:])
+                if kwargs:
+                    key += [(k, _value_key(v)) for k, v in kwargs.items()]
                 key = tuple(key)
                 out = memo.get(key, _MISSING)
             except (TypeError, AttributeError, ValueError):
