@@ -338,6 +338,9 @@ def test_reused_buffers_start_clean_where_they_must():
     z[:] = 7.0
     again = zeros("test", 1000)
     assert again.dtype == np.float32 and not again.any()  # shadows are zeroed on every reuse
+    again[:] = 7.0
+    with host_threads(again):  # a small launch's block: this thread zeroes them itself
+        assert not zeros("test", 1000).any()
     w1 = workspace(4096)
     w2 = workspace(1024)
     assert w2.base is w1.base or np.shares_memory(w1, w2)  # one workspace per thread, reused

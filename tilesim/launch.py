@@ -293,9 +293,12 @@ def _zero(first, last, a):
 
 def zeros(name: str, n: int, dtype: Any = np.float32) -> np.ndarray:
     """``n`` zeros of ``dtype`` in this host thread's reused buffer ``name`` (for atomic-add shadows), zeroed by
-    all the host threads."""
+    all the host threads (by this one alone inside a serial :func:`host_threads` block, without a launch)."""
     buf = _reused(name, n * np.dtype(dtype).itemsize)
-    run_cores(_zero, buf.size, buf)
+    if _local.serial:
+        buf.fill(0)
+    else:
+        run_cores(_zero, buf.size, buf)
     return buf.view(dtype)
 
 
