@@ -39,6 +39,7 @@ from .ub import UbPlan
 
 _POISON = 0xFF  # never-written UB reads as NaN (fp32 and b16), as stale UB would read as garbage
 
+
 class _ThreadState(threading.local):
     """What each host thread keeps: the launch under way, the serial choice of :func:`host_threads`, the sinks and
     the log flag of :func:`capture`, its reused buffers. The class attributes are every thread's defaults: a
