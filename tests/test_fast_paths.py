@@ -31,7 +31,18 @@ from tilesim import vector
 from tilesim.cast import KIND_BF16, KIND_FP16, narrow, widen
 from tilesim.datamove import STREAM_TENSOR_BYTES, _write_gm, data_copy, data_copy_out
 from tilesim.device import SHADOW_COL, at, err_width, global_tensor, make_core, slot
-from tilesim.launch import SERIAL_BELOW, finish, host_threads, prepare, release_scratch, run_cores, workspace, zeros
+from tilesim.launch import (
+    SERIAL_BELOW,
+    finish,
+    host_threads,
+    page_aligned,
+    prepare,
+    release_scratch,
+    run_cores,
+    scratch,
+    workspace,
+    zeros,
+)
 from tilesim.soc import get_soc
 from tilesim.ub import LocalTensor, UbPlan
 
@@ -345,6 +356,29 @@ def test_reused_buffers_start_clean_where_they_must():
     w2 = workspace(1024)
     assert w2.base is w1.base or np.shares_memory(w1, w2)  # one workspace per thread, reused
     release_scratch()
+
+
+def test_ub_workspaces_temporaries_and_shadows_start_on_a_page():
+    """numpy puts a large array 16 B past a page; a UB mapped there splits the host's cache lines under every
+    vector access. Every row of the arena, the reused buffers, and each core's shadow start on a 64 B line."""
+    plan = UbPlan(SOC.ub_size)
+    plan.add("x", 256)
+    for checks in (False, True):
+        launch = prepare("aligned", SOC, None, plan.check(), 48, checks, [])
+        assert launch.arena.ctypes.data % 4096 == 0 and launch.arena.strides[0] % 64 == 0
+        if checks:
+            assert all(launch.err[c, SHADOW_COL:].ctypes.data % 64 == 0 for c in range(48))
+            assert not launch.err.any()
+        finish(launch)
+    release_scratch()
+    assert workspace(1 << 20).ctypes.data % 4096 == 0
+    assert scratch("aligned", (300, 7), np.float32).ctypes.data % 4096 == 0
+    release_scratch()
+    for fill in (None, 0, 0xFF):
+        a = page_aligned((5, 3000), np.uint16, fill)
+        assert a.shape == (5, 3000) and a.dtype == np.uint16 and a.flags.c_contiguous and a.ctypes.data % 4096 == 0
+        if fill is not None:
+            assert (a == fill).all()
 
 
 def test_repeated_ops_with_reused_buffers_match_fresh_ones():

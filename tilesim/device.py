@@ -85,7 +85,7 @@ E_KIND, E_TAG, E_OFFSET, E_BYTES, E_EXTRA, E_INSTR, E_PHASE = range(ERR_FIELDS)
 MAX_REPORTS = 32
 MAX_BUFS, MAX_SLOTS = 64, 8  # queue-slot generations tracked
 GEN_COL = 1 + MAX_REPORTS * ERR_FIELDS
-SHADOW_COL = GEN_COL + MAX_BUFS * MAX_SLOTS
+SHADOW_COL = (GEN_COL + MAX_BUFS * MAX_SLOTS + 7) // 8 * 8  # on a 64 B line in every row, as the UB it shadows
 UNWRITTEN, WRITTEN, CLOBBERED = 0, 1, 2
 
 

@@ -38,6 +38,21 @@ from .soc import SocSpec
 from .ub import UbPlan
 
 _POISON = 0xFF  # never-written UB reads as NaN (fp32 and b16), as stale UB would read as garbage
+PAGE = 4096
+
+
+def page_aligned(shape: int | tuple[int, ...], dtype: Any, fill: Any = None) -> np.ndarray:
+    """A new array whose data starts on a 4 KiB page. numpy's large arrays start 16 B past one (malloc's header),
+    so a 32 B-aligned UB tile mapped there straddles the host's 64 B cache lines: every other 32 B vector access
+    (every 64 B one) splits across two lines, which made each emulated instruction about a third slower."""
+    dtype = np.dtype(dtype)
+    n = math.prod(shape if isinstance(shape, tuple) else (shape,)) * dtype.itemsize
+    raw = np.zeros(n + PAGE, np.uint8) if fill == 0 else np.empty(n + PAGE, np.uint8)  # zeros: calloc's pages
+    off = -raw.ctypes.data % PAGE
+    a = raw[off:off + n].view(dtype).reshape(shape)
+    if fill is not None and fill != 0:
+        a.fill(fill)
+    return a
 
 
 class _ThreadState(threading.local):
@@ -70,7 +85,7 @@ def arena(soc: SocSpec, block_dim: int) -> np.ndarray:
         a = _arenas.get(soc.ub_size)
         if a is None or a.shape[0] < block_dim + 1:
             _ub_views.clear()  # they keep the old arena alive
-            a = np.full((max(block_dim, soc.core_num_aiv) + 1, soc.ub_size), _POISON, np.uint8)
+            a = page_aligned((max(block_dim, soc.core_num_aiv) + 1, soc.ub_size), np.uint8, _POISON)
             _arenas[soc.ub_size] = a
         return a
 
@@ -114,7 +129,8 @@ class Launch:
             self.counters[:, :LOG_COUNT + 1] = 0
         else:
             self.counters = np.zeros((self.block_dim, width), np.int64)
-        self.err = np.zeros((self.block_dim, err_width(self.checks, self.soc.ub_size)), np.int64)
+        shape = (self.block_dim, err_width(self.checks, self.soc.ub_size))  # checked mode: the UB shadow too
+        self.err = page_aligned(shape, np.int64, 0) if self.checks else np.zeros(shape, np.int64)
         self.phase_ends = []
         self.err_ends = []
         self.t0 = time.perf_counter()
@@ -277,7 +293,7 @@ def _reused(name: str, nbytes: int) -> np.ndarray:
         pool = _local.pool = {}
     buf = pool.get(name)
     if buf is None or buf.size < nbytes:
-        buf = pool[name] = np.empty(max(nbytes, 1), np.uint8)
+        buf = pool[name] = page_aligned(max(nbytes, 1), np.uint8)
     return buf[:nbytes]
 
 
