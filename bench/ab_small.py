@@ -37,8 +37,8 @@ for line in sys.stdin:
 """
 
 
-def _worker(tree: Path) -> subprocess.Popen[str]:
-    p = subprocess.Popen([sys.executable, "-c", WORKER], cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
+def _worker(tree: Path, script: str = WORKER) -> subprocess.Popen[str]:
+    p = subprocess.Popen([sys.executable, "-c", script], cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert p.stdout is not None and p.stdout.readline().strip() == "ready", f"{tree}: the worker did not start"
     return p
@@ -51,11 +51,13 @@ def _batch(p: subprocess.Popen[str], op: str) -> float:
     return float(p.stdout.readline())
 
 
-def main(old: str, new: str, rounds: int = 40) -> None:
-    workers = [_worker(Path(old).resolve()), _worker(Path(new).resolve())]
+def paired(old: str, new: str, ops: list[str], rounds: int, script: str, unit: str) -> None:
+    """Time each op in turns in the two trees' workers (``script``: one op name in per line, one time out);
+    print each tree's fastest and median batch and the median of the paired ratios new/old."""
+    workers = [_worker(Path(old).resolve(), script), _worker(Path(new).resolve(), script)]
     try:
-        print(f"µs per call, batches of {BATCH}, {rounds} rounds; old {old}, new {new}")
-        for op in OPS:
+        print(f"{unit}, {rounds} rounds; old {old}, new {new}")
+        for op in ops:
             times: list[list[float]] = [[], []]
             for r in range(rounds):
                 for k in ((0, 1) if r % 2 == 0 else (1, 0)):
@@ -69,6 +71,10 @@ def main(old: str, new: str, rounds: int = 40) -> None:
             assert w.stdin is not None
             w.stdin.close()
             w.wait()
+
+
+def main(old: str, new: str, rounds: int = 40) -> None:
+    paired(old, new, OPS, rounds, WORKER, f"µs per call, batches of {BATCH}")
 
 
 if __name__ == "__main__":

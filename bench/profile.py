@@ -1,0 +1,161 @@
+"""Where an op's time goes, function by function, Numba's machine code included.
+
+``perf`` sees Numba's functions as bare addresses: their machine code is loaded from the cache into anonymous
+memory. This runs ``perf record`` on a loop of calls of one of the demo's cases and, before the loop, writes
+``/tmp/perf-PID.map`` (perf's map format for JIT code) from the symbol tables of the object code every loaded
+function came with, so that ``perf report`` names them (``tilesim.vector.mul``, ``tilesim.reduce._trees_full``,
+...). Only the loop's samples are reported (``--time``), not the set-up's.
+
+    python -m bench.profile layer_norm_grad fp32          # the demo's shape for the op and dtype
+    python -m bench.profile group_norm_backward bf16 --calls 20 --top 25
+
+A callee LLVM inlined counts as its caller: the names are those of the functions the object code kept. Needs
+``perf`` (``perf_event_paranoid`` <= 2 lets a user profile their own process); the samples are ``cpu-clock``,
+which works in VMs without hardware counters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from numba.core import codegen
+
+OBJECT_CODE = "_tilesim_object_code"  # where a library loaded from the cache keeps its object code here
+_unserialize = codegen.JITCodeLibrary._unserialize.__func__
+
+
+def _keep_object_code(cls: type, cg: Any, state: tuple[str, str, Any]) -> Any:
+    """JITCodeLibrary._unserialize, keeping the cached object code (Numba drops it once loaded)."""
+    lib = _unserialize(cls, cg, state)
+    if state[1] == "object":
+        setattr(lib, OBJECT_CODE, state[2][0])
+    return lib
+
+
+def _symbols(elf: bytes) -> list[tuple[int, int, str]]:
+    """(offset, size, name) of the functions an object file defines, from ``nm``."""
+    with tempfile.NamedTemporaryFile(suffix=".o") as f:
+        f.write(elf)
+        f.flush()
+        out = subprocess.run(["nm", "-S", "--defined-only", f.name], capture_output=True, text=True,
+                             check=True).stdout
+    rows = []
+    for line in out.splitlines():
+        p = line.split()
+        if len(p) == 4 and p[2] in "tTW":
+            rows.append((int(p[0], 16), int(p[1], 16), p[3]))
+    return rows
+
+
+def write_perf_map(path: str | None = None) -> int:
+    """Write perf's map of every loaded Numba function's machine code; returns the number of symbols. Each
+    library's object code is one section: its entry point's address less its offset places every symbol."""
+    from numba.core.registry import CPUDispatcher
+
+    rows: dict[int, tuple[int, str]] = {}
+    for d in [o for o in gc.get_objects() if isinstance(o, CPUDispatcher)]:
+        for cres in d.overloads.values():
+            lib = cres.library
+            elf = getattr(lib, OBJECT_CODE, None)
+            if elf is None:
+                try:
+                    elf = lib._get_compiled_object()
+                except RuntimeError:
+                    continue
+            syms = _symbols(elf)
+            entry = cres.fndesc.llvm_func_name
+            base = next((lib.get_pointer_to_function(n) - v for v, _, n in syms if n == entry), None)
+            if base is not None:
+                rows.update((base + v, (s, n)) for v, s, n in syms)
+    with open(path or f"/tmp/perf-{os.getpid()}.map", "w") as f:
+        for a in sorted(rows):
+            f.write(f"{a:x} {rows[a][0]:x} {rows[a][1]}\n")
+    return len(rows)
+
+
+def readable(sym: str) -> str:
+    """``tilesim.vector.mul`` for Numba's mangled ``_ZN7tilesim6vector3mulB4v115B40...`` (cpython and cfunc
+    wrappers marked); other symbols unchanged."""
+    m = re.search(r"_ZN((?:\d+[A-Za-z_]\w*?)+)B\d+v\d+", sym)
+    if not m:
+        return sym
+    parts, s = [], m.group(1)
+    while s:
+        n = re.match(r"\d+", s)
+        k = int(n.group())
+        parts.append(s[n.end():n.end() + k])
+        s = s[n.end() + k:]
+    name = ".".join(p for p in parts if p != "cpython")
+    return name + (" (cpython wrapper)" if "cpython" in parts else "") + (" (cfunc)" if sym.startswith("cfunc") else "")
+
+
+def _case(op: str, dtype: str) -> Any:
+    from bench import demo
+
+    for make, shape, dt in demo.CASES:
+        if make.__name__ == f"{op}_case" and dt == dtype:
+            return make(shape, dtype)
+    known = sorted({(m.__name__.removesuffix("_case"), d) for m, _, d in demo.CASES})
+    raise SystemExit(f"no demo case for {op} {dtype}; there are: {', '.join(f'{o} {d}' for o, d in known)}")
+
+
+def child(op: str, dtype: str, calls: int, times: str) -> None:
+    """The profiled process: warm up, write the perf map, then the timed loop, its monotonic bounds to ``times``."""
+    codegen.JITCodeLibrary._unserialize = classmethod(_keep_object_code)
+    call, _, label = _case(op, dtype)
+    out = call()
+    call(out)
+    n = write_perf_map()
+    t0 = time.monotonic()
+    for _ in range(calls):
+        call(out)
+    t1 = time.monotonic()
+    with open(times, "w") as f:
+        f.write(f"{t0:.6f},{t1:.6f}\n")
+    print(f"{op} {label} {dtype}: {calls} calls, {(t1 - t0) / calls * 1e3:.1f} ms each; {n} Numba symbols mapped",
+          flush=True)
+
+
+def main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__.split("\n\n")[0])
+    p.add_argument("op")
+    p.add_argument("dtype")
+    p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--top", type=int, default=30)
+    p.add_argument("--child", metavar="TIMES", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.child:
+        child(a.op, a.dtype, a.calls, a.child)
+        return
+    if not (shutil.which("perf") and shutil.which("nm")):
+        raise SystemExit("bench.profile needs perf and nm (binutils) on PATH")
+    with tempfile.TemporaryDirectory() as tmp:
+        data, times = os.path.join(tmp, "perf.data"), os.path.join(tmp, "times")
+        cmd = ["perf", "record", "-q", "-F", "999", "-e", "cpu-clock", "--clockid", "monotonic", "-o", data, "--",
+               sys.executable, "-m", "bench.profile", a.op, a.dtype, "--calls", str(a.calls), "--child", times]
+        subprocess.run(cmd, check=True)
+        with open(times) as f:
+            window = f.read().strip()
+        report = subprocess.run(["perf", "report", "-i", data, "--stdio", "--sort", "sym", "--time", window,
+                                 "--percent-limit", "0.2"], capture_output=True, text=True, check=True).stdout
+    rows = []
+    for line in report.splitlines():
+        m = re.match(r"\s*([\d.]+)%\s+\[(.)\]\s+(.*)", line)
+        if m:
+            rows.append((float(m.group(1)), readable(m.group(3).strip())))
+    print(f"{'share':>7}  function (samples of the loop only)")
+    for pct, name in rows[:a.top]:
+        print(f"{pct:6.2f}%  {name}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
