@@ -25,6 +25,7 @@ from numba import njit
 
 from .cast import CAST_NONE
 from .device import ERR_API_TMP, at, checked_only, clobber, plan_of, report
+from .intrinsics import u32_as_f32
 from .reduce import LANES, reduce_level
 from .vector import add, adds, broadcast_col, cast_from_f32, cast_to_f32, div, duplicate, mul, muls, sqrt, sub
 
@@ -155,8 +156,8 @@ def layer_norm_grad(core, pd_x, res_for_gamma, dy, x, variance, mean, gamma, tmp
         return
     isz = 4 if kind == 0 else 2
     eps = np.float32(epsilon)
-    bits = np.array([t.last_dim_value_back, t.last_dim_value_back_mul_two], np.uint32).view(np.float32)
-    back, back2 = bits[0], bits[1]  # 1/originalH and 2/originalH, stored as float bits
+    back = u32_as_f32(t.last_dim_value_back)  # 1/originalH and 2/originalH, stored as float bits
+    back2 = u32_as_f32(t.last_dim_value_back_mul_two)
     off0 = 0
     off1 = 0
     for _ in range(t.loop_num):
