@@ -62,7 +62,8 @@ def write_perf_map(path: str | None = None) -> int:
     from numba.core.registry import CPUDispatcher
 
     rows: dict[int, tuple[int, str]] = {}
-    for d in [o for o in gc.get_objects() if isinstance(o, CPUDispatcher)]:
+    # the type itself: isinstance on a dead weakref.proxy among the objects raises ReferenceError
+    for d in [o for o in gc.get_objects() if issubclass(type(o), CPUDispatcher)]:
         for cres in d.overloads.values():
             lib = cres.library
             elf = getattr(lib, OBJECT_CODE, None)
