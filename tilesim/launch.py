@@ -130,6 +130,7 @@ class Launch:
         else:
             self.counters = np.zeros((self.block_dim, width), np.int64)
         shape = (self.block_dim, err_width(self.checks, self.soc.ub_size))  # checked mode: the UB shadow too
+        # only the shadow's passes gain from the page; fast mode's few columns would pay 2.5 µs a launch for it
         self.err = page_aligned(shape, np.int64, 0) if self.checks else np.zeros(shape, np.int64)
         self.phase_ends = []
         self.err_ends = []
