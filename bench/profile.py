@@ -56,14 +56,16 @@ def _symbols(elf: bytes) -> list[tuple[int, int, str]]:
     return rows
 
 
-def write_perf_map(path: str | None = None) -> int:
-    """Write perf's map of every loaded Numba function's machine code; returns the number of symbols. Each
-    library's object code is one section: its entry point's address less its offset places every symbol."""
+def write_perf_map(path: str | None = None, dispatchers: list[Any] | None = None) -> int:
+    """Write perf's map of the machine code of ``dispatchers`` (default: every loaded Numba function); returns
+    the number of symbols. Each library's object code is one section: its entry point's address less its offset
+    places every symbol."""
     from numba.core.registry import CPUDispatcher
 
     rows: dict[int, tuple[int, str]] = {}
-    # the type itself: isinstance on a dead weakref.proxy among the objects raises ReferenceError
-    for d in [o for o in gc.get_objects() if issubclass(type(o), CPUDispatcher)]:
+    if dispatchers is None:  # by type: isinstance on a dead weakref.proxy among the objects raises ReferenceError
+        dispatchers = [o for o in gc.get_objects() if issubclass(type(o), CPUDispatcher)]
+    for d in dispatchers:
         for cres in d.overloads.values():
             lib = cres.library
             elf = getattr(lib, OBJECT_CODE, None)
@@ -85,16 +87,22 @@ def write_perf_map(path: str | None = None) -> int:
 
 def readable(sym: str) -> str:
     """``tilesim.vector.mul`` for Numba's mangled ``_ZN7tilesim6vector3mulB4v115B40...`` (cpython and cfunc
-    wrappers marked); other symbols unchanged."""
-    m = re.search(r"_ZN((?:\d+[A-Za-z_]\w*?)+)B\d+v\d+", sym)
-    if not m:
+    wrappers marked); other symbols unchanged. A linear parse of the length-prefixed names: a regex with nested
+    repeats backtracked for minutes on long mangled names."""
+    i = sym.find("_ZN")
+    if i < 0:
         return sym
-    parts, s = [], m.group(1)
-    while s:
-        n = re.match(r"\d+", s)
-        k = int(n.group())
-        parts.append(s[n.end():n.end() + k])
-        s = s[n.end() + k:]
+    i += 3
+    parts = []
+    while i < len(sym) and sym[i].isdigit():
+        j = i
+        while j < len(sym) and sym[j].isdigit():
+            j += 1
+        k = int(sym[i:j])
+        parts.append(sym[j:j + k])
+        i = j + k
+    if not parts or not sym.startswith("B", i):
+        return sym
     name = ".".join(p for p in parts if p != "cpython")
     return name + (" (cpython wrapper)" if "cpython" in parts else "") + (" (cfunc)" if sym.startswith("cfunc") else "")
 
