@@ -20,10 +20,14 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed
 	$(BIN)/python -m bench.demo
 
+# One pytest worker per core (pytest-xdist, at most 4: each holds its own inputs): the workers compile different
+# kernels into the shared Numba cache side by side, which on a cold cache is most of the suite's time.
+XDIST := -n auto --maxprocesses 4
+
 test: $(VENV)/.installed-test
 	$(BIN)/python -m ruff check tilesim tiling kernels tests bench examples
-	$(BIN)/python -m pytest -q
-	$(BIN)/python -m pytest -q --tilesim-checks  # again, every launch checked: no false reports
+	$(BIN)/python -m pytest -q $(XDIST)
+	$(BIN)/python -m pytest -q $(XDIST) --tilesim-checks  # again, every launch checked: no false reports
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m pytest bench -q --benchmark-enable --benchmark-columns=median,mean,stddev,rounds
