@@ -8,6 +8,7 @@ function came with, so that ``perf report`` names them (``tilesim.vector.mul``, 
 
     python -m bench.profile layer_norm_grad fp32          # the demo's shape for the op and dtype
     python -m bench.profile group_norm_backward bf16 --calls 20 --top 25
+    python -m bench.profile rms_norm_grad bf16 --shape 16384,1024 --checks   # another shape, checked mode
 
 A callee LLVM inlined counts as its caller: the names are those of the functions the object code kept. Needs
 ``perf`` (``perf_event_paranoid`` <= 2 lets a user profile their own process); the samples are ``cpu-clock``,
@@ -107,20 +108,25 @@ def readable(sym: str) -> str:
     return name + (" (cpython wrapper)" if "cpython" in parts else "") + (" (cfunc)" if sym.startswith("cfunc") else "")
 
 
-def _case(op: str, dtype: str) -> Any:
+def demo_case(op: str, dtype: str, shape: tuple[int, ...] | None = None) -> Any:
+    """The demo's case of ``op`` and ``dtype``: its maker on ``shape``, or on the demo's shape."""
     from bench import demo
 
-    for make, shape, dt in demo.CASES:
+    for make, demo_shape, dt in demo.CASES:
         if make.__name__ == f"{op}_case" and dt == dtype:
-            return make(shape, dtype)
+            return make(shape or demo_shape, dtype)
     known = sorted({(m.__name__.removesuffix("_case"), d) for m, _, d in demo.CASES})
     raise SystemExit(f"no demo case for {op} {dtype}; there are: {', '.join(f'{o} {d}' for o, d in known)}")
 
 
-def child(op: str, dtype: str, calls: int, times: str) -> None:
-    """The profiled process: warm up, write the perf map, then the timed loop, its monotonic bounds to ``times``."""
+def child(op: str, dtype: str, calls: int, times: str, shape: tuple[int, ...] | None, checks: bool) -> None:
+    """The profiled process: warm up, write the perf map, then the timed loop, its monotonic bounds to ``times``.
+    ``checks``: every launch in checked mode (as ``pytest --tilesim-checks``)."""
+    from tilesim.launch import force_checks
+
     codegen.JITCodeLibrary._unserialize = classmethod(_keep_object_code)
-    call, _, label = _case(op, dtype)
+    force_checks(checks)
+    call, _, label = demo_case(op, dtype, shape)
     out = call()
     call(out)
     n = write_perf_map()
@@ -130,7 +136,8 @@ def child(op: str, dtype: str, calls: int, times: str) -> None:
     t1 = time.monotonic()
     with open(times, "w") as f:
         f.write(f"{t0:.6f},{t1:.6f}\n")
-    print(f"{op} {label} {dtype}: {calls} calls, {(t1 - t0) / calls * 1e3:.1f} ms each; {n} Numba symbols mapped",
+    mode = " checked" if checks else ""
+    print(f"{op} {label} {dtype}{mode}: {calls} calls, {(t1 - t0) / calls * 1e3:.1f} ms each; {n} Numba symbols mapped",
           flush=True)
 
 
@@ -140,17 +147,21 @@ def main(argv: list[str]) -> None:
     p.add_argument("dtype")
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--top", type=int, default=30)
+    p.add_argument("--shape", help="comma-separated, in place of the demo's shape (e.g. 16384,1024)")
+    p.add_argument("--checks", action="store_true", help="profile checked mode")
     p.add_argument("--child", metavar="TIMES", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    shape = tuple(int(v) for v in a.shape.split(",")) if a.shape else None
     if a.child:
-        child(a.op, a.dtype, a.calls, a.child)
+        child(a.op, a.dtype, a.calls, a.child, shape, a.checks)
         return
     if not (shutil.which("perf") and shutil.which("nm")):
         raise SystemExit("bench.profile needs perf and nm (binutils) on PATH")
     with tempfile.TemporaryDirectory() as tmp:
         data, times = os.path.join(tmp, "perf.data"), os.path.join(tmp, "times")
         cmd = ["perf", "record", "-q", "-F", "999", "-e", "cpu-clock", "--clockid", "monotonic", "-o", data, "--",
-               sys.executable, "-m", "bench.profile", a.op, a.dtype, "--calls", str(a.calls), "--child", times]
+               sys.executable, "-m", "bench.profile", a.op, a.dtype, "--calls", str(a.calls), "--child", times,
+               *(["--shape", a.shape] if a.shape else []), *(["--checks"] if a.checks else [])]
         subprocess.run(cmd, check=True)
         with open(times) as f:
             window = f.read().strip()

@@ -1,13 +1,15 @@
-"""bench.profile's perf map: every symbol of a Numba function's object code at its loaded address, named."""
+"""bench.profile: its perf map puts every symbol of a Numba function's object code at its loaded address, named;
+its case is the demo's maker, on another shape when asked."""
 
 from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 from numba import njit
 
-from bench.profile import readable, write_perf_map
+from bench.profile import demo_case, readable, write_perf_map
 
 
 @njit
@@ -39,3 +41,13 @@ def test_numba_names_read_as_module_and_function():
     assert readable(long) == "kernels.group_norm_backward._cores"
     other = "_ZN" + "7abc1de" * 40 + "E"  # a regex with nested repeats took seconds at 10 repeats, minutes at 20
     assert readable(other) == other
+
+
+def test_a_case_runs_the_demos_maker_on_the_shape_asked_for():
+    call, golden, label = demo_case("rms_norm_grad", "fp32", (8, 128))
+    dx = call()[0]
+    assert label == "8x128" and dx.shape == (8, 128) and dx.dtype == np.float32
+    assert np.allclose(dx, golden(), rtol=1e-4, atol=1e-5)
+    assert demo_case("rms_norm_grad", "bf16")[2] == "4096x4096"  # the demo's own shape
+    with pytest.raises(SystemExit, match="no demo case for rms_norm_grad fp64; there are: "):
+        demo_case("rms_norm_grad", "fp64")
