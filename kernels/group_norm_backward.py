@@ -198,7 +198,7 @@ def _mode_selection(core, t, task, s_gamma, s_beta, dgamma, dbeta, sh1g, sh1b, k
         atomic_add_pad_out(core, sh1g, off, s_gamma, cg)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _task_mode0(core, t, task, dy, x, mean, rstd, gamma, dx, dgamma, dbeta, sh1g, sh1b, kind):
     """UB mode 0 (and 5): the whole group resident. Channels whose start is not 32 B aligned in the group
     buffer are re-read from GM into aligned buffers, and their dx uses the uncentred form of the kernel."""
@@ -265,7 +265,7 @@ def _task_mode0(core, t, task, dy, x, mean, rstd, gamma, dx, dgamma, dbeta, sh1g
         _copy_out(core, dx, base + co, tmp, dyt, hxw, kind)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _dx_chunk(core, k, dy, x, dx, off, count, gv, rv, a, m, kind):
     """dx of one channel (or HxW chunk) in modes 1-3: γ·dy − (x·(rstd·c2) − (mean·rstd·c2 − c1)), times rstd."""
     xl, dyl, tmp = slot(core, X, k), slot(core, DY, k), slot(core, TEMP_HXW, k)
@@ -278,7 +278,7 @@ def _dx_chunk(core, k, dy, x, dx, off, count, gv, rv, a, m, kind):
     _copy_out(core, dx, off, tmp, slot(core, DY_T, 0), count, kind)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _task_channels(core, t, task, dy, x, mean, rstd, gamma, dx, dgamma, dbeta, sh1g, sh1b, kind):
     """UB modes 1 and 2 (one channel at a time; mode 2 alternates two queue slots) and 3 (a channel in HxW
     chunks, the chunk sums added with Kahan compensation)."""
@@ -327,7 +327,7 @@ def _task_channels(core, t, task, dy, x, mean, rstd, gamma, dx, dgamma, dbeta, s
             _dx_chunk(core, 0 if mode3 else ci, dy, x, dx, base + ci * hxw + j * cap, count, gv, rv, a, m, kind)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _init_outputs(core, t, dgamma, dbeta, wsg, wsb, kind):
     """Init_Output_GM (core 0, before the first SyncAll): zero what the atomic adds land in."""
     if core.idx != 0:
@@ -379,7 +379,7 @@ def _stage2_sums(core, t, start, ch, count, rows, wsg, wsb):
     return sg, sb
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _stage2(core, t, dgamma, dbeta, wsg, wsb, sh2g, sh2b, kind):
     c, s2, cast = core.idx, t.stage2_core_used, t.cast_ele_num
     if not t.deterministic:

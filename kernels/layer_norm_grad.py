@@ -70,7 +70,7 @@ def _widen(core, buf, n_elems, kind):
         cast_to_f32(core, buf, _land(buf, n_elems, kind), n_elems, kind)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _copy_in(core, t, r0, n, g_dy, g_x, g_var, g_mean, kind):
     """dy (zero padding past H), x (each row padded with its mean), variance and mean, widened to fp32."""
     h, hp = t[0], t[1]
@@ -95,7 +95,7 @@ def _copy_in(core, t, r0, n, g_dy, g_x, g_var, g_mean, kind):
     _widen(core, mean, n, kind)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _tile(core, t, lt, bt, r0, n, g_dy, g_x, g_var, g_mean, g_pdx, g_ws, gamma, eps, kind, reuse):
     """One UB tile of ``n`` rows from row ``r0``: CopyIn, the two float APIs, the fp32 partial sums, CopyOut."""
     h, hp = t[0], t[1]
@@ -116,7 +116,7 @@ def _tile(core, t, lt, bt, r0, n, g_dy, g_x, g_var, g_mean, g_pdx, g_ws, gamma, 
     data_copy_pad_out(core, g_pdx, r0 * h, pdx, n, h, h)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _final(core, t, g_ws, g_pg, g_pb, block_dim, kind):
     """64-column tasks round-robin over the cores: add the cores' fp32 rows in core order, cast, write."""
     h, hp = t[0], t[1]

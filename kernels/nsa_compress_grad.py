@@ -73,7 +73,7 @@ def _cast_out(core, dst, src, n, kind):
     cast_from_f32(core, dst, src, n, kind, CAST_RINT if kind == KIND_BF16 else CAST_NONE)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _zero(core, t, g_wsw, g_wsx, g_dx):
     """SetWsToZero: this core's weight-grad slice; its (t, n) rows of the inputGrad workspace or of inputGrad."""
     c, d = core.idx, t.dim_of_head
@@ -98,7 +98,7 @@ def _heads(t, c):
     return base * c + min(c, rem), base + (1 if c < rem else 0)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _dot_over_d(core, tmpx, x, groups, d):
     """ComputeWtGrad's sums over D of ``groups`` rows: BlockReduceSum of each 64-lane chunk into tmpx at a row
     pitch of (⌊D/64⌋ + 1) blocks, then WholeReduceSum over the D/8 block sums of each row into tmpx[row]."""
@@ -109,7 +109,7 @@ def _dot_over_d(core, tmpx, x, groups, d):
         whole_reduce_sum_to(core, at(tmpx, 4 * g), at(tmpx, 4 * g * pitch), d // 8)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _process(core, t, cum, g_dy, g_x, g_w, g_dx, g_wsw, g_wsx, shadow, kind):
     """Process: the core's windows in order, head groups, passes of rows."""
     c, n, d, bs, st = core.idx, t.num_of_head, t.dim_of_head, t.block_size, t.block_stride
@@ -178,7 +178,7 @@ def _process(core, t, cum, g_dy, g_x, g_w, g_dx, g_wsw, g_wsx, shadow, kind):
                     data_copy_pad_out(core, g_dx, x_off, wb, 1, total, total)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _sum_weight_grad(core, t, g_wsw, g_dw, kind):
     """DeterministicComputeSumWtGrad: 16-element chunks of the bs·N columns per core; the cores' rows added by a
     pairwise halving tree (an odd row left over is carried as the extra line), cast, written."""
@@ -209,7 +209,7 @@ def _sum_weight_grad(core, t, g_wsw, g_dw, kind):
     data_copy_pad_out(core, g_dw, start, buf, 1, ln, ln)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _move_input_grad(core, t, g_wsx, g_dx, kind):
     """MoveInputGrad: the core's (t, n) rows of the fp32 workspace, cast, to inputGrad, in maxHead-row chunks
     through the ping and pong areas."""

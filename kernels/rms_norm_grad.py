@@ -89,7 +89,7 @@ def _narrow(core, t, n, kind, mode):
         cast_from_f32(core, t, t, n, kind, mode)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _row(core, t, k, r, dy, x, rstd, dx, gam, dgam, kind, mode):
     """Split-N Compute of one row (colValAlign > 640): the high-precision kernel's ``Compute``."""
     d, cva = t.col, t.col_val_align
@@ -113,7 +113,7 @@ def _row(core, t, k, r, dy, x, rstd, dx, gam, dgam, kind, mode):
     data_copy_pad_out(core, dx, r * d, dxl, 1, d, d)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _rows_small_d(core, t, k, r, n, dy, x, rstd, dx, gam, dgam, kind, mode):
     """Split-N Compute of ``n`` rows at once (colValAlign <= 640): the kernel's ``ComputeSmallD``."""
     d, cva = t.col, t.col_val_align
@@ -144,7 +144,7 @@ def _rows_small_d(core, t, k, r, n, dy, x, rstd, dx, gam, dgam, kind, mode):
     data_copy_pad_out(core, dx, r * d, dxl, n, d, d)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _final_deterministic(core, t, ws, dgamma):
     """FinalProcessDeterministic: 64-column tasks round-robin over cores; each adds the block_dim workspace
     rows in core order and writes its columns of dgamma."""
@@ -161,7 +161,7 @@ def _final_deterministic(core, t, ws, dgamma):
         data_copy_pad_out(core, dgamma, col0, acc, 1, w, w)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _split_n(core, t, phase, dy, x, rstd, gamma, dx, dgamma, ws, shadow, kind, gkind, mode):
     c, d, cva = core.idx, t.col, t.col_val_align
     det = t.fixed_output == 1
@@ -198,7 +198,7 @@ def _split_n(core, t, phase, dy, x, rstd, gamma, dx, dgamma, ws, shadow, kind, g
         atomic_add_pad_out(core, shadow, c * d, dgam, d)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _gamma_tile(core, t, j, gamma, gkind):
     """Split-D column tile ``j``: its width, width rounded to 32 B, first column; gamma loaded and widened."""
     uf = t.ub_factor
@@ -211,7 +211,7 @@ def _gamma_tile(core, t, j, gamma, gkind):
     return w, wa, j * uf
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _xy_row(core, t, k, off, w, wa, x, dy, kind):
     """Split-D CopyIn of one row's x and dy tile into queue slot ``k``, widened to fp32."""
     xl, dyl, dxl = slot(core, X, k), slot(core, DY, k), slot(core, DX, k)
@@ -222,7 +222,7 @@ def _xy_row(core, t, k, off, w, wa, x, dy, kind):
     return xl, dyl, dxl
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _split_d(core, t, phase, dy, x, rstd, gamma, dx, dgamma, ws, shadow, kind, gkind, mode):
     c, d, cva = core.idx, t.col, t.col_val_align
     det = t.fixed_output == 1

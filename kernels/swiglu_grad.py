@@ -74,7 +74,7 @@ def _d_a_factor(core, m, sig, tmp, a, n):
     add(core, m, m, sig, n)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _compute_f32(core, k, n):
     """SwiGluGradVector::Compute: fp32 in the queue buffers; dB = σ·A·yGrad, dA = m·B·yGrad."""
     a, b, dy = slot(core, Q_A, k), slot(core, Q_B, k), slot(core, Q_L, k)
@@ -88,7 +88,7 @@ def _compute_f32(core, k, n):
     mul(core, da, da, dy, n)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _compute_b16(core, k, n, kind, mode):
     """SwiGluGradBF16::Compute: widen A and yGrad, compute and round dB; widen B into A's fp32 buffer, then dA
     (yGrad before B here, unlike the fp32 kernel)."""
@@ -109,7 +109,7 @@ def _compute_b16(core, k, n, kind, mode):
     cast_from_f32(core, da16, out, n, kind, mode)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _tile(core, t, k, tile, dy, x, out, kind, mode):
     """One tile: CaclOneTileParam, CopyIn, Compute, CopyOut (SWIGLU_SINGLE_PROCESS_TILE and its unaligned form)."""
     col, br, bc = t.col_len, t.base_row_len, t.base_col_len
