@@ -25,13 +25,13 @@ from dataclasses import fields
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from tilesim.cast import CAST_ROUND, b16_to_f32_bits, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
 from tilesim.device import at, count_gm_scalar, gm_f32, gm_size, gm_tensor, gm_u16, make_core, slot
 from tilesim.errors import invalid
 from tilesim.intrinsics import u32_as_f32
+from tilesim.jit import njit
 from tilesim.launch import AtomicTarget, finish, host_threads, prepare, reruns_on_overflow, run_cores, workspace
 from tilesim.reduce import reduce_sum
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc

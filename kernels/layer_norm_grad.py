@@ -18,11 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from tilesim.cast import CAST_RINT, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
 from tilesim.device import at, count_gm_scalar, gm_f32, gm_tensor, gm_u16, make_core, plan_of, slot
+from tilesim.jit import njit
 from tilesim.launch import finish, host_threads, prepare, reruns_on_overflow, run_cores, workspace
 from tilesim.memo import by_identity
 from tilesim.normalization import layer_norm_grad as lng_api

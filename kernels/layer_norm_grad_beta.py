@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from tilesim.cast import elem_size
 from tilesim.datamove import data_copy, data_copy_out
 from tilesim.device import gm_tensor, make_core, slot
 from tilesim.errors import invalid
+from tilesim.jit import njit
 from tilesim.launch import finish, prepare, run_checked
 from tilesim.normalization import layer_norm_grad_beta as api
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc

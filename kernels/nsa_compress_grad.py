@@ -27,12 +27,12 @@ from dataclasses import fields
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from tilesim.cast import CAST_NONE, CAST_RINT, KIND_BF16, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
 from tilesim.device import at, gm_tensor, make_core, slot
 from tilesim.errors import tiling_error
+from tilesim.jit import njit
 from tilesim.launch import finish, host_threads, prepare, reruns_on_overflow, run_cores, workspace, zeros
 from tilesim.memo import by_identity
 from tilesim.reduce import block_reduce_sum, whole_reduce_sum_to

@@ -15,12 +15,12 @@ from dataclasses import fields
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from tilesim.cast import CAST_NONE, CAST_RINT, KIND_BF16, elem_size
 from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
 from tilesim.device import at, gm_tensor, make_core, slot
 from tilesim.errors import tiling_error
+from tilesim.jit import njit
 from tilesim.launch import AtomicTarget, finish, host_threads, prepare, reruns_on_overflow, run_cores, workspace
 from tilesim.reduce import reduce_sum_half_interval, reduce_sum_multi_n
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc

@@ -17,11 +17,11 @@ from dataclasses import fields
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from tilesim.cast import CAST_NONE, CAST_RINT, elem_size
 from tilesim.datamove import data_copy_pad, data_copy_pad_out, data_copy_rows, data_copy_rows_out
 from tilesim.device import gm_tensor, make_core, slot
+from tilesim.jit import njit
 from tilesim.launch import finish, host_threads, prepare, reruns_on_overflow, run_cores, workspace
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.vector import add, adds, cast_from_f32, cast_to_f32, div, duplicate, exp, mul, muls

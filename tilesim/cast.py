@@ -10,7 +10,7 @@ finite value.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from .intrinsics import (
     BLOCK_LANES,
@@ -23,6 +23,7 @@ from .intrinsics import (
     fp16_widen_bits,
     fp16_widen_block,
 )
+from .jit import njit
 
 # Ascend C RoundMode, in the enum's order.
 CAST_NONE = 0

@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from .cost_params import VEC_CLASSES, CostParams, cost_params
 from .device import (
@@ -57,6 +56,7 @@ from .device import (
     PIPE_VECTOR,
     VEC_BINARY,
 )
+from .jit import njit
 from .launch import RunReport
 from .soc import get_soc
 

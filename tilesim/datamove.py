@@ -9,7 +9,6 @@ lengths are in elements. The movers copy bytes, as the MTEs do, so one compiled 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from .device import (
     ERR_DATACOPY_GAP,
@@ -32,6 +31,7 @@ from .device import (
     ub_view,
 )
 from .intrinsics import copy_bytes, stream_line
+from .jit import njit
 from .ub import BLOCK
 
 # GM tensors at least this large are written with non-temporal stores: they outgrow the host's caches, so a

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from numba import carray, njit, types
+from numba import carray, types
 from numba.extending import overload
 
 from .intrinsics import address_as_pointer, copy_bytes
+from .jit import njit
 from .ub import LocalTensor
 
 # A core: its index, the block's core count, checked mode, and where its memory lies: the UB (``base``, ``ub_size``

@@ -19,9 +19,9 @@ underflows to +0.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from .intrinsics import fma_f32, u32_as_f32
+from .jit import njit
 
 MAX_ULP = 1  # measured, see the module docstring
 

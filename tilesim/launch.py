@@ -20,7 +20,6 @@ from typing import Any
 
 import numba
 import numpy as np
-from numba import njit
 
 from . import violations
 from .device import (
@@ -34,6 +33,7 @@ from .device import (
 )
 from .errors import CheckError
 from .intrinsics import store_fence
+from .jit import njit
 from .soc import SocSpec
 from .ub import UbPlan
 

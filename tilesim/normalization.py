@@ -21,11 +21,11 @@ Reproduced as the code has it, quirks included:
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from .cast import CAST_NONE
 from .device import ERR_API_TMP, at, checked_only, clobber, plan_of, report
 from .intrinsics import u32_as_f32
+from .jit import njit
 from .reduce import LANES, reduce_level
 from .vector import add, adds, broadcast_col, cast_from_f32, cast_to_f32, div, duplicate, mul, muls, sqrt, sub
 

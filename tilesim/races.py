@@ -29,7 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from .device import (
     ATOMIC_BYTES,
@@ -46,6 +45,7 @@ from .device import (
     PIPE_NAMES,
     PIPE_SCALAR,
 )
+from .jit import njit
 from .launch import RunReport, _race_checks
 from .violations import Violation
 

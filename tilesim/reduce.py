@@ -9,7 +9,6 @@ build on it: ``reduce_sum_half_interval`` folds a row onto its head by halves be
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from .device import (
     VEC_BINARY,
@@ -26,6 +25,7 @@ from .device import (
     vec_ok,
     vec_out,
 )
+from .jit import njit
 
 LANES = 64  # fp32 lanes in one 256 B repeat
 MAX_REPEAT = 255  # repeatTimes one vector instruction takes

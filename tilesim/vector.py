@@ -6,7 +6,6 @@ every op reads element k before it writes element k.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from .cast import narrow_bits, widen_bits
 from .device import (
@@ -32,6 +31,7 @@ from .device import (
 )
 from .expf import exp_f32
 from .intrinsics import copy_bytes
+from .jit import njit
 
 
 @njit(cache=True)
