@@ -2,7 +2,7 @@
 
 Numba compiles two wrappers for every ``@njit`` function: one that Python calls and a C-callable one (the cfunc
 wrapper) that only first-class function values use, which tilesim's code never makes. Skipping the second took
-about 8 % off the cold compile of every kernel (134 to 123 s, same hour, session 15). Python still calls every
+about 10 % off the cold compile of every kernel (134 to 121 s, same hour, session 15). Python still calls every
 function, through the first wrapper. A user's kernel may use Numba's own ``njit``: the two mix freely.
 """
 
