@@ -21,8 +21,9 @@ demo: $(VENV)/.installed
 	$(BIN)/python -m bench.demo
 
 # One pytest worker per core (pytest-xdist, at most 4: each holds its own inputs): the workers compile different
-# kernels into the shared Numba cache side by side, which on a cold cache is most of the suite's time.
-XDIST := -n auto --maxprocesses 4
+# kernels into the shared Numba cache side by side, which on a cold cache is most of the suite's time. A file's
+# tests go to one worker (they share kernels), so that two workers seldom compile the same kernel.
+XDIST := -n auto --maxprocesses 4 --dist loadfile
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m ruff check tilesim tiling kernels tests bench examples
