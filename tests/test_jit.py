@@ -1,15 +1,26 @@
-"""tilesim.jit.njit: Numba's njit without the cfunc wrapper, in every module of tilesim and kernels."""
+"""tilesim.jit: Numba's njit without the cfunc wrapper, in every module of tilesim and kernels; 512-bit vectors on
+a host with AVX-512, with results bitwise those of 256-bit ones."""
 
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
+import subprocess
+import sys
+from pathlib import Path
 
-from numba.core.registry import CPUDispatcher
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+from numba.core.registry import CPUDispatcher, cpu_target
 
 import kernels
 import tilesim
-from tilesim.jit import njit
+from tilesim.jit import PREFERS_512_BIT, njit
+
+ROOT = Path(__file__).resolve().parents[1]
+AVX512 = llvm.get_host_cpu_features().get("avx512f", False)
 
 
 @njit
@@ -39,3 +50,72 @@ def test_every_compiled_function_of_tilesim_and_kernels_skips_the_cfunc_wrapper(
                       if isinstance(f, CPUDispatcher) and f.py_func.__module__ == info.name]
     assert len(found) > 100
     assert [(m, n) for m, n, f in found if not f.targetoptions.get("no_cfunc_wrapper")] == []
+
+
+@njit(cache=False)
+def _mul(d, a, b):
+    for i in range(d.size):
+        d[i] = a[i] * b[i]
+
+
+def test_512_bit_vectors_where_the_host_has_avx512():
+    user_set = "NUMBA_CPU_FEATURES" in os.environ
+    assert PREFERS_512_BIT == (AVX512 and not user_set)
+    features = cpu_target.target_context.codegen().magic_tuple()[2]
+    assert features.endswith(",-prefer-256-bit") == PREFERS_512_BIT
+    x = np.ones(256, np.float32)
+    _mul(x, x, x)
+    asm = _mul.inspect_asm(_mul.signatures[0])
+    assert ("zmm" in asm) == PREFERS_512_BIT or user_set
+
+
+_LEFT_ALONE = """
+import os, numba
+from numba.core import config
+if "NUMBA_CPU_FEATURES" not in os.environ:
+    numba.njit(lambda x: x + 1)(1)  # Numba's CPU target exists before tilesim is imported
+before = config.CPU_FEATURES
+import tilesim.jit
+print(tilesim.jit.PREFERS_512_BIT, config.CPU_FEATURES == before)
+"""
+
+
+def test_a_user_feature_string_or_an_earlier_compile_is_left_alone():
+    for extra in ({}, {"NUMBA_CPU_FEATURES": llvm.get_host_cpu_features().flatten()}):
+        env = {k: v for k, v in os.environ.items() if k != "NUMBA_CPU_FEATURES"} | extra
+        out = subprocess.run([sys.executable, "-c", _LEFT_ALONE], cwd=ROOT, env=env, capture_output=True, text=True,
+                             check=True)
+        assert out.stdout.split() == ["False", "True"], (extra, out.stdout, out.stderr)
+
+
+_DIGEST = """
+import hashlib, sys
+import numpy as np
+sys.path.insert(0, "tests")
+from conftest import rms_inputs
+import kernels
+from tilesim.jit import PREFERS_512_BIT
+rng = np.random.default_rng(11)
+h = hashlib.sha256()
+for dtype in ("float32", "bfloat16"):
+    dy, x, rstd, gamma = rms_inputs(rng, (300, 1000), 1, dtype)
+    for a in kernels.rms_norm_grad(dy, x, rstd, gamma):
+        h.update(a.tobytes())
+    xs = rng.uniform(-12.0, 12.0, (64, 2000)).astype(x.dtype)
+    h.update(kernels.swiglu_grad(dy[:64, :1000], xs, -1).tobytes())
+print(PREFERS_512_BIT, h.hexdigest())
+"""
+
+
+@pytest.mark.skipif(not AVX512 or "NUMBA_CPU_FEATURES" in os.environ,
+                    reason="needs an AVX-512 host and no NUMBA_CPU_FEATURES: the two widths to compare")
+def test_results_are_bitwise_those_of_256_bit_vectors():
+    """RmsNormGrad and SwiGluGrad (Exp, Div, the casts to and from bf16, the reduction trees) in fp32 and bf16,
+    compiled with 512-bit vectors and with LLVM's default 256-bit ones, in two processes."""
+    runs = {}
+    for width, extra in ((512, {}), (256, {"NUMBA_CPU_FEATURES": llvm.get_host_cpu_features().flatten()})):
+        out = subprocess.run([sys.executable, "-c", _DIGEST], cwd=ROOT, env={**os.environ, **extra},
+                             capture_output=True, text=True, check=True)
+        runs[width] = out.stdout.split()
+    assert runs[512][0] == "True" and runs[256][0] == "False"
+    assert runs[512][1] == runs[256][1]
