@@ -21,6 +21,7 @@ from tilesim.jit import PREFERS_512_BIT, njit
 
 ROOT = Path(__file__).resolve().parents[1]
 AVX512 = llvm.get_host_cpu_features().get("avx512f", False)
+USER_SET = "NUMBA_CPU_FEATURES" in os.environ or "NUMBA_CPU_NAME" in os.environ  # the user's choice of codegen
 
 
 @njit
@@ -59,20 +60,19 @@ def _mul(d, a, b):
 
 
 def test_512_bit_vectors_where_the_host_has_avx512():
-    user_set = "NUMBA_CPU_FEATURES" in os.environ
-    assert PREFERS_512_BIT == (AVX512 and not user_set)
+    assert PREFERS_512_BIT == (AVX512 and not USER_SET)
     features = cpu_target.target_context.codegen().magic_tuple()[2]
     assert features.endswith(",-prefer-256-bit") == PREFERS_512_BIT
     x = np.ones(256, np.float32)
     _mul(x, x, x)
     asm = _mul.inspect_asm(_mul.signatures[0])
-    assert ("zmm" in asm) == PREFERS_512_BIT or user_set
+    assert ("zmm" in asm) == PREFERS_512_BIT or USER_SET
 
 
 _LEFT_ALONE = """
 import os, numba
 from numba.core import config
-if "NUMBA_CPU_FEATURES" not in os.environ:
+if "NUMBA_CPU_FEATURES" not in os.environ and "NUMBA_CPU_NAME" not in os.environ:
     numba.njit(lambda x: x + 1)(1)  # Numba's CPU target exists before tilesim is imported
 before = config.CPU_FEATURES
 import tilesim.jit
@@ -80,9 +80,9 @@ print(tilesim.jit.PREFERS_512_BIT, config.CPU_FEATURES == before)
 """
 
 
-def test_a_user_feature_string_or_an_earlier_compile_is_left_alone():
-    for extra in ({}, {"NUMBA_CPU_FEATURES": llvm.get_host_cpu_features().flatten()}):
-        env = {k: v for k, v in os.environ.items() if k != "NUMBA_CPU_FEATURES"} | extra
+def test_a_user_feature_string_or_cpu_name_or_an_earlier_compile_is_left_alone():
+    for extra in ({}, {"NUMBA_CPU_FEATURES": llvm.get_host_cpu_features().flatten()}, {"NUMBA_CPU_NAME": "generic"}):
+        env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CPU_FEATURES", "NUMBA_CPU_NAME")} | extra
         out = subprocess.run([sys.executable, "-c", _LEFT_ALONE], cwd=ROOT, env=env, capture_output=True, text=True,
                              check=True)
         assert out.stdout.split() == ["False", "True"], (extra, out.stdout, out.stderr)
@@ -107,8 +107,8 @@ print(PREFERS_512_BIT, h.hexdigest())
 """
 
 
-@pytest.mark.skipif(not AVX512 or "NUMBA_CPU_FEATURES" in os.environ,
-                    reason="needs an AVX-512 host and no NUMBA_CPU_FEATURES: the two widths to compare")
+@pytest.mark.skipif(not AVX512 or USER_SET,
+                    reason="needs an AVX-512 host and no NUMBA_CPU_FEATURES or NUMBA_CPU_NAME: the two widths")
 def test_results_are_bitwise_those_of_256_bit_vectors():
     """RmsNormGrad and SwiGluGrad (Exp, Div, the casts to and from bf16, the reduction trees) in fp32 and bf16,
     compiled with 512-bit vectors and with LLVM's default 256-bit ones, in two processes."""

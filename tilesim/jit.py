@@ -11,7 +11,8 @@ On a host with AVX-512, LLVM's tuning for Intel's AVX-512 cores still prefers 25
 of 512-bit code on the first such Xeons), so Numba's loops use ymm registers. A UB tile small enough for the L1d
 (a 1024-lane Mul: three 4 KiB operands) then runs at half the speed the core has: 11 against 20 lanes/ns here, and
 the same for a chain of five such instructions. :func:`prefer_512_bit_vectors` lifts that preference for the
-process when tilesim is imported, unless the user has set ``NUMBA_CPU_FEATURES`` or Numba has compiled before.
+process when tilesim is imported, unless the user has set ``NUMBA_CPU_FEATURES`` or ``NUMBA_CPU_NAME``, or Numba
+has compiled before.
 It changes only the vector width LLVM picks: the results are bitwise the same (no fast-math, so no
 reassociation and no fused multiply-add contraction), and Numba keys its cache on the feature string, so the
 cache never mixes the two.
@@ -37,9 +38,11 @@ def njit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
 
 def prefer_512_bit_vectors() -> bool:
     """Let Numba's codegen pick 512-bit vectors on an x86 host with AVX-512 (LLVM's ``-prefer-256-bit``), before
-    Numba builds it; True if it did. Leaves the user's ``NUMBA_CPU_FEATURES`` alone, and is too late (False)
-    once Numba's CPU target exists: its target machine is made once per process."""
-    if config.CPU_FEATURES is not None or "_toplevel_target_context" in vars(registry.cpu_target):
+    Numba builds it; True if it did. Leaves a user's ``NUMBA_CPU_FEATURES`` or ``NUMBA_CPU_NAME`` alone (a CPU
+    name such as ``generic`` asks for code that runs on other hosts, which the host's features would undo), and
+    is too late (False) once Numba's CPU target exists: its target machine is made once per process."""
+    if (config.CPU_FEATURES is not None or config.CPU_NAME is not None
+            or "_toplevel_target_context" in vars(registry.cpu_target)):
         return False
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
