@@ -12,10 +12,9 @@ of 512-bit code on the first such Xeons), so Numba's loops use ymm registers. A 
 (a 1024-lane Mul: three 4 KiB operands) then runs at half the speed the core has: 11 against 20 lanes/ns here, and
 the same for a chain of five such instructions. :func:`prefer_512_bit_vectors` lifts that preference for the
 process when tilesim is imported, unless the user has set ``NUMBA_CPU_FEATURES`` or ``NUMBA_CPU_NAME``, or Numba
-has compiled before.
-It changes only the vector width LLVM picks: the results are bitwise the same (no fast-math, so no
-reassociation and no fused multiply-add contraction), and Numba keys its cache on the feature string, so the
-cache never mixes the two.
+has compiled before. It changes only the vector width LLVM picks: the results are bitwise the same (no fast-math,
+so no reassociation and no fused multiply-add contraction), and Numba keys its cache on the feature string, so
+the cache never mixes the two.
 """
 
 from __future__ import annotations
@@ -53,4 +52,6 @@ def prefer_512_bit_vectors() -> bool:
     return True
 
 
-PREFERS_512_BIT = prefer_512_bit_vectors()  # before the first @njit below it makes Numba's CPU target
+# At import: every module of tilesim and kernels decorates through this one, and the first decoration makes
+# Numba's CPU target.
+PREFERS_512_BIT = prefer_512_bit_vectors()
