@@ -450,7 +450,7 @@ def _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rs
                            g_sh1b, kind)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, host=True)
 def _cores(first, last, phase, block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rstd, gamma, dx, dgamma,
            dbeta, wsg, wsb, sh1g, sh1b, sh2g, sh2b, kind):
     t = DeviceTiling(*t)  # a plain tuple from the host: see tiling.common.device_form

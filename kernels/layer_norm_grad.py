@@ -169,7 +169,7 @@ def _core(phase, c, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, b
         done += n
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, host=True)
 def _cores(first, last, phase, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, bt2, dy, x, var, mean,
            gamma, pdx, pg, pb, ws, eps, kind, reuse):
     # the API tilings come as plain tuples: see tiling.common.device_form

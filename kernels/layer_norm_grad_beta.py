@@ -69,7 +69,7 @@ def tmp_region(plan: UbPlan, tmp: str, tmp_bytes: int | None, need: tuple[int, i
     raise invalid("tmp", f"{tmp!r} must be \"shared\" or \"framework\"")
 
 
-@njit(cache=True)
+@njit(cache=True, host=True)
 def _kernel(arena, plan, cnt, err, checks, t, res, dy, pd_gamma, pd_beta, tmp_bytes, kind, reuse):
     t = LayerNormGradBetaTilingDevice(*t)  # a plain tuple across the launch: see tiling.common.device_form
     core = make_core(0, 1, arena, plan, cnt, err, checks)

@@ -242,14 +242,14 @@ def _core(phase, c, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw
             _move_input_grad(core, t, g_wsx, g_dx, kind)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, host=True)
 def _cores(first, last, phase, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw, wsx, shadow, kind):
     t = DeviceTiling(*t)  # a plain tuple from the host: see tiling.common.device_form
     for c in range(first, last):
         _core(phase, c, arena, plan, cnt, err, checks, t, cum, dy, x, w, dx, dw, wsw, wsx, shadow, kind)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, host=True)
 def _merge_shadows(first, last, shadow, ws, k):
     """The shadowed atomic adds into the inputGrad workspace, in window-parity order at every address (elements
     ``first .. last - 1``; :func:`tilesim.launch.run_cores` splits the range over the host threads)."""

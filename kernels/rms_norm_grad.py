@@ -293,7 +293,7 @@ def _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, rstd, ga
         _split_d(core, t, phase, g_dy, g_x, g_rstd, g_gamma, g_dx, g_dgamma, g_ws, g_sh, kind, gkind, mode)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, host=True)
 def _cores(first, last, phase, block_dim, arena, plan, cnt, err, checks, t, dy, x, rstd, gamma, dx, dgamma, ws,
            shadow, kind, gkind, mode):
     t = DeviceTiling(*t)  # a plain tuple from the host: see tiling.common.device_form

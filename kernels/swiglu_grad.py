@@ -158,7 +158,7 @@ def _core(c, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode
         k += 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, host=True)
 def _cores(first, last, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode):
     t = DeviceTiling(*t)  # a plain tuple from the host: see tiling.common.device_form
     for c in range(first, last):

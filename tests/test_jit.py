@@ -17,7 +17,7 @@ from numba.core.registry import CPUDispatcher, cpu_target
 
 import kernels
 import tilesim
-from tilesim.jit import PREFERS_512_BIT, njit
+from tilesim.jit import PREFERS_512_BIT, DeviceDispatcher, njit
 
 ROOT = Path(__file__).resolve().parents[1]
 AVX512 = llvm.get_host_cpu_features().get("avx512f", False)
@@ -29,13 +29,17 @@ def _plus_one(x):
     return x + 1
 
 
-@njit(cache=False)
+@njit(cache=False, host=True)
 def _twice_plus_one(x):
     return 2 * _plus_one(x) - 1
 
 
-def test_both_forms_compile_and_python_still_calls_them():
-    assert _plus_one(2) == 3 and _twice_plus_one(2) == 5
+def test_both_forms_compile_device_code_is_called_from_compiled_code_host_code_from_python():
+    assert _twice_plus_one(2) == 5
+    with pytest.raises(TypeError, match=r"test_jit\._plus_one is device code.*njit\(host=True\)"):
+        _plus_one(2)
+    assert isinstance(_plus_one, DeviceDispatcher) and _plus_one.targetoptions["no_cpython_wrapper"] is True
+    assert type(_twice_plus_one) is CPUDispatcher and "no_cpython_wrapper" not in _twice_plus_one.targetoptions
     for f in (_plus_one, _twice_plus_one):
         assert f.targetoptions["no_cfunc_wrapper"] is True
 
@@ -53,7 +57,7 @@ def test_every_compiled_function_of_tilesim_and_kernels_skips_the_cfunc_wrapper(
     assert [(m, n) for m, n, f in found if not f.targetoptions.get("no_cfunc_wrapper")] == []
 
 
-@njit(cache=False)
+@njit(cache=False, host=True)
 def _mul(d, a, b):
     for i in range(d.size):
         d[i] = a[i] * b[i]

@@ -82,7 +82,7 @@ def _overflows_to_inf(mode, neg):
     return mode == CAST_RINT or mode == CAST_NONE or mode == CAST_ROUND
 
 
-@njit(cache=True)
+@njit(cache=True, host=True)
 def f32_bits_to_bf16(u, mode):
     """fp32 bits (uint32 as int64) to bf16 bits. NaN becomes 0x7FC0 / 0xFFC0, as in ml_dtypes."""
     u = np.int64(u) & 0xFFFFFFFF
@@ -98,7 +98,7 @@ def f32_bits_to_bf16(u, mode):
     return np.uint16(sign | q)
 
 
-@njit(cache=True)
+@njit(cache=True, host=True)
 def f32_bits_to_fp16(u, mode):
     """fp32 bits (uint32 as int64) to fp16 bits, bit-identical to numpy's ``astype(float16)`` (NaN included)."""
     u = np.int64(u) & 0xFFFFFFFF
@@ -141,25 +141,25 @@ def f32_bits_to_fp16_nearest(u, away):
     return fp16_nearest_bits(u, away)
 
 
-@njit(cache=True)
+@njit(cache=True, host=True)
 def bf16_to_f32_bits(h):
     return bf16_widen_bits(h)
 
 
-@njit(cache=True)
+@njit(cache=True, host=True)
 def fp16_to_f32_bits(h):
     """Exact, without branches, in 32-bit lanes (:func:`tilesim.intrinsics.fp16_widen_bits`)."""
     return fp16_widen_bits(h)
 
 
-@njit(cache=True)
+@njit(cache=True, host=True)
 def b16_to_f32_bits(h, kind):
     if kind == KIND_BF16:
         return bf16_to_f32_bits(h)
     return fp16_to_f32_bits(h)
 
 
-@njit(cache=True)
+@njit(cache=True, host=True)
 def f32_bits_to_b16(u, kind, mode):
     if mode == CAST_RINT or mode == CAST_NONE or mode == CAST_ROUND:
         if kind == KIND_BF16:
@@ -259,7 +259,7 @@ def _widen_blocks(src, dst, n, kind):
         dst[k] = b16_to_f32_bits(src[k], kind)
 
 
-@njit(cache=True)
+@njit(cache=True, host=True)
 def narrow_bits(src, dst, n, kind, mode):
     """``dst[i] = f32_bits_to_b16(src[i], kind, mode)`` for i < n, with the in-order loop's results whatever the
     overlap (the kernels narrow in place). Rounding to nearest where no write reaches a later source (in place at
@@ -282,7 +282,7 @@ def narrow_bits(src, dst, n, kind, mode):
         i += m
 
 
-@njit(cache=True)
+@njit(cache=True, host=True)
 def widen_bits(src, dst, n, kind):
     """``dst[i] = b16_to_f32_bits(src[i], kind)`` for i < n, exactly: in vector blocks where no write reaches a
     later source (the kernels widen from the upper half of the destination's bytes; disjoint arrays), otherwise in
@@ -303,13 +303,13 @@ def widen_bits(src, dst, n, kind):
         i += m
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, host=True)
 def _narrow(src_bits, dst, kind, mode):
     for i in prange(src_bits.size):
         dst[i] = f32_bits_to_b16(src_bits[i], kind, mode)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, host=True)
 def _widen(src, dst_bits, kind):
     for i in prange(src.size):
         dst_bits[i] = b16_to_f32_bits(src[i], kind)

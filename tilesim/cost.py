@@ -194,7 +194,7 @@ def _dense(ids: np.ndarray) -> tuple[np.ndarray, int]:
     return out.reshape(ids.shape), uniq.size
 
 
-@njit(cache=True)
+@njit(cache=True, host=True)
 def schedule(pipe, write, read0, read1, gm, occ, lat, t0, issue, n_slots, n_gm):
     """Start and end cycle of each instruction of one core's phase (see the module docstring), from ``t0``:
     instruction i holds its pipe for ``occ[i]`` cycles and has its result ``lat[i]`` cycles after it starts."""

@@ -17,7 +17,7 @@ from numba import carray, types
 from numba.extending import overload
 
 from .intrinsics import address_as_pointer, copy_bytes
-from .jit import njit
+from .jit import DEVICE_OPTIONS, njit
 from .ub import LocalTensor
 
 # A core: its index, the block's core count, checked mode, and where its memory lies: the UB (``base``, ``ub_size``
@@ -114,7 +114,7 @@ def checked_only(fast_result: bool | None) -> Callable[[Callable[..., Any]], Cal
         def device_function(core, *args):  # type: ignore[no-untyped-def]  # called from Python: the checked body
             return checked(core, *args)
 
-        @overload(device_function)
+        @overload(device_function, jit_options=DEVICE_OPTIONS)
         def _select(core, *args):  # type: ignore[no-untyped-def]
             if _fast_build(core):
                 return (lambda core, *args: True) if fast_result else (lambda core, *args: None)
@@ -128,7 +128,7 @@ def _checks_field(checks):  # type: ignore[no-untyped-def]
     return None if checks is None else bool(checks)
 
 
-@overload(_checks_field)
+@overload(_checks_field, jit_options=DEVICE_OPTIONS)
 def _checks_field_typed(checks):  # type: ignore[no-untyped-def]
     """Core.checks: None for the fast build (``checks`` None: checked mode's code compiled out), else the flag."""
     if isinstance(checks, types.NoneType):

@@ -38,7 +38,7 @@ _LO = np.float32(-104.0)  # e^-104 rounds to +0 in float32
 _HI = np.float32(89.0)  # e^89 overflows float32
 
 
-@njit(cache=True)
+@njit(cache=True, host=True)
 def exp_f32(x):
     """e^x of a float32, as a float32 (see the module docstring for the error bound)."""
     c = x if x > _LO else _LO
@@ -59,7 +59,7 @@ def exp_f32(x):
     return y if x == x else x
 
 
-@njit(cache=True)
+@njit(cache=True, host=True)
 def _exp_array(a, out):
     for i in range(a.size):
         out[i] = exp_f32(a[i])

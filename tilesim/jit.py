@@ -1,11 +1,15 @@
-"""How tilesim compiles: :func:`njit` is Numba's, without the cfunc wrapper, for 512-bit vectors where the host
-has AVX-512.
+"""How tilesim compiles: :func:`njit` is Numba's, without the wrappers compiled code does not need, for 512-bit
+vectors where the host has AVX-512.
 
-Numba compiles two wrappers for every ``@njit`` function: one that Python calls and a C-callable one (the cfunc
-wrapper) that only first-class function values use, which tilesim's code never makes. Skipping the second took the
-cold compile of every kernel from 134 to 121 s in back-to-back runs (session 15; this VM drifts by a fifth within
-minutes, so read it as "about a tenth"). Python still calls every function, through the first wrapper. A user's
-kernel may use Numba's own ``njit``: the two mix freely.
+Numba compiles two wrappers for every ``@njit`` function: one that Python calls (the CPython wrapper: it unboxes
+each argument, a Core or a tiling as much as an array) and a C-callable one (the cfunc wrapper) that only
+first-class function values use, which tilesim's code never makes. Compiled code calls the function itself, not
+either wrapper. So :func:`njit` skips the cfunc wrapper everywhere (cold compile of every kernel 134 -> 121 s in
+back-to-back runs, session 15) and the CPython wrapper for device code, the primitives and a kernel's helpers,
+which only other compiled code calls (100 -> 84 s side by side, session 18). What Python calls is marked
+``host=True``: a kernel's launcher, a host helper, a scalar the tests call. A device function called from Python
+raises a TypeError that says so, where Numba would jump to a null wrapper. A user's kernel may use Numba's own
+``njit``: the two mix freely.
 
 On a host with AVX-512, LLVM's tuning for Intel's AVX-512 cores still prefers 256-bit vectors (the frequency drop
 of 512-bit code on the first such Xeons), so Numba's loops use ymm registers. A UB tile small enough for the L1d
@@ -26,13 +30,36 @@ from typing import Any
 import llvmlite.binding as llvm
 import numba
 from numba.core import config, registry
+from numba.core.registry import CPUDispatcher
+
+# Numba's options for what Python calls (the CPython wrapper only) and for device code (neither wrapper; also an
+# ``@overload``'s ``jit_options``)
+HOST_OPTIONS = {"no_cfunc_wrapper": True}
+DEVICE_OPTIONS = {"no_cfunc_wrapper": True, "no_cpython_wrapper": True}
 
 
-def njit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
+class DeviceDispatcher(CPUDispatcher):
+    """The dispatcher of a device function: compiled code calls it; Python cannot (it has no CPython wrapper)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        f = self.py_func
+        raise TypeError(f"{f.__module__}.{f.__qualname__} is device code, compiled without the wrapper Python calls "
+                        f"through: call it from an @njit function (decorate it with njit(host=True) to call it "
+                        f"from Python)")
+
+
+def njit(fn: Callable[..., Any] | None = None, *, host: bool = False, **options: Any) -> Any:
     """``numba.njit(fn, **options)`` (either form: ``@njit`` or ``@njit(cache=True, ...)``), without the cfunc
-    wrapper."""
-    options.setdefault("no_cfunc_wrapper", True)
-    return numba.njit(**options) if fn is None else numba.njit(fn, **options)
+    wrapper, and, unless ``host``, without the CPython wrapper: a device function, which only compiled code calls
+    (:class:`DeviceDispatcher`). ``host=True`` for what Python calls: a kernel's launcher, a host helper."""
+    options = {**(HOST_OPTIONS if host else DEVICE_OPTIONS), **options}
+
+    def decorate(f: Callable[..., Any]) -> Any:
+        disp = numba.njit(f, **options)
+        if not host and type(disp) is CPUDispatcher:  # not under NUMBA_DISABLE_JIT, where it is f itself
+            disp.__class__ = DeviceDispatcher  # Numba builds the dispatcher; this only refuses Python's calls
+        return disp
+    return decorate if fn is None else decorate(fn)
 
 
 def prefer_512_bit_vectors() -> bool:

@@ -236,7 +236,7 @@ def _thread_ub(args: tuple[Any, ...], k: int, n: int) -> tuple[Any, ...]:
     return args
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, host=True)
 def _store_fence():
     store_fence()
 
@@ -304,7 +304,7 @@ def workspace(size: int) -> np.ndarray:
     return _reused("workspace", size)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, host=True)
 def _zero(first, last, a):
     a[first:last] = 0
 
@@ -348,7 +348,7 @@ class AtomicTarget:
         _merge_rows(self.shadow, target)
 
 
-@njit(cache=True)
+@njit(cache=True, host=True)
 def _merge_rows(shadow, target):
     for c in range(shadow.shape[0]):
         for k in range(target.size):

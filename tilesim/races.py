@@ -132,7 +132,7 @@ def _accesses(report: RunReport) -> dict[str, np.ndarray]:
     return {name: out[j, :k] for j, name in enumerate(_FIELDS)}
 
 
-@njit(cache=True)
+@njit(cache=True, host=True)
 def _core_accesses(log, c, ends, out, k):
     """Core ``c``'s GM accesses from its log into columns ``k ..`` of ``out`` (rows as ``_FIELDS``); returns the
     next free column. An access's phase is the number of phase ends at or before its log row."""
@@ -182,7 +182,7 @@ def _order(group: np.ndarray, start: np.ndarray) -> np.ndarray:
     return np.lexsort((start, group))
 
 
-@njit(cache=True)
+@njit(cache=True, host=True)
 def _sweep(order, owner, start, end, group, core, cls, conflict, found):
     """The intervals in ``order`` (by group, then start): for each, the conflicting earlier interval of another core
     that ends furthest past its start, per conflicting class. Writes the first ``found.shape[0]`` as (interval,

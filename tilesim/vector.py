@@ -208,7 +208,7 @@ def exp(core, dst, a, n):
     count_vector(core, VEC_UNARY, 4 * n, dst, a, a)
 
 
-@njit(cache=True)
+@njit(cache=True, host=True)
 def exp_values(a):
     """Host helper: the values the Exp instruction gives for a float32 array, bit for bit (for oracles that
     replay a kernel's instruction order; numpy's own float32 exp differs from it by up to 2 ulp)."""
