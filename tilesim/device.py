@@ -111,7 +111,7 @@ def checked_only(fast_result: bool | None) -> Callable[[Callable[..., Any]], Cal
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         checked = njit(cache=True)(fn)
 
-        def device_function(core, *args):  # type: ignore[no-untyped-def]  # called from Python: the checked body
+        def device_function(core, *args):  # type: ignore[no-untyped-def]  # Python: the device code's TypeError
             return checked(core, *args)
 
         @overload(device_function, jit_options=DEVICE_OPTIONS)
