@@ -109,14 +109,16 @@ def readable(sym: str) -> str:
 
 
 def demo_case(op: str, dtype: str, shape: tuple[int, ...] | None = None) -> Any:
-    """The demo's case of ``op`` and ``dtype``: its maker on ``shape``, or on the demo's shape."""
+    """The demo's case of ``op`` in ``dtype``: its maker on ``shape``, or on the demo's shape for the op (that of
+    the dtype where the demo runs it, else of the op's first case: the demo runs SwiGluGrad in bf16 only)."""
     from bench import demo
 
-    for make, demo_shape, dt in demo.CASES:
-        if make.__name__ == f"{op}_case" and dt == dtype:
-            return make(shape or demo_shape, dtype)
-    known = sorted({(m.__name__.removesuffix("_case"), d) for m, _, d in demo.CASES})
-    raise SystemExit(f"no demo case for {op} {dtype}; there are: {', '.join(f'{o} {d}' for o, d in known)}")
+    cases = [(make, demo_shape, dt) for make, demo_shape, dt in demo.CASES if make.__name__ == f"{op}_case"]
+    if not cases:
+        known = sorted({m.__name__.removesuffix("_case") for m, _, _ in demo.CASES})
+        raise SystemExit(f"no demo case for {op}; there are: {', '.join(known)}")
+    make, demo_shape, _ = next((c for c in cases if c[2] == dtype), cases[0])
+    return make(shape or demo_shape, dtype)
 
 
 def child(op: str, dtype: str, calls: int, times: str, shape: tuple[int, ...] | None, checks: bool) -> None:
