@@ -109,14 +109,17 @@ def readable(sym: str) -> str:
 
 
 def demo_case(op: str, dtype: str, shape: tuple[int, ...] | None = None) -> Any:
-    """The demo's case of ``op`` in ``dtype``: its maker on ``shape``, or on the demo's shape for the op (that of
-    the dtype where the demo runs it, else of the op's first case: the demo runs SwiGluGrad in bf16 only)."""
+    """The demo's case of ``op`` in ``dtype``, any dtype the op takes (``kernels.ops.OPS``): its maker on
+    ``shape``, or on the demo's shape for the op (that of the dtype where the demo runs it, else of the op's first
+    case: the demo runs SwiGluGrad in bf16 only)."""
     from bench import demo
+    from kernels.ops import OPS
 
     cases = [(make, demo_shape, dt) for make, demo_shape, dt in demo.CASES if make.__name__ == f"{op}_case"]
-    if not cases:
-        known = sorted({m.__name__.removesuffix("_case") for m, _, _ in demo.CASES})
-        raise SystemExit(f"no demo case for {op}; there are: {', '.join(known)}")
+    if not cases or dtype not in OPS[op].dtypes:
+        known = sorted(f"{name} {dt}" for name in {m.__name__.removesuffix("_case") for m, _, _ in demo.CASES}
+                       for dt in OPS[name].dtypes)
+        raise SystemExit(f"no demo case for {op} {dtype}; there are: {', '.join(known)}")
     make, demo_shape, _ = next((c for c in cases if c[2] == dtype), cases[0])
     return make(shape or demo_shape, dtype)
 

@@ -49,5 +49,10 @@ def test_a_case_runs_the_demos_maker_on_the_shape_asked_for():
     assert label == "8x128" and dx.shape == (8, 128) and dx.dtype == np.float32
     assert np.allclose(dx, golden(), rtol=1e-4, atol=1e-5)
     assert demo_case("rms_norm_grad", "bf16")[2] == "4096x4096"  # the demo's own shape
+    assert demo_case("swiglu_grad", "fp32", (8, 256))[2] == "8x2·128"  # a dtype the demo does not run
+    with pytest.raises(SystemExit, match="no demo case for nsa_compress_grad fp32; there are: "):
+        demo_case("nsa_compress_grad", "fp32")
+    with pytest.raises(SystemExit, match="no demo case for no_such_op fp32; there are: "):
+        demo_case("no_such_op", "fp32")
     with pytest.raises(SystemExit, match="no demo case for rms_norm_grad fp64; there are: "):
         demo_case("rms_norm_grad", "fp64")
