@@ -38,6 +38,7 @@ from tilesim.cast import (
     narrow,
     widen,
 )
+from tilesim.intrinsics import BLOCK_LANES
 
 FORMATS = ["bfloat16", "float16"]
 KIND = {"bfloat16": KIND_BF16, "float16": KIND_FP16}
@@ -471,3 +472,38 @@ def test_narrowing_gives_the_in_order_results_wherever_the_source_lies(kind, mod
         _in_order(want, d, s, n, 2, 4, lambda v: f32_bits_to_b16(v, kind, mode))
         cast.narrow_bits(buf[s:s + 4 * n].view(np.uint32), buf[d:d + 2 * n].view(np.uint16), n, kind, mode)
         np.testing.assert_array_equal(buf, want, err_msg=f"source at {s - d:+d} bytes from the destination")
+
+
+@pytest.mark.parametrize("kind", [KIND_BF16, KIND_FP16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("mode", [CAST_RINT, CAST_ROUND])
+def test_block_casts_with_and_without_nan_lanes(kind, mode):
+    """A vector block without NaN lanes takes the formula without its NaN selects (``intrinsics._store_by_nans``):
+    blocks with no NaN, with one NaN at each lane position, and of NaNs only (quiet, signalling, either sign, every
+    payload bit), narrowed in place and widened from the upper half of the destination, give the general casts'
+    bits."""
+    lanes = BLOCK_LANES
+    rng = np.random.default_rng(kind + 10 * mode)
+    finite = rng.integers(0, 0x7F800001, 40 * lanes, dtype=np.uint64).astype(np.uint32)  # up to inf
+    finite[::7] |= np.uint32(0x80000000)
+    nan32 = np.array([0x7FC00000, 0x7F800001, 0x7FBFFFFF, 0xFFC00001, 0xFF800001, 0x7FFFFFFF, 0xFFFFE000,
+                      0x7F802000, 0x7FC01000, 0xFF800000 | 0x1000, 0x7F800000 | 0x400000 | 0x1FFF, 0x7FA00000,
+                      0xFFD55555, 0x7F8AAAAA, 0x7FF00000, 0xFFFFFFFF], np.uint32)
+    u = finite.copy()
+    for k in range(lanes):  # block 2k: no NaN; block 2k + 1: a NaN at lane k
+        u[(2 * k + 1) * lanes + k] = nan32[k]
+    u = np.concatenate([u, nan32, np.uint32(0x7F800000) | (np.arange(lanes, dtype=np.uint32) << 9)])
+    buf = u.copy()
+    cast.narrow_bits(buf, buf.view(np.uint16)[:u.size], u.size, kind, mode)
+    want = np.array([f32_bits_to_b16(v, kind, mode) for v in u], np.uint16)
+    np.testing.assert_array_equal(buf.view(np.uint16)[:u.size], want)
+
+    nan16 = np.array([0x7C01, 0x7E00, 0x7DFF, 0xFC01, 0xFE01, 0x7FFF, 0xFFFF, 0x7D55], np.uint16)
+    h = rng.integers(0, 0x7C01, 40 * lanes, dtype=np.uint64).astype(np.uint16)  # up to inf
+    h[::5] |= np.uint16(0x8000)
+    for k in range(lanes):
+        h[(2 * k + 1) * lanes + k] = nan16[k % nan16.size]
+    h = np.concatenate([h, np.tile(nan16, 2), np.uint16(0x7C00) | np.arange(lanes, dtype=np.uint16)])
+    out = np.zeros(h.size, np.uint32)
+    out.view(np.uint16)[h.size:] = h  # the upper half, as the kernels widen
+    cast.widen_bits(out.view(np.uint16)[h.size:], out, h.size, kind)
+    np.testing.assert_array_equal(out, np.array([b16_to_f32_bits(v, kind) for v in h], np.uint32))

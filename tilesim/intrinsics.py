@@ -180,19 +180,34 @@ def _umin(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
     return builder.select(builder.icmp_unsigned("<", a, b), a, b)
 
 
-def _bf16_nearest(b: ir.IRBuilder, x: ir.Value, away: ir.Value) -> ir.Value:
-    """fp32 bits ``x`` to bf16 bits (in the low 16 bits of the i32 lanes); ``away`` an i1."""
+def _bf16_nearest(b: ir.IRBuilder, x: ir.Value, away: ir.Value, nans: bool = True) -> ir.Value:
+    """fp32 bits ``x`` to bf16 bits (in the low 16 bits of the i32 lanes); ``away`` an i1. ``nans`` False: no
+    lane is a NaN (the caller has tested), so their select is left out."""
     t = x.type
-    a = b.and_(x, _k(t, 0x7FFFFFFF))
     lsb = b.and_(b.lshr(x, _k(t, 16)), _k(t, 1))
     bias = b.select(away, _k(t, 0x8000), b.add(_k(t, 0x7FFF), lsb))
     q = b.lshr(b.add(x, bias), _k(t, 16))  # the sign rides along: |x| + bias stays below 2**31 unless NaN
+    if not nans:
+        return q
     nan = b.or_(b.and_(b.lshr(x, _k(t, 16)), _k(t, 0x8000)), _k(t, 0x7FC0))
-    return b.select(b.icmp_unsigned(">", a, _k(t, 0x7F800000)), nan, q)
+    return b.select(_f32_nan(b, x), nan, q)
 
 
-def _fp16_nearest(b: ir.IRBuilder, x: ir.Value, away: ir.Value) -> ir.Value:
-    """fp32 bits ``x`` to fp16 bits (in the low 16 bits of the i32 lanes); ``away`` an i1."""
+def _f32_nan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """The lanes of fp32 bits ``x`` that are NaNs (i1)."""
+    t = x.type
+    return b.icmp_unsigned(">", b.and_(x, _k(t, 0x7FFFFFFF)), _k(t, 0x7F800000))
+
+
+def _fp16_nan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """The lanes of fp16 bits ``x`` (the low 16 bits of i32 lanes) that are NaNs (i1)."""
+    t = x.type
+    return b.icmp_unsigned(">", b.and_(x, _k(t, 0x7FFF)), _k(t, 0x7C00))
+
+
+def _fp16_nearest(b: ir.IRBuilder, x: ir.Value, away: ir.Value, nans: bool = True) -> ir.Value:
+    """fp32 bits ``x`` to fp16 bits (in the low 16 bits of the i32 lanes); ``away`` an i1. ``nans`` False: no
+    lane is a NaN (the caller has tested), so their select is left out."""
     t = x.type
     a = b.and_(x, _k(t, 0x7FFFFFFF))
     sign = b.and_(b.lshr(x, _k(t, 16)), _k(t, 0x8000))
@@ -213,14 +228,16 @@ def _fp16_nearest(b: ir.IRBuilder, x: ir.Value, away: ir.Value) -> ir.Value:
     sub = b.lshr(b.add(m, sbias), sh)
     q = b.select(b.icmp_unsigned("<", e, _k(t, 113)), sub, normal)
     q = _umin(b, q, _k(t, 0x7C00))
-    nan = b.or_(_k(t, 0x7C00), b.lshr(b.and_(a, _k(t, 0x7FFFFF)), _k(t, 13)))
-    nan = b.select(b.icmp_unsigned("==", nan, _k(t, 0x7C00)), _k(t, 0x7C01), nan)
-    is_nan = b.icmp_unsigned(">", a, _k(t, 0x7F800000))
-    q = b.or_(sign, b.select(is_nan, nan, q))
+    if nans:
+        nan = b.or_(_k(t, 0x7C00), b.lshr(b.and_(a, _k(t, 0x7FFFFF)), _k(t, 13)))
+        nan = b.select(b.icmp_unsigned("==", nan, _k(t, 0x7C00)), _k(t, 0x7C01), nan)
+        is_nan = _f32_nan(b, x)
+        q = b.select(is_nan, nan, q)
+    q = b.or_(sign, q)
     if HARDWARE_FP16:  # round to nearest even in hardware, NaNs as above: the same bits, one instruction
         hw = b.fptrunc(b.bitcast(x, _like(t, ir.FloatType())), _like(t, ir.HalfType()))
         hw = b.zext(b.bitcast(hw, _like(t, _I16)), t)
-        q = b.select(away, q, b.select(is_nan, b.or_(sign, nan), hw))
+        q = b.select(away, q, b.select(is_nan, b.or_(sign, nan), hw) if nans else hw)
     return q
 
 
@@ -229,17 +246,22 @@ def _bf16_widen(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return b.shl(x, _k(x.type, 16))
 
 
-def _fp16_widen(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    """fp16 bits (the low 16 bits of the i32 lanes ``x``, the rest 0) to fp32 bits."""
+def _fp16_widen(b: ir.IRBuilder, x: ir.Value, nans: bool = True) -> ir.Value:
+    """fp16 bits (the low 16 bits of the i32 lanes ``x``, the rest 0) to fp32 bits. ``nans`` False: no lane is a
+    NaN (the caller has tested), which the hardware conversion alone then gets right."""
     t = x.type
+    if HARDWARE_FP16:  # exact in hardware but for NaN payloads (a signalling NaN comes out quiet): as below
+        hw = b.bitcast(b.fpext(b.bitcast(b.trunc(x, _like(t, _I16)), _like(t, ir.HalfType())),
+                               _like(t, ir.FloatType())), t)
+        if not nans:
+            return hw
     sign = b.shl(b.and_(x, _k(t, 0x8000)), _k(t, 16))
     e = b.and_(b.lshr(x, _k(t, 10)), _k(t, 0x1F))
     m = b.and_(x, _k(t, 0x3FF))
     special = b.or_(_k(t, 0x7F800000), b.shl(m, _k(t, 13)))
     is_special = b.icmp_unsigned("==", e, _k(t, 31))
-    if HARDWARE_FP16:  # exact in hardware but for NaN payloads (a signalling NaN comes out quiet): as below
-        hw = b.fpext(b.bitcast(b.trunc(x, _like(t, _I16)), _like(t, ir.HalfType())), _like(t, ir.FloatType()))
-        return b.select(is_special, b.or_(sign, special), b.bitcast(hw, t))
+    if HARDWARE_FP16:
+        return b.select(is_special, b.or_(sign, special), hw)
     normal = b.or_(b.shl(b.add(e, _k(t, 112)), _k(t, 23)), b.shl(m, _k(t, 13)))
     # subnormal m * 2**-24, normalised in integers (a float multiply here kept LLVM from vectorising):
     # leading bit p, exponent p + 103, the bits below it as the mantissa; m = 0 gives 0
@@ -280,7 +302,27 @@ def _widen_intrinsic(formula: Callable[[ir.IRBuilder, ir.Value], ir.Value]) -> C
 _V16, _V32 = ir.VectorType(_I16, BLOCK_LANES), ir.VectorType(_I32, BLOCK_LANES)
 
 
-def _narrow_block_intrinsic(formula: Callable[[ir.IRBuilder, ir.Value, ir.Value], ir.Value]) -> Callable[..., Any]:
+def _any_lane(b: ir.IRBuilder, lanes: ir.Value) -> ir.Value:
+    """Whether any lane of a vector of i1 is set (one vector compare's mask and a test on x86)."""
+    fn = cgutils.get_or_insert_function(b.module, ir.FunctionType(ir.IntType(1), [lanes.type]),
+                                        f"llvm.vector.reduce.or.v{lanes.type.count}i1")
+    return b.call(fn, [lanes])
+
+
+def _store_by_nans(b: ir.IRBuilder, nan_lanes: ir.Value | None, store: Callable[[bool], None]) -> None:
+    """``store(nans)``: with ``nans`` False (the formula without its NaN selects) when no lane of
+    ``nan_lanes`` is set, which is nearly always; ``nan_lanes`` None: always with them."""
+    if nan_lanes is None:
+        store(True)
+        return
+    with b.if_else(_any_lane(b, nan_lanes), likely=False) as (with_nans, without):
+        with with_nans:
+            store(True)
+        with without:
+            store(False)
+
+
+def _narrow_block_intrinsic(formula: Callable[..., ir.Value]) -> Callable[..., Any]:
     def typer(typingctx: Any, dst: types.Type, src: types.Type, away: types.Type) -> Any:
         if not (isinstance(dst, types.Integer) and isinstance(src, types.Integer)
                 and isinstance(away, types.Boolean)):
@@ -288,23 +330,29 @@ def _narrow_block_intrinsic(formula: Callable[[ir.IRBuilder, ir.Value, ir.Value]
 
         def codegen(context, builder, signature, args):
             x = builder.load(builder.inttoptr(args[1], _V32.as_pointer()), align=4)
-            q = builder.trunc(formula(builder, x, args[2]), _V16)
-            builder.store(q, builder.inttoptr(args[0], _V16.as_pointer()), align=2)
+            out = builder.inttoptr(args[0], _V16.as_pointer())
+            _store_by_nans(builder, _f32_nan(builder, x), lambda nans: builder.store(
+                builder.trunc(formula(builder, x, args[2], nans), _V16), out, align=2))
             return context.get_dummy_value()
 
         return types.none(dst, src, away), codegen
     return typer
 
 
-def _widen_block_intrinsic(formula: Callable[[ir.IRBuilder, ir.Value], ir.Value]) -> Callable[..., Any]:
+def _widen_block_intrinsic(formula: Callable[..., ir.Value],
+                           nan_lanes: Callable[[ir.IRBuilder, ir.Value], ir.Value] | None = None) -> Callable[..., Any]:
+    """``nan_lanes``: the b16 format's NaN test, where the formula is cheaper without NaNs (fp16 in hardware)."""
     def typer(typingctx: Any, dst: types.Type, src: types.Type) -> Any:
         if not (isinstance(dst, types.Integer) and isinstance(src, types.Integer)):
             return None
 
         def codegen(context, builder, signature, args):
-            h = builder.load(builder.inttoptr(args[1], _V16.as_pointer()), align=2)
-            y = formula(builder, builder.zext(h, _V32))
-            builder.store(y, builder.inttoptr(args[0], _V32.as_pointer()), align=4)
+            x = builder.zext(builder.load(builder.inttoptr(args[1], _V16.as_pointer()), align=2), _V32)
+            out = builder.inttoptr(args[0], _V32.as_pointer())
+            split = nan_lanes is not None and HARDWARE_FP16
+            _store_by_nans(builder, nan_lanes(builder, x) if split else None,
+                           lambda nans: builder.store(formula(builder, x) if nans else formula(builder, x, False),
+                                                      out, align=4))
             return context.get_dummy_value()
 
         return types.none(dst, src), codegen
@@ -321,7 +369,8 @@ bf16_widen_bits = intrinsic(_widen_intrinsic(_bf16_widen))
 fp16_widen_bits = intrinsic(_widen_intrinsic(_fp16_widen))
 # The same on BLOCK_LANES lanes at once: ``(dst, src[, away])`` addresses; all the lanes are read before any is
 # written, so a block may overlap itself (an in-place cast) where that gives the in-order loop's results.
+# A block without NaN lanes (nearly every one) is converted without the formulas' NaN selects.
 bf16_nearest_block = intrinsic(_narrow_block_intrinsic(_bf16_nearest))
 fp16_nearest_block = intrinsic(_narrow_block_intrinsic(_fp16_nearest))
 bf16_widen_block = intrinsic(_widen_block_intrinsic(_bf16_widen))
-fp16_widen_block = intrinsic(_widen_block_intrinsic(_fp16_widen))
+fp16_widen_block = intrinsic(_widen_block_intrinsic(_fp16_widen, _fp16_nan))
