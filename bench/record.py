@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -12,6 +14,12 @@ import tilesim
 
 VECTOR_COUNTERS = tuple(n for n in tilesim.COUNTER_NAMES if n.startswith("vec_"))  # the repeats, by class
 REPEAT_BYTES = 256  # one vector repeat
+PAIRED_ROUNDS = (5, 15)  # the paired comparison's rounds: at least, at most
+PAIRED_BUDGET_S = 8.0  # rounds beyond the least while they fit in this
+PAIRED_GAP_S = 0.1  # idle before each call of a pair: torch's OpenMP threads spin a while after its call, on the
+# cores the next call needs (tilesim right after torch ran up to 1.2x slower)
+
+_fast_calls: dict[str, Callable[[], Any]] = {}  # tilesim's fast call, by benchmark group
 
 
 def record(benchmark: Any, op: str, dtype: str, nbytes: int, timed: str, **problem: Any) -> None:
@@ -47,3 +55,35 @@ def torch_threads(n: int = 2) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def remember_fast(benchmark: Any, call: Callable[[], Any]) -> None:
+    """Keep tilesim's fast call of this benchmark's group (one kernel, dtype and shape) for :func:`pair_with_fast`,
+    when timing is on."""
+    if benchmark.stats is not None:
+        _fast_calls[benchmark.group] = call
+
+
+def pair_with_fast(benchmark: Any, baseline: Callable[[], Any]) -> None:
+    """After a baseline's own timing: time it against the group's tilesim call in pairs, one call of each back to
+    back (after :data:`PAIRED_GAP_S` idle each), the order flipping every round, and store the median over the
+    rounds of baseline time / tilesim time in ``extra_info["paired_speedup"]`` (> 1: tilesim faster). The two
+    medians of pytest-benchmark are taken minutes apart, over which this VM's speed moves by up to 3x; within a
+    pair it barely moves, so the ratio of one round is the two calls' and the median drops the rounds the VM
+    disturbed. Nothing when timing is off or tilesim's fast call did not run in this session."""
+    ours = _fast_calls.pop(benchmark.group, None)  # its arrays are freed after
+    if benchmark.stats is None or ours is None:
+        return
+    lo, hi = PAIRED_ROUNDS
+    ratios: list[float] = []
+    spent = 0.0
+    while len(ratios) < lo or (len(ratios) < hi and spent * (len(ratios) + 1) / len(ratios) <= PAIRED_BUDGET_S):
+        times = {}
+        for name, call in (("ours", ours), ("base", baseline))[::1 if len(ratios) % 2 == 0 else -1]:
+            time.sleep(PAIRED_GAP_S)
+            t = time.perf_counter()
+            call()
+            times[name] = time.perf_counter() - t
+        ratios.append(times["base"] / times["ours"])
+        spent += times["base"] + times["ours"]
+    benchmark.extra_info.update(paired_speedup=statistics.median(ratios), paired_rounds=len(ratios))

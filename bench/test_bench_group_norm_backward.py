@@ -27,7 +27,7 @@ import pytest
 import torch
 
 import kernels
-from bench.record import kernel_traffic, record, torch_threads
+from bench.record import kernel_traffic, pair_with_fast, record, remember_fast, torch_threads
 from bench.test_bench_rms_norm_grad import test_bandwidth_probe  # noqa: F401  (collected here too)
 
 N, C, HXW, GROUPS = 32, 512, 64 * 64, 32
@@ -123,6 +123,9 @@ def _tilesim(benchmark, dtype: str, checks: bool) -> None:
         lambda: kernels.group_norm_backward(*args, N, C, HXW, GROUPS, checks=checks, out=out))
     check(out, dtype)
     benchmark(kernels.group_norm_backward, *args, N, C, HXW, GROUPS, checks=checks, out=out)
+    if not checks:
+        remember_fast(benchmark, lambda: kernels.group_norm_backward(*args, N, C, HXW, GROUPS, checks=False,
+                                                                     out=out))
     _record(benchmark, "tilesim checked" if checks else "tilesim", dtype, op_bytes(*args),
             f"kernels.group_norm_backward(..., checks={checks}, out=(dx, dgamma, dbeta)): validation, tiling, launch",
             **traffic)
@@ -168,5 +171,6 @@ def test_torch(benchmark, dtype):
         assert all(o.dtype == tdt for o in outs) and outs[0].shape == (N, C, HXW) and outs[1].shape == (C,)
         check([o.float().numpy() for o in outs], dtype)
         benchmark(backward)
+        pair_with_fast(benchmark, backward)
     _record(benchmark, "torch aten", dtype, op_bytes(*args),
            "torch.ops.aten.native_group_norm_backward(..., [True, True, True]), CPU, 2 threads")

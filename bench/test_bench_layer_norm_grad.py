@@ -32,7 +32,7 @@ import pytest
 import torch
 
 import kernels
-from bench.record import kernel_traffic, record, torch_threads
+from bench.record import kernel_traffic, pair_with_fast, record, remember_fast, torch_threads
 from bench.test_bench_rms_norm_grad import test_bandwidth_probe  # noqa: F401  (collected here too)
 
 N, H = 4096, 4096
@@ -124,6 +124,8 @@ def _tilesim(benchmark, dtype: str, checks: bool) -> None:
         lambda: kernels.layer_norm_grad(*args, epsilon=EPS, checks=checks, out=out))
     check(out, dtype)
     benchmark(kernels.layer_norm_grad, *args, epsilon=EPS, checks=checks, out=out)
+    if not checks:
+        remember_fast(benchmark, lambda: kernels.layer_norm_grad(*args, epsilon=EPS, checks=False, out=out))
     _record(benchmark, "tilesim checked" if checks else "tilesim", dtype, op_bytes(*args),
             f"kernels.layer_norm_grad(..., checks={checks}, out=(pd_x, pd_gamma, pd_beta)): validation, tiling, "
             f"launch", **traffic)
@@ -179,5 +181,6 @@ def test_torch(benchmark, dtype):
         assert all(o.dtype == tdt for o in outs) and outs[0].shape == (N, H) and outs[1].shape == (H,)
         check([o.numpy() for o in outs], dtype)
         benchmark(backward)
+        pair_with_fast(benchmark, backward)
     _record(benchmark, "torch aten", dtype, op_bytes(*args),
            "torch.ops.aten.native_layer_norm_backward(..., [True, True, True]), CPU, 2 threads")

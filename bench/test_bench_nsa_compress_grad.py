@@ -34,7 +34,7 @@ import pytest
 import torch
 
 import kernels
-from bench.record import kernel_traffic, record, torch_threads
+from bench.record import kernel_traffic, pair_with_fast, record, remember_fast, torch_threads
 from bench.test_bench_rms_norm_grad import test_bandwidth_probe  # noqa: F401  (collected here too)
 
 CUM = (2048, 4096, 6144, 8192)  # act_seq_len: cumulative ends of the 4 sequences
@@ -149,6 +149,9 @@ def _tilesim(benchmark, dtype: str, checks: bool) -> None:
         lambda: kernels.nsa_compress_grad(*args, cum, BLOCK_SIZE, STRIDE, checks=checks, out=out))
     check(out, dtype)
     benchmark(kernels.nsa_compress_grad, *args, cum, BLOCK_SIZE, STRIDE, checks=checks, out=out)
+    if not checks:
+        remember_fast(benchmark, lambda: kernels.nsa_compress_grad(*args, cum, BLOCK_SIZE, STRIDE, checks=False,
+                                                                   out=out))
     _record(benchmark, "tilesim checked" if checks else "tilesim", dtype, op_bytes(*args),
             f"kernels.nsa_compress_grad(dy, x, w, cum, 32, 16, checks={checks}, out=(dx, dw)): validation, tiling, "
             f"launch", **traffic)
@@ -206,5 +209,6 @@ def test_torch(benchmark, dtype):
         assert all(o.dtype == tdt for o in outs) and outs[0].shape == (T, N, D) and outs[1].shape == (BLOCK_SIZE, N)
         check([o.float().numpy() for o in outs], dtype)
         benchmark(backward)
+        pair_with_fast(benchmark, backward)
     _record(benchmark, "torch autograd", dtype, op_bytes(*args),
            "torch.autograd.grad(unfold+einsum forward, (x, w), dy, retain_graph=True), backward alone, CPU, 2 threads")

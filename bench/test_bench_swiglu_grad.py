@@ -29,7 +29,7 @@ import pytest
 import torch
 
 import kernels
-from bench.record import kernel_traffic, record, torch_threads
+from bench.record import kernel_traffic, pair_with_fast, record, remember_fast, torch_threads
 from bench.test_bench_rms_norm_grad import test_bandwidth_probe  # noqa: F401  (collected here too)
 
 ROWS, COLS = 8192, 8192  # x; A and B are its column halves, y_grad is [ROWS, COLS // 2]
@@ -117,6 +117,8 @@ def _tilesim(benchmark, dtype: str, checks: bool) -> None:
         lambda: kernels.swiglu_grad(dy, x, DIM, checks=checks, out=out))
     check(out, dtype)
     benchmark(kernels.swiglu_grad, dy, x, DIM, checks=checks, out=out)
+    if not checks:
+        remember_fast(benchmark, lambda: kernels.swiglu_grad(dy, x, DIM, checks=False, out=out))
     _record(benchmark, "tilesim checked" if checks else "tilesim", dtype, op_bytes(dy, x),
             f"kernels.swiglu_grad(dy, x, -1, checks={checks}, out=dx): validation, tiling, launch", **traffic)
 
@@ -169,6 +171,7 @@ def test_torch(benchmark, dtype):
         assert dx.dtype == TORCH_DTYPES[dtype] and dx.shape == (ROWS, COLS)
         check(dx.float().numpy(), dtype)
         benchmark(torch_swiglu_grad, dy, x)
+        pair_with_fast(benchmark, lambda: torch_swiglu_grad(dy, x))
     _record(benchmark, "torch aten", dtype, op_bytes(dy_np, x_np),
            "cat([silu_backward(dy*b, a), dy*silu(a)]) (aten, the backward alone), CPU, 2 threads")
 

@@ -1,4 +1,4 @@
-"""bench/conftest.py's summary rows: the bandwidth probe every share is taken of."""
+"""bench/conftest.py's summary rows: the bandwidth probe every share is taken of, the paired comparison with torch."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.conftest import PROBE_OP, _rows
+from bench import record
+from bench.conftest import PROBE_OP, _rows, _targets
 
 MIB = 1 << 20
 
@@ -29,3 +30,60 @@ def test_the_probe_is_its_fastest_run_and_every_share_is_taken_of_it():
     assert probes[0]["info"]["probe_gbs"] == [round(probe_bytes / t / 1e9, 2) for t in (0.080, 0.040, 0.060)]
     (r,) = [r for r in rows if r["op"] == "tilesim"]
     assert r["pct_of_probe"] == pytest.approx(100.0 * (100 * MIB / 0.010) / (probe_bytes / 0.040))
+
+
+def test_the_torch_target_is_judged_on_the_paired_ratio_where_there_is_one():
+    """The medians say torch is faster (a slow VM while tilesim's rounds ran); the paired rounds say tilesim is:
+    the target takes the paired figure, the table keeps both."""
+    group = "layer_norm_grad fp16 [4096, 4096]"
+    ours = _bench("tilesim", 0.030, 100 * MIB, group)
+    torch_row = _bench("torch aten", 0.010, 100 * MIB, group)
+    torch_row.extra_info.update(paired_speedup=1.25, paired_rounds=9)
+    other = _bench("tilesim", 0.030, 100 * MIB, "rms_norm_grad fp32 [4096, 4096]")
+    other_torch = _bench("torch autograd", 0.060, 100 * MIB, "rms_norm_grad fp32 [4096, 4096]")
+    config = SimpleNamespace(_benchmarksession=SimpleNamespace(disabled=False,
+                                                               benchmarks=[ours, torch_row, other, other_torch]))
+    rows = _rows(config)
+    (r,) = [r for r in rows if r["group"] == group and r["op"] == "tilesim"]
+    assert r["speedup_vs_torch"] == pytest.approx(1 / 3) and r["paired_vs_torch"] == 1.25
+    (t,) = [r for r in rows if r["op"] == "torch aten"]
+    assert t["paired_vs_torch"] is None  # shown on tilesim's row only
+    targets = {(x["subject"].split()[0], x["target"]): x for x in _targets(rows)}
+    assert targets[("layer_norm_grad", "vs torch, paired")]["pass"] is True
+    assert ("layer_norm_grad", "vs torch") not in targets
+    assert targets[("rms_norm_grad", "vs torch")]["value"] == pytest.approx(2.0)  # no pairing: the medians
+
+
+def test_pair_with_fast_alternates_the_calls_and_keeps_the_median_ratio(monkeypatch):
+    """A fake clock that each call advances: tilesim's call by 1, the baseline's by 3, but for one round the VM
+    disturbed (its baseline call takes 30). The median ratio is 3; the order flips every round; the rounds stop
+    at the budget; nothing is stored without timing or without tilesim's call."""
+    clock = [0.0]
+    order = []
+    monkeypatch.setattr(record.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(record.time, "sleep", lambda s: None)
+
+    def timed(name, cost):
+        def call():
+            order.append(name)
+            clock[0] += cost(len(order))
+        return call
+
+    bench = SimpleNamespace(stats=object(), group="g", extra_info={})
+    record.remember_fast(bench, timed("ours", lambda k: 1.0))
+    record.pair_with_fast(bench, timed("base", lambda k: 30.0 if k == 4 else 3.0))
+    assert bench.extra_info["paired_speedup"] == 3.0
+    rounds = bench.extra_info["paired_rounds"]
+    lo, hi = record.PAIRED_ROUNDS
+    assert rounds == lo and len(order) == 2 * rounds  # 4 s a round: the least, already past the budget
+    assert order[:4] == ["ours", "base", "base", "ours"]
+    quick = SimpleNamespace(stats=object(), group="q", extra_info={})
+    record.remember_fast(quick, timed("ours", lambda k: 0.001))
+    record.pair_with_fast(quick, timed("base", lambda k: 0.003))  # 4 ms a round: up to the cap
+    assert quick.extra_info["paired_rounds"] == hi and quick.extra_info["paired_speedup"] == pytest.approx(3.0)
+
+    off = SimpleNamespace(stats=None, group="g", extra_info={})
+    record.pair_with_fast(off, timed("base", lambda k: 3.0))
+    alone = SimpleNamespace(stats=object(), group="no tilesim call", extra_info={})
+    record.pair_with_fast(alone, timed("base", lambda k: 3.0))
+    assert "paired_speedup" not in off.extra_info and "paired_speedup" not in alone.extra_info
