@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from time import perf_counter, sleep
 from typing import Any
 
 import torch
@@ -80,10 +80,10 @@ def pair_with_fast(benchmark: Any, baseline: Callable[[], Any]) -> None:
     while len(ratios) < lo or (len(ratios) < hi and spent * (len(ratios) + 1) / len(ratios) <= PAIRED_BUDGET_S):
         times = {}
         for name, call in (("ours", ours), ("base", baseline))[::1 if len(ratios) % 2 == 0 else -1]:
-            time.sleep(PAIRED_GAP_S)
-            t = time.perf_counter()
+            sleep(PAIRED_GAP_S)
+            t = perf_counter()
             call()
-            times[name] = time.perf_counter() - t
+            times[name] = perf_counter() - t
         ratios.append(times["base"] / times["ours"])
         spent += times["base"] + times["ours"]
     benchmark.extra_info.update(paired_speedup=statistics.median(ratios), paired_rounds=len(ratios))

@@ -60,8 +60,8 @@ def test_pair_with_fast_alternates_the_calls_and_keeps_the_median_ratio(monkeypa
     at the budget; nothing is stored without timing or without tilesim's call."""
     clock = [0.0]
     order = []
-    monkeypatch.setattr(record.time, "perf_counter", lambda: clock[0])
-    monkeypatch.setattr(record.time, "sleep", lambda s: None)
+    monkeypatch.setattr(record, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(record, "sleep", lambda s: None)
 
     def timed(name, cost):
         def call():
@@ -71,7 +71,7 @@ def test_pair_with_fast_alternates_the_calls_and_keeps_the_median_ratio(monkeypa
 
     bench = SimpleNamespace(stats=object(), group="g", extra_info={})
     record.remember_fast(bench, timed("ours", lambda k: 1.0))
-    record.pair_with_fast(bench, timed("base", lambda k: 30.0 if k == 4 else 3.0))
+    record.pair_with_fast(bench, timed("base", lambda k: 30.0 if k == 3 else 3.0))  # round 2: base first
     assert bench.extra_info["paired_speedup"] == 3.0
     rounds = bench.extra_info["paired_rounds"]
     lo, hi = record.PAIRED_ROUNDS
