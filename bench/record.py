@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from time import perf_counter, sleep
+from time import perf_counter
 from typing import Any
 
 import torch
@@ -16,8 +16,6 @@ VECTOR_COUNTERS = tuple(n for n in tilesim.COUNTER_NAMES if n.startswith("vec_")
 REPEAT_BYTES = 256  # one vector repeat
 PAIRED_ROUNDS = (5, 15)  # the paired comparison's rounds: at least, at most
 PAIRED_BUDGET_S = 8.0  # rounds beyond the least while they fit in this
-PAIRED_GAP_S = 0.1  # idle before each call of a pair: torch's OpenMP threads spin a while after its call, on the
-# cores the next call needs (tilesim right after torch ran up to 1.2x slower)
 
 _fast_calls: dict[str, Callable[[], Any]] = {}  # tilesim's fast call, by benchmark group
 
@@ -66,11 +64,13 @@ def remember_fast(benchmark: Any, call: Callable[[], Any]) -> None:
 
 def pair_with_fast(benchmark: Any, baseline: Callable[[], Any]) -> None:
     """After a baseline's own timing: time it against the group's tilesim call in pairs, one call of each back to
-    back (after :data:`PAIRED_GAP_S` idle each), the order flipping every round, and store the median over the
-    rounds of baseline time / tilesim time in ``extra_info["paired_speedup"]`` (> 1: tilesim faster). The two
-    medians of pytest-benchmark are taken minutes apart, over which this VM's speed moves by up to 3x; within a
-    pair it barely moves, so the ratio of one round is the two calls' and the median drops the rounds the VM
-    disturbed. Nothing when timing is off or tilesim's fast call did not run in this session."""
+    back, the order flipping every round, and store the median over the rounds of baseline time / tilesim time in
+    ``extra_info["paired_speedup"]`` (> 1: tilesim faster). The two medians of pytest-benchmark are taken minutes
+    apart, over which this VM's speed moves by up to 3x; within a pair it barely moves, so the ratio of one round
+    is the two calls' and the median drops the rounds the VM disturbed. Each timed call follows an untimed one of
+    the same function, as in pytest-benchmark's loop: right after torch, its OpenMP threads still spin on the
+    cores (tilesim ran up to 1.2x slower), and after an idle gap a 12 ms call ran up to 1.6x slower. Nothing when
+    timing is off or tilesim's fast call did not run in this session."""
     ours = _fast_calls.pop(benchmark.group, None)  # its arrays are freed after
     if benchmark.stats is None or ours is None:
         return
@@ -79,11 +79,12 @@ def pair_with_fast(benchmark: Any, baseline: Callable[[], Any]) -> None:
     spent = 0.0
     while len(ratios) < lo or (len(ratios) < hi and spent * (len(ratios) + 1) / len(ratios) <= PAIRED_BUDGET_S):
         times = {}
+        start = perf_counter()
         for name, call in (("ours", ours), ("base", baseline))[::1 if len(ratios) % 2 == 0 else -1]:
-            sleep(PAIRED_GAP_S)
+            call()
             t = perf_counter()
             call()
             times[name] = perf_counter() - t
         ratios.append(times["base"] / times["ours"])
-        spent += times["base"] + times["ours"]
+        spent += perf_counter() - start
     benchmark.extra_info.update(paired_speedup=statistics.median(ratios), paired_rounds=len(ratios))

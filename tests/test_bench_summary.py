@@ -56,12 +56,12 @@ def test_the_torch_target_is_judged_on_the_paired_ratio_where_there_is_one():
 
 def test_pair_with_fast_alternates_the_calls_and_keeps_the_median_ratio(monkeypatch):
     """A fake clock that each call advances: tilesim's call by 1, the baseline's by 3, but for one round the VM
-    disturbed (its baseline call takes 30). The median ratio is 3; the order flips every round; the rounds stop
-    at the budget; nothing is stored without timing or without tilesim's call."""
+    disturbed (its timed baseline call takes 30). The median ratio is 3; each timed call follows an untimed one of
+    the same function; the order flips every round; the rounds stop at the budget; nothing is stored without
+    timing or without tilesim's call."""
     clock = [0.0]
     order = []
     monkeypatch.setattr(record, "perf_counter", lambda: clock[0])
-    monkeypatch.setattr(record, "sleep", lambda s: None)
 
     def timed(name, cost):
         def call():
@@ -71,15 +71,15 @@ def test_pair_with_fast_alternates_the_calls_and_keeps_the_median_ratio(monkeypa
 
     bench = SimpleNamespace(stats=object(), group="g", extra_info={})
     record.remember_fast(bench, timed("ours", lambda k: 1.0))
-    record.pair_with_fast(bench, timed("base", lambda k: 30.0 if k == 3 else 3.0))  # round 2: base first
+    record.pair_with_fast(bench, timed("base", lambda k: 30.0 if k == 6 else 3.0))  # round 2's timed base call
     assert bench.extra_info["paired_speedup"] == 3.0
     rounds = bench.extra_info["paired_rounds"]
     lo, hi = record.PAIRED_ROUNDS
-    assert rounds == lo and len(order) == 2 * rounds  # 4 s a round: the least, already past the budget
-    assert order[:4] == ["ours", "base", "base", "ours"]
+    assert rounds == lo and len(order) == 4 * rounds  # 8 s a round: the least, already past the budget
+    assert order[:8] == ["ours", "ours", "base", "base", "base", "base", "ours", "ours"]
     quick = SimpleNamespace(stats=object(), group="q", extra_info={})
     record.remember_fast(quick, timed("ours", lambda k: 0.001))
-    record.pair_with_fast(quick, timed("base", lambda k: 0.003))  # 4 ms a round: up to the cap
+    record.pair_with_fast(quick, timed("base", lambda k: 0.003))  # 8 ms a round: up to the cap
     assert quick.extra_info["paired_rounds"] == hi and quick.extra_info["paired_speedup"] == pytest.approx(3.0)
 
     off = SimpleNamespace(stats=None, group="g", extra_info={})
