@@ -146,23 +146,27 @@ def _tile(core, t, k, tile, dy, x, out, kind, mode):
 
 
 @njit(cache=True, inline="always")  # compiled once, inside _cores
-def _core(c, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode):
+def _core_tile(c, k, tile, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode):
+    """Core c's k-th tile (``tile`` of the whole op: the kernel's loop over tiles c, c + blockDim, ...)."""
     core = make_core(c, block_dim, arena, plan, cnt, err, checks)
     isz = elem_size(kind)
     g_dy, g_x, g_out = gm_tensor(G_DY, dy, isz), gm_tensor(G_X, x, isz), gm_tensor(G_OUT, out, isz)
-    col_tiles = (t.col_len + t.base_col_len - 1) // t.base_col_len
-    total = (t.row_len + t.base_row_len - 1) // t.base_row_len * col_tiles
-    k = 0
-    for tile in range(c, total, block_dim):
-        _tile(core, t, k, tile, g_dy, g_x, g_out, kind, mode)
-        k += 1
+    _tile(core, t, k, tile, g_dy, g_x, g_out, kind, mode)
 
 
 @njit(cache=True, nogil=True, host=True)
 def _cores(first, last, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode):
+    """Cores ``first .. last - 1``, step by step: the k-th tile of each in turn, then the (k + 1)-th. The cores
+    share no GM they write and no tile reads UB an earlier tile wrote, so every order gives the NPU's bits and
+    counters; this one reads GM as the cores together do on the NPU, consecutive tiles side by side in x and
+    y_grad, where core after core read pieces of one row (512 B in bf16) 16 KiB apart, a stream the host's
+    prefetchers could not follow."""
     t = DeviceTiling(*t)  # a plain tuple from the host: see tiling.common.device_form
-    for c in range(first, last):
-        _core(c, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode)
+    col_tiles = (t.col_len + t.base_col_len - 1) // t.base_col_len
+    total = (t.row_len + t.base_row_len - 1) // t.base_row_len * col_tiles
+    for k in range((total + block_dim - 1) // block_dim):
+        for c in range(first, min(last, total - k * block_dim)):
+            _core_tile(c, k, c + k * block_dim, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode)
 
 
 @reruns_on_overflow
