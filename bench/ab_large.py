@@ -1,5 +1,6 @@
 """Paired A/B of the demo's large calls between two source trees: ``python -m bench.ab_large OLD NEW [ROUNDS]
-[OP:DTYPE ...]`` (default: every case of ``bench.demo.CASES``, 8 rounds).
+[OP:DTYPE ...]`` (default: every case of ``bench.demo.CASES``, 8 rounds; any dtype of an op the demo runs, on the
+demo's shape for the op, as ``bench.profile``).
 
 As :mod:`bench.ab_small`: one worker process per tree, the two take turns (the order flipping every round), and
 each case's figure is the median of the paired ratios new/old, so that this VM's drift cancels. A batch is
@@ -16,15 +17,13 @@ CALLS = 3
 
 WORKER = f"""
 import sys, time
-from bench import demo
-makers = {{m.__name__.removesuffix("_case") + ":" + d: (m, shape, d) for m, shape, d in demo.CASES}}
+from bench.profile import demo_case
 built = {{}}
 print("ready", flush=True)
 for line in sys.stdin:
     key = line.strip()
     if key not in built:  # inputs, outputs and a warm-up call, on first use
-        make, shape, dtype = makers[key]
-        call = make(shape, dtype)[0]
+        call = demo_case(*key.split(":"))[0]
         built[key] = call, call()
     call, out = built[key]
     t = time.perf_counter()
