@@ -156,16 +156,22 @@ def _core_tile(c, k, tile, block_dim, arena, plan, cnt, err, checks, t, dy, x, o
 
 @njit(cache=True, nogil=True, host=True)
 def _cores(first, last, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode):
-    """Cores ``first .. last - 1``, step by step: the k-th tile of each in turn, then the (k + 1)-th. The cores
-    share no GM they write and no tile reads UB an earlier tile wrote, so every order gives the NPU's bits and
-    counters; this one reads GM as the cores together do on the NPU, consecutive tiles side by side in x and
-    y_grad, where core after core read pieces of one row (512 B in bf16) 16 KiB apart, a stream the host's
-    prefetchers could not follow."""
+    """Cores ``first .. last - 1``. The cores share no GM they write and no tile reads UB an earlier tile wrote, so
+    every order gives the NPU's bits and counters. A fast launch goes step by step, the k-th tile of each core in
+    turn, then the (k + 1)-th: it reads GM as the cores together do on the NPU, consecutive tiles side by side in
+    x and y_grad, where core after core read pieces of one row (512 B in bf16) 16 KiB apart, a stream the host's
+    prefetchers could not follow; its cores share the thread's one UB (phase_local_ub). A checked launch goes
+    core after core: each core has a UB and a shadow of its own, which stay in the host's L2 over its tiles."""
     t = DeviceTiling(*t)  # a plain tuple from the host: see tiling.common.device_form
     col_tiles = (t.col_len + t.base_col_len - 1) // t.base_col_len
     total = (t.row_len + t.base_row_len - 1) // t.base_row_len * col_tiles
-    for k in range((total + block_dim - 1) // block_dim):
-        for c in range(first, min(last, total - k * block_dim)):
+    steps, cores = (total + block_dim - 1) // block_dim, last - first
+    for i in range(steps * cores):  # one call site of the inlined tile for both orders
+        if checks is None:
+            k, c = i // cores, first + i % cores
+        else:
+            k, c = i % steps, first + i // steps
+        if c + k * block_dim < total:
             _core_tile(c, k, c + k * block_dim, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode)
 
 
