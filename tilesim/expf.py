@@ -12,8 +12,8 @@ float32 x in [−104, 89] (``python -m tilesim.expf``, about a minute): at most 
 those float32 are not rounded correctly (most of them are tiny, where e^x rounds right), about 6 % of x drawn
 uniformly from the range; against the C library's ``expf`` (Numba's ``np.exp``), sampled
 every 4096th input: at most 1 ulp. The tests sample it again. Special values
-follow IEEE: exp(−inf) = +0, exp(+inf) = +inf, NaN stays NaN, x > 88.7228 overflows to +inf, x < −103.98
-underflows to +0.
+follow IEEE: exp(−inf) = +0, exp(+inf) = +inf, NaN stays NaN (its sign and payload kept, a signalling NaN
+quieted), x > 88.7228 overflows to +inf, x < −103.98 underflows to +0.
 """
 
 from __future__ import annotations
@@ -56,7 +56,10 @@ def exp_f32(x):
     s1 = u32_as_f32((k1 + 127) << 23)
     s2 = u32_as_f32((k - k1 + 127) << 23)
     y = p * s1 * s2
-    return y if x == x else x
+    # A NaN comes out quiet (x + 0), as IEEE 754 has exp(sNaN) = qNaN. Returning x itself, the value an in-place
+    # Exp loop had just loaded, let LLVM store only the other lanes: a masked store (vmaskmovps), which made
+    # in-place Exp 1.75x slower on AMD Zen 3.
+    return y if x == x else x + np.float32(0.0)
 
 
 @njit(cache=True, host=True)
