@@ -79,13 +79,13 @@ def test_special_values():
     assert got[14] == np.float32(np.e) and got[15] == np.float32(1 / np.e)
 
 
-
 def test_nan_keeps_its_sign_and_payload_and_comes_out_quiet():
     """IEEE 754's exp(NaN): a quiet NaN stays as it is, a signalling one is quieted (sign and payload kept)."""
     x = np.array([0x7FC00000, 0xFFC00000, 0x7FC12345, 0xFFFFFFFF, 0x7FA00001, 0xFF800001, 0x7F800002], np.uint32)
     want = x | np.uint32(0x00400000)
     np.testing.assert_array_equal(_ours(x.view(np.float32)).view(np.uint32), want)
     np.testing.assert_array_equal(exp_values(x.view(np.float32)).view(np.uint32), want)
+
 
 def test_subnormal_results_are_graded(sample):
     """Results between the smallest subnormal and the smallest normal come out subnormal, within the bound."""
