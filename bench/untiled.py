@@ -2,9 +2,14 @@
 no UB, no tiles, no instruction boundaries: what a plain fused kernel reaches on this host. The benchmark puts
 it beside tilesim's tiled kernel ("numba untiled"); the gap between the two is what emulating the tiles costs.
 
-Per row: pass 1 accumulates dgamma and ``dy * gamma * x * rstd`` (summed in 64-lane blocks, then in order);
-pass 2 writes ``dx = (dy * gamma - x * rstd * mean) * rstd``. The rows are split over the host threads, each
-with its own dgamma partial, added at the end. bf16 is widened and rounded back (RINT) in the loops.
+Per row: pass 1 accumulates dgamma and ``dy * gamma * x * rstd``, the latter into 64 lane sums (element j into
+lane j mod 64, as a vector unit would; the lanes added in order at the end); pass 2 writes
+``dx = (dy * gamma - x * rstd * mean) * rstd``. The rows are split over the host threads, each with its own dgamma
+partial, added at the end. bf16 is widened and rounded back (RINT) in the loops.
+
+The lane sums are what let LLVM vectorise pass 1: summed in one chain (each 64-element block's ``.sum()``, then
+the blocks in order), every add waited for the one before, and the baseline ran 1.3x (fp32) to 1.7x (bf16)
+slower on the Zen 3 host: 10.4 -> 7.8 ms and 9.0 -> 5.3 ms on [4096, 4096].
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from numba.extending import overload
 
 from tilesim.intrinsics import bf16_nearest_bits, bf16_widen_bits, f32_as_u32, u32_as_f32
 
-BLOCK = 64  # lanes per partial sum of the row reduction
+BLOCK = 64  # lane sums of the row reduction
 
 
 def _widen(v):
@@ -49,17 +54,25 @@ def _rms_norm_grad(dy, x, rstd, gamma, dx, partials):
     for p in prange(parts):
         dg = partials[p]
         dg[:] = 0
-        t = np.empty(d, np.float32)
+        lanes = np.empty(BLOCK, np.float32)
+        body = d - d % BLOCK
         for i in range(n * p // parts, n * (p + 1) // parts):
             rv = rstd[i]
-            for j in range(d):
+            lanes[:] = 0
+            for j0 in range(0, body, BLOCK):
+                for k in range(BLOCK):
+                    xn = _widen(x[i, j0 + k]) * rv
+                    g = _widen(dy[i, j0 + k])
+                    dg[j0 + k] += g * xn
+                    lanes[k] += g * gamma[j0 + k] * xn
+            for j in range(body, d):
                 xn = _widen(x[i, j]) * rv
                 g = _widen(dy[i, j])
                 dg[j] += g * xn
-                t[j] = g * gamma[j] * xn
+                lanes[j - body] += g * gamma[j] * xn
             s = np.float32(0)
-            for j0 in range(0, d, BLOCK):
-                s += t[j0:min(j0 + BLOCK, d)].sum()
+            for k in range(BLOCK):
+                s += lanes[k]
             mean = s * inv_d
             for j in range(d):
                 xn = _widen(x[i, j]) * rv
