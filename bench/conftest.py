@@ -20,7 +20,12 @@ most the memory gave in this run, so the shares err low), and ``probe_runs`` in 
 A tilesim row whose ``extra_info`` has the emulated kernel's own traffic (``gm_bytes``, ``ub_bytes``: see
 ``bench.record.kernel_traffic``) also shows GM/op and UB/op, those bytes over the op's, and GM % probe, the
 kernel's GM bytes per second as a share of the probe: a low % of probe with a high GM/op is the kernel's design
-(it moves more than the op needs), with a high UB/op the emulated vector passes.
+(it moves more than the op needs), with a high UB/op the emulated vector passes. Given the rows of the vector pass
+(``bench.instructions.vector_pass``) and of the probe on one thread, timed in every bench file like the probe
+(the fastest run kept), it also shows its floor (``_floor_s``): the least time this host can take to emulate the
+kernel instruction by instruction, as the share of the probe it would reach (``floor %``) and over the median
+(``of floor``); a share target above its floor % is out of reach of any such emulation here, and the targets
+section says so.
 
 Sections by benchmark group: ``small calls`` (test_bench_small_calls.py), ``scaling`` (test_bench_scaling.py),
 ``startup`` (test_bench_startup.py); every other group is a row of the main table.
@@ -36,8 +41,13 @@ from typing import Any
 
 import numba
 
+from bench.record import REPEAT_BYTES
+
 RESULTS = Path(__file__).with_name("results.json")
 PROBE_OP = "bandwidth probe"
+PROBE1_OP = "probe, one thread"  # the triad on one host thread
+PASS_OP = "vector pass"  # the cheapest emulated vector pass (bench.instructions.vector_pass)
+HOST_OPS = (PROBE_OP, PROBE1_OP, PASS_OP)  # what the host can do, timed in every bench file: the fastest run kept
 TORCH_OP = "torch"  # prefix of the torch baseline's op name ("torch autograd", "torch aten")
 NUMPY_OP = "numpy"  # prefix of the numpy baseline's op name
 UNTILED_OP = "numba untiled"  # a hand-written fused Numba kernel of the same op (bench/untiled.py)
@@ -54,6 +64,7 @@ OTHER_PCT = 40.0  # swiglu_grad, nsa_compress_grad: % of the probe, any dtype
 CHECKED_MAX = 5.0  # checked median / fast median: issue 9 (shadow state and race checks) raised issue 7's 3
 SMALL_MAX_US = 200.0  # per small call
 WARM_MAX_S = 1.5  # warm start: process start to the first result
+BELOW = " < target"  # a share target above its floor
 
 
 def _section(group: str | None) -> str:
@@ -74,18 +85,19 @@ def _rows(config: Any) -> list[dict[str, Any]]:
         return []
     rows = []
     ran = [b for b in bs.benchmarks if "op" in b.extra_info and b]
-    probes = [b for b in ran if b.extra_info["op"] == PROBE_OP]  # in the order they ran
-    fastest = min(probes, key=lambda b: b.stats.median, default=None)
+    runs = {op: [b for b in ran if b.extra_info["op"] == op] for op in HOST_OPS}  # in the order they ran
+    fastest = {op: min(bs_, key=lambda b: b.stats.median, default=None) for op, bs_ in runs.items()}
     for bench in ran:
         info = bench.extra_info
-        probe = info["op"] == PROBE_OP
-        if probe and bench is not fastest:
+        host = info["op"] in HOST_OPS
+        if host and bench is not fastest[info["op"]]:
             continue
-        if probe:
+        if info["op"] == PROBE_OP:
+            probes = runs[PROBE_OP]
             info = {**info, "probe_runs": len(probes),
                     "probe_gbs": [round(info["bytes"] / float(b.stats.median) / 1e9, 2) for b in probes]}
         median = float(bench.stats.median)
-        kernel = "-" if probe else info.get("kernel") or (bench.group or "").split(" ")[0]
+        kernel = "-" if host else info.get("kernel") or (bench.group or "").split(" ")[0]
         nbytes = info.get("bytes")
         rows.append({"section": _section(bench.group), "kernel": kernel, "op": info["op"], "dtype": info["dtype"],
                      "shape": info.get("shape"), "group": bench.group, "test": bench.fullname,
@@ -94,6 +106,8 @@ def _rows(config: Any) -> list[dict[str, Any]]:
                      "gbs": None if nbytes is None else nbytes / median / 1e9, "timed": info.get("timed"),
                      "info": {k: v for k, v in info.items() if k not in ("op", "dtype", "shape", "bytes", "timed")}})
     probe = next((r["gbs"] for r in rows if r["op"] == PROBE_OP), None)
+    probe1 = next((r["gbs"] for r in rows if r["op"] == PROBE1_OP), None)
+    repeat_s = next((r["median_ms"] / 1e3 / r["info"]["repeats"] for r in rows if r["op"] == PASS_OP), None)
     main = [r for r in rows if r["section"] == "main"]
     torch_ms = {r["group"]: r["median_ms"] for r in main if r["op"].startswith(TORCH_OP)}
     torch_paired = {r["group"]: r["info"]["paired_speedup"] for r in main
@@ -102,8 +116,9 @@ def _rows(config: Any) -> list[dict[str, Any]]:
     untiled_ms = {r["group"]: r["median_ms"] for r in main if r["op"] == UNTILED_OP}
     checked_ms = {r["group"]: r["median_ms"] for r in main if r["op"] == CHECKED_OP}
     for r in rows:
-        r["pct_of_probe"] = 100.0 * r["gbs"] / probe if probe and r["gbs"] is not None else None
-        main_row = r["section"] == "main" and r["op"] != PROBE_OP
+        main_row = r["section"] == "main" and r["op"] not in HOST_OPS
+        r["pct_of_probe"] = 100.0 * r["gbs"] / probe if probe and r["gbs"] is not None and r["op"] != PASS_OP \
+            else None
         t, n = (torch_ms.get(r["group"]), numpy_ms.get(r["group"])) if main_row else (None, None)
         r["speedup_vs_torch"] = t / r["median_ms"] if t else None
         r["paired_vs_torch"] = torch_paired.get(r["group"]) if main_row and r["op"] == FAST_OP else None
@@ -117,6 +132,10 @@ def _rows(config: Any) -> list[dict[str, Any]]:
         r["gm_over_op"] = gm / r["bytes"] if own else None
         r["ub_over_op"] = ub / r["bytes"] if own and ub is not None else None
         r["gm_pct_of_probe"] = 100.0 * gm / (r["median_ms"] / 1e3) / 1e9 / probe if own and probe else None
+        floor = _floor_s(gm, ub, repeat_s, probe, probe1) if own and r["op"] == FAST_OP else None
+        r["floor_ms"] = None if floor is None else floor * 1e3
+        r["floor_pct"] = None if floor is None else 100.0 * r["bytes"] / floor / 1e9 / probe
+        r["of_floor"] = None if floor is None else floor * 1e3 / r["median_ms"]
         if r["section"] == "small":
             r["median_us"] = r["median_ms"] * 1e3
         if r["section"] == "scaling":
@@ -127,9 +146,22 @@ def _rows(config: Any) -> list[dict[str, Any]]:
         return (0 if op == FAST_OP else 1 if op == CHECKED_OP else 2 if op == UNTILED_OP
                 else 3 if op.startswith(NUMPY_OP) else 4 if op.startswith(TORCH_OP) else 9)
 
-    rows.sort(key=lambda r: (r["op"] == PROBE_OP, r["kernel"], r["dtype"], r["info"].get("elements", 0),
-                             list(r["shape"] or []), order(r["op"]), r["op"]))
+    rows.sort(key=lambda r: (r["op"] in HOST_OPS, r["op"] == PROBE_OP, r["kernel"], r["dtype"],
+                             r["info"].get("elements", 0), list(r["shape"] or []), order(r["op"]), r["op"]))
     return rows
+
+
+def _floor_s(gm_bytes: int, ub_bytes: int | None, repeat_s: float | None, probe_gbs: float | None,
+             probe1_gbs: float | None) -> float | None:
+    """The least time an emulation of the kernel, instruction by instruction, can take on this host. A host thread
+    runs its cores' copies and their instructions one after the other, so with the work split evenly over the
+    threads each takes its share of the vector repeats at the cheapest pass's cost plus its share of the GM bytes
+    at one thread's bandwidth (``probe1_gbs``), the other threads computing meanwhile; and all of them together
+    move the GM bytes no faster than the probe. Optimistic on purpose: every repeat as cheap as a Muls in L1."""
+    if ub_bytes is None or repeat_s is None or not probe_gbs or not probe1_gbs:
+        return None
+    per_thread = (ub_bytes / REPEAT_BYTES * repeat_s + gm_bytes / (probe1_gbs * 1e9)) / numba.config.NUMBA_NUM_THREADS
+    return max(per_thread, gm_bytes / (probe_gbs * 1e9))
 
 
 def _fmt(v: float | None, spec: str, unit: str = "") -> str:
@@ -167,7 +199,9 @@ def _targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         need = NORM_PCT.get(r["dtype"]) if r["kernel"] in NORMS else OTHER_PCT
         pct = r["pct_of_probe"]
         if need is not None and pct is not None:
-            add(subject, "% of probe", pct, need, pct >= need, f"{pct:.1f}%", f">= {need:.0f}%")
+            floor = r.get("floor_pct")
+            add(subject, "% of probe", pct, need, pct >= need, f"{pct:.1f}%",
+                f">= {need:.0f}%" + ("" if floor is None else f"  (floor {floor:.1f}%{BELOW * (floor < need)})"))
         vt, paired = r["speedup_vs_torch"], r["paired_vs_torch"]
         if paired is not None:  # the figure this VM's drift does not move: see bench.record.pair_with_fast
             add(subject, "vs torch, paired", paired, 1.0, paired > 1.0, f"{paired:.2f}x", "> 1x")
@@ -194,7 +228,7 @@ def _main_table(tr: Any, rows: list[dict[str, Any]]) -> None:
     sw = max(len("shape"), *(len(_shape(r["shape"])) for r in rows))
     head = (f"{'kernel':<{kw}} {'shape':<{sw}} {'op':<16} {'dtype':<6} {'median ms':>10} {'GB/s':>7} {'% probe':>8} "
             f"{'vs torch':>9} {'paired':>7} {'vs numpy':>9} {'vs untiled':>10} {'checked/fast':>12} {'GM/op':>6} "
-            f"{'GM % probe':>10} {'UB/op':>6}")
+            f"{'GM % probe':>10} {'UB/op':>6} {'floor %':>8} {'of floor':>8}")
     tr.write_line(head)
     tr.write_line("-" * len(head))
     for r in rows:
@@ -204,9 +238,10 @@ def _main_table(tr: Any, rows: list[dict[str, Any]]) -> None:
         vu, cf = _fmt(r["speedup_vs_untiled"], ".2f", "x"), _fmt(r["checked_over_fast"], ".2f", "x")
         gm, gp, ub = (_fmt(r["gm_over_op"], ".2f", "x"), _fmt(r["gm_pct_of_probe"], ".1f", "%"),
                       _fmt(r["ub_over_op"], ".1f", "x"))
+        fp, of = _fmt(r.get("floor_pct"), ".1f", "%"), _fmt(r.get("of_floor"), ".2f")
         tr.write_line(f"{r['kernel']:<{kw}} {_shape(r['shape']):<{sw}} {r['op']:<16} {r['dtype']:<6} "
                       f"{r['median_ms']:>10.2f} {_fmt(r['gbs'], '.2f'):>7} {pct:>8} {vt:>9} {vp:>7} {vn:>9} {vu:>10} "
-                      f"{cf:>12} {gm:>6} {gp:>10} {ub:>6}")
+                      f"{cf:>12} {gm:>6} {gp:>10} {ub:>6} {fp:>8} {of:>8}")
     tr.write_line("GB/s = bytes the op must move (each input read once, each output written once; see each bench's "
                   "op_bytes) / median; probe = triad, 2 reads + 1 write; vs torch / vs numpy = that baseline's "
                   "median / this median, same kernel, dtype and shape (> 1: faster); paired = torch's time / this "
@@ -216,7 +251,12 @@ def _main_table(tr: Any, rows: list[dict[str, Any]]) -> None:
                   "checks=True / median with checks=False, same call; GM/op = the GM bytes the emulated kernel "
                   "moved (MTE2 reads + MTE3 writes, atomic adds included, from its counters) / the bytes the op must "
                   "move; GM % probe = those kernel bytes / median, as a share of the probe; UB/op = the UB bytes its "
-                  "vector instructions covered (256 B a repeat) / the bytes the op must move")
+                  "vector instructions covered (256 B a repeat) / the bytes the op must move; floor % = the share of "
+                  "the probe this kernel could reach here at best when emulated instruction by instruction: on each "
+                  f"of {numba.config.NUMBA_NUM_THREADS} threads its share of the repeats at the vector pass's cost "
+                  "(the cheapest: Muls in L1) plus its share of the GM bytes at the one-thread probe's speed, and no "
+                  "faster than the probe; of floor = that least time / the median (1.00: at the floor); vector "
+                  "pass GB/s = the UB it covers a second")
     runs = next((r["info"]["probe_gbs"] for r in rows if r["op"] == PROBE_OP and r["info"].get("probe_runs", 0) > 1),
                 None)
     if runs:
@@ -280,6 +320,10 @@ def _targets_lines(tr: Any, targets: list[dict[str, Any]]) -> None:
                       f"{t['shown']:>10}  {t['limit_shown']}")
     passed = sum(1 for t in targets if t["pass"])
     tr.write_line(f"{passed} of {len(targets)} pass")
+    beyond = sum(1 for t in targets if BELOW in t["limit_shown"])
+    if beyond:
+        tr.write_line(f"{beyond} share targets lie above their floor: no emulation that runs the kernel's "
+                      "instructions one by one reaches them on this host")
 
 
 def _threading_layer() -> str | None:

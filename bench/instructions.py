@@ -16,6 +16,8 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from numba import njit
 
@@ -31,6 +33,8 @@ INSTRUCTIONS = ["Mul", "Muls", "Duplicate", "WholeReduceSum levels", "Cast bf16-
                 "Cast fp16->fp32", "Cast fp32->fp16 RINT"]
 CALLS = 20_000
 SLOT = 64 * 1024  # bytes per operand buffer: room for 16384 fp32 lanes
+PASS_LANES = 2048  # vector_pass: both operands in a 32 KiB L1d, few calls' fixed costs per repeat
+REPEAT_LANES = 64  # fp32 lanes per 256 B repeat
 
 
 @njit(cache=True)
@@ -58,20 +62,36 @@ def _loop(arena, plan, cnt, err, checks, which, n, calls):
             cast_from_f32(core, c, a, n, KIND_FP16, CAST_RINT)
 
 
-def measure(lanes: list[int]) -> list[tuple[str, int, float, float]]:
-    """(instruction, lanes, fast ns, checked ns) per call."""
+def _args(which: int, n: int, checks: bool) -> tuple[Any, ...]:
+    """``_loop``'s arguments but the call count: one core's UB with three operand buffers, instruction ``which``
+    over ``n`` lanes, in the fast (``checks`` False) or the checked build."""
     soc = get_soc("Ascend910B1")
     plan = UbPlan(soc.ub_size)
     for name in ("a", "b", "c"):
         plan.add(name, SLOT)
     plan.check()
+    launch = prepare("instructions", soc, None, plan, 1, checks, [])
+    return launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks, which, n
+
+
+def vector_pass(lanes: int = PASS_LANES, calls: int = CALLS) -> tuple[Callable[[], None], int]:
+    """The cheapest emulated vector pass on this host, to time: a call that runs ``calls`` fast-build Muls over
+    ``lanes`` fp32 lanes (two operands in L1 at the default 2048: 16 KiB), and the 256 B repeats it covers. Muls
+    costs the least per repeat of the instructions above (one load and one store a lane), so a kernel's repeats
+    times its cost is a floor under the kernel's vector time (the bench summary's ``floor``)."""
+    args = _args(INSTRUCTIONS.index("Muls"), lanes, False)
+    _loop(*args, 10)  # compile or load the cache
+    return lambda: _loop(*args, calls), calls * (lanes // REPEAT_LANES)
+
+
+def measure(lanes: list[int]) -> list[tuple[str, int, float, float]]:
+    """(instruction, lanes, fast ns, checked ns) per call."""
     rows = []
     for which, name in enumerate(INSTRUCTIONS):
         for n in lanes:
             ns = []
             for checks in (False, True):
-                launch = prepare("instructions", soc, None, plan, 1, checks, [])
-                args = (launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks, which, n)
+                args = _args(which, n, checks)
                 _loop(*args, 10)  # compile or load the cache
                 runs = []
                 for _ in range(5):

@@ -28,7 +28,11 @@ import torch
 
 import kernels
 from bench.record import kernel_traffic, pair_with_fast, record, remember_fast, torch_threads
-from bench.test_bench_rms_norm_grad import test_bandwidth_probe  # noqa: F401  (collected here too)
+from bench.test_bench_rms_norm_grad import (  # noqa: F401  (collected here too)
+    test_bandwidth_probe,
+    test_bandwidth_probe_one_thread,
+    test_vector_pass,
+)
 
 N, C, HXW, GROUPS = 32, 512, 64 * 64, 32
 EPS = 1e-5  # torch.nn.GroupNorm's default, for the forward's rstd

@@ -35,7 +35,11 @@ import torch
 
 import kernels
 from bench.record import kernel_traffic, pair_with_fast, record, remember_fast, torch_threads
-from bench.test_bench_rms_norm_grad import test_bandwidth_probe  # noqa: F401  (collected here too)
+from bench.test_bench_rms_norm_grad import (  # noqa: F401  (collected here too)
+    test_bandwidth_probe,
+    test_bandwidth_probe_one_thread,
+    test_vector_pass,
+)
 
 CUM = (2048, 4096, 6144, 8192)  # act_seq_len: cumulative ends of the 4 sequences
 T, N, D = CUM[-1], 32, 128

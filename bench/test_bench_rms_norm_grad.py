@@ -29,7 +29,8 @@ import torch
 import kernels
 from bench import untiled
 from bench.bandwidth import make_arrays, triad, triad_bytes
-from bench.record import kernel_traffic, pair_with_fast, record, remember_fast, torch_threads
+from bench.instructions import PASS_LANES, vector_pass
+from bench.record import REPEAT_BYTES, kernel_traffic, pair_with_fast, record, remember_fast, torch_threads
 from tilesim.precision import compare
 
 SHAPES = ((4096, 4096), (16384, 1024))  # (N, D): the standard shapes, 16 M elements each
@@ -155,18 +156,41 @@ def test_torch_autograd(benchmark, dtype, shape):
     assert dx.dtype == tdt and dx.shape == (n, d) and dw.shape == (d,)
 
 
-@pytest.mark.benchmark(group="memory bandwidth")
-def test_bandwidth_probe(benchmark):
-    """The STREAM triad a = b + s * c over 3 x 256 MiB float32 on all Numba threads: 2 reads + 1 write counted."""
+def _probe(benchmark, op: str, threads: int) -> None:
+    """The STREAM triad a = b + s * c over 3 x 256 MiB float32 on ``threads`` Numba threads: 2 reads + 1 write
+    counted."""
     a, b, c = make_arrays(PROBE_MIB)
     s = np.float32(3.0)
     prev = numba.get_num_threads()
-    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    numba.set_num_threads(threads)
     try:
         triad(a, b, c, s)  # warm-up: compile / load the cache, fault in the pages
         benchmark(triad, a, b, c, s)
     finally:
         numba.set_num_threads(prev)
-    _record(benchmark, "bandwidth probe", "fp32", (a.size,), triad_bytes(a),
-            f"triad a[i] = b[i] + s*c[i], 3 x {PROBE_MIB} MiB, {numba.config.NUMBA_NUM_THREADS} threads")
+    _record(benchmark, op, "fp32", (a.size,), triad_bytes(a),
+            f"triad a[i] = b[i] + s*c[i], 3 x {PROBE_MIB} MiB, {threads} thread{'s' * (threads > 1)}")
     assert a[0] == np.float32(7.0) and a[-1] == np.float32(7.0)
+
+
+@pytest.mark.benchmark(group="memory bandwidth")
+def test_bandwidth_probe(benchmark):
+    """The triad on all Numba threads: the bandwidth every share is taken of."""
+    _probe(benchmark, "bandwidth probe", numba.config.NUMBA_NUM_THREADS)
+
+
+@pytest.mark.benchmark(group="memory bandwidth")
+def test_bandwidth_probe_one_thread(benchmark):
+    """The triad on one thread: what a host thread's copies get while the others compute (the summary's floor)."""
+    _probe(benchmark, "probe, one thread", 1)
+
+
+@pytest.mark.benchmark(group="vector pass")
+def test_vector_pass(benchmark):
+    """The cheapest emulated vector pass (bench.instructions.vector_pass: fast-build Muls over 2048 fp32 lanes in
+    L1, one host thread): the summary's floor takes a kernel's repeats at this cost. Bytes: the UB it covers."""
+    run, repeats = vector_pass()
+    benchmark(run)
+    record(benchmark, "vector pass", "fp32", repeats * REPEAT_BYTES,
+           f"{repeats} repeats of Muls over {PASS_LANES} lanes in one core's UB, one thread", shape=[PASS_LANES],
+           repeats=repeats)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench import record
-from bench.conftest import PROBE_OP, _rows, _targets
+from bench.conftest import BELOW, PASS_OP, PROBE1_OP, PROBE_OP, _rows, _targets
 
 MIB = 1 << 20
 
@@ -87,3 +87,33 @@ def test_pair_with_fast_alternates_the_calls_and_keeps_the_median_ratio(monkeypa
     alone = SimpleNamespace(stats=object(), group="no tilesim call", extra_info={})
     record.pair_with_fast(alone, timed("base", lambda k: 3.0))
     assert "paired_speedup" not in off.extra_info and "paired_speedup" not in alone.extra_info
+
+
+def test_the_floor_takes_each_thread_s_share_of_the_repeats_and_the_gm_bytes():
+    """A kernel row with its own traffic gets the least time its emulation can take: per host thread, its share
+    of 20 M repeats at 2 ns plus its share of 300 MB at the one-thread probe's 20 GB/s, and never less than the
+    300 MB at the probe's 30 GB/s; the share of the probe at that time is its floor %, and a share target above it
+    is marked. The host rows keep their fastest runs; the vector pass has no share of the probe."""
+    import numba
+
+    probe = _bench(PROBE_OP, 0.100, 3_000_000_000, "probe")  # 30 GB/s
+    probe1 = _bench(PROBE1_OP, 0.150, 3_000_000_000, "probe")  # 20 GB/s
+    passes = [_bench(PASS_OP, t, 100_000 * 256, "vector pass") for t in (0.0004, 0.0002)]  # 100 k repeats
+    for p in passes:
+        p.extra_info["repeats"] = 100_000  # the faster run: 2 ns a repeat
+    op = _bench("tilesim", 0.050, 200_000_000, "rms_norm_grad bf16 [4096, 4096]")
+    op.extra_info.update(gm_bytes=300_000_000, ub_bytes=256 * 20_000_000)
+    config = SimpleNamespace(_benchmarksession=SimpleNamespace(
+        disabled=False, benchmarks=[passes[0], probe, probe1, op, passes[1]]))
+    rows = _rows(config)
+    (p,) = [r for r in rows if r["op"] == PASS_OP]
+    assert p["median_ms"] == pytest.approx(0.2) and p["pct_of_probe"] is None
+    (r,) = [r for r in rows if r["op"] == "tilesim"]
+    threads = numba.config.NUMBA_NUM_THREADS
+    floor_s = max((20_000_000 * 2e-9 + 0.015) / threads, 0.010)  # at most 8 threads: 10 ms, 67 %; 2: 27.5 ms
+    assert r["floor_ms"] == pytest.approx(floor_s * 1e3)
+    assert r["floor_pct"] == pytest.approx(100 * 200_000_000 / floor_s / 30e9)
+    assert r["of_floor"] == pytest.approx(floor_s / 0.050)
+    (share,) = [t for t in _targets(rows) if t["target"] == "% of probe"]
+    assert share["pass"] is False and f"floor {r['floor_pct']:.1f}%" in share["limit_shown"]
+    assert (BELOW in share["limit_shown"]) == (r["floor_pct"] < 50.0)
