@@ -10,7 +10,9 @@ function came with, so that ``perf report`` names them (``tilesim.vector.mul``, 
     python -m bench.profile group_norm_backward bf16 --calls 20 --top 25
     python -m bench.profile rms_norm_grad bf16 --shape 16384,1024 --checks   # another shape, checked mode
 
-A callee LLVM inlined counts as its caller: the names are those of the functions the object code kept. Needs
+A callee LLVM inlined counts as its caller: the names are those of the functions the object code kept. The last
+line sums the shares by kind (:data:`KINDS`): the copies between GM and UB, the vector instructions, the kernel's
+own code and the launch, and the rest. Needs
 ``perf`` (``perf_event_paranoid`` <= 2 lets a user profile their own process); the samples are ``cpu-clock``,
 which works in VMs without hardware counters.
 """
@@ -108,6 +110,25 @@ def readable(sym: str) -> str:
     return name + (" (cpython wrapper)" if "cpython" in parts else "") + (" (cfunc)" if sym.startswith("cfunc") else "")
 
 
+# What an emulated kernel's time goes to, by the prefixes of the function names perf reports.
+KINDS = (("copies", ("__mem", "tilesim.datamove.")),  # DataCopy/DataCopyPad/InitOutput: memmove, memset
+         ("vector", ("tilesim.vector.", "tilesim.cast.", "tilesim.reduce.", "tilesim.expf.",
+                     "tilesim.normalization.", "tilesim.intrinsics.")),
+         ("kernel", ("kernels.", "tilesim.launch.", "tilesim.device.")))  # its own scalar code, the launch
+
+
+def by_kind(rows: list[tuple[float, str]]) -> dict[str, float]:
+    """The shares of ``rows`` (share, function) summed by :data:`KINDS`; ``other`` is the rest of 100 (the host's
+    Python, the allocator, the OS, and the functions under perf's percent limit)."""
+    out = {kind: 0.0 for kind, _ in KINDS}
+    for pct, name in rows:
+        kind = next((k for k, prefixes in KINDS if name.startswith(prefixes)), None)
+        if kind is not None:
+            out[kind] += pct
+    out["other"] = max(0.0, 100.0 - sum(out.values()))
+    return out
+
+
 def demo_case(op: str, dtype: str, shape: tuple[int, ...] | None = None) -> Any:
     """The demo's case of ``op`` in ``dtype``, any dtype the op takes (``kernels.ops.OPS``): its maker on
     ``shape``, or on the demo's shape for the op (that of the dtype where the demo runs it, else of the op's first
@@ -180,6 +201,7 @@ def main(argv: list[str]) -> None:
     print(f"{'share':>7}  function (samples of the loop only)")
     for pct, name in rows[:a.top]:
         print(f"{pct:6.2f}%  {name}")
+    print("by kind: " + ", ".join(f"{kind} {pct:.1f}%" for kind, pct in by_kind(rows).items()))
 
 
 if __name__ == "__main__":

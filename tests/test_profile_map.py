@@ -56,3 +56,15 @@ def test_a_case_runs_the_demos_maker_on_the_shape_asked_for():
         demo_case("no_such_op", "fp32")
     with pytest.raises(SystemExit, match="no demo case for rms_norm_grad fp64; there are: "):
         demo_case("rms_norm_grad", "fp64")
+
+
+def test_the_shares_add_up_by_kind():
+    """The last line of a profile: copies (memmove and the movers), vector instructions (the primitives, casts,
+    reductions, the normalization APIs), the kernel's own code and the launch; the rest of 100 is other."""
+    from bench.profile import by_kind
+
+    rows = [(40.0, "__memmove_avx_unaligned_erms"), (5.0, "tilesim.datamove._write_gm"), (20.0, "tilesim.vector.mul"),
+            (6.0, "tilesim.cast._widen_blocks"), (4.0, "tilesim.reduce._tree64"), (3.0, "kernels.rms_norm_grad._cores"),
+            (2.0, "_PyEval_EvalFrameDefault")]
+    kinds = by_kind(rows)
+    assert kinds == pytest.approx({"copies": 45.0, "vector": 30.0, "kernel": 3.0, "other": 22.0})
