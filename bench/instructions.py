@@ -77,8 +77,9 @@ def _args(which: int, n: int, checks: bool) -> tuple[Any, ...]:
 def vector_pass(lanes: int = PASS_LANES, calls: int = CALLS) -> tuple[Callable[[], None], int]:
     """The cheapest emulated vector pass on this host, to time: a call that runs ``calls`` fast-build Muls over
     ``lanes`` fp32 lanes (two operands in L1 at the default 2048: 16 KiB), and the 256 B repeats it covers. Muls
-    costs the least per repeat of the instructions above (one load and one store a lane), so a kernel's repeats
-    times its cost is a floor under the kernel's vector time (the bench summary's ``floor``)."""
+    is the cheapest per repeat of the instructions above at 2048 lanes (one load and one store a lane; the bf16
+    widening, which loads half the bytes, comes within 5 %), so a kernel's repeats times its cost is a floor under
+    the kernel's vector time (the bench summary's ``floor``)."""
     args = _args(INSTRUCTIONS.index("Muls"), lanes, False)
     _loop(*args, 10)  # compile or load the cache
     return lambda: _loop(*args, calls), calls * (lanes // REPEAT_LANES)

@@ -1,7 +1,8 @@
 """RmsNormGrad at the two standard shapes, [4096, 4096] and [16384, 1024], on this CPU, side by side: tilesim's tiled
 kernel (fast, and in checked mode), a hand-written untiled Numba kernel of the same math (``bench/untiled.py``:
-what the emulation of tiles costs), the untiled numpy reference, torch autograd, and the host's memory bandwidth
-(the triad probe).
+what the emulation of tiles costs), the untiled numpy reference, torch autograd, and the host's figures that every
+bench file times: the memory bandwidth (the triad probe, on all threads and on one) and the cheapest emulated
+vector pass (the summary's floor).
 
 ``make bench`` (``pytest bench --benchmark-enable``) times them; plain ``pytest bench`` (benchmarks disabled by
 the project's addopts) runs each body once, as a smoke test. Every benchmark stores in ``extra_info`` the bytes
