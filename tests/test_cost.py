@@ -4,6 +4,7 @@ Chrome trace it feeds."""
 from __future__ import annotations
 
 import json
+import tracemalloc
 from dataclasses import replace
 
 import numpy as np
@@ -15,24 +16,21 @@ import kernels
 import tilesim
 import tiling
 from tilesim import launch
-from tilesim.cost import estimate
+from tilesim.cost import estimate, estimate_all, estimated
 from tilesim.cost_params import VEC_CLASSES, CostParams, cost_params
 from tilesim.device import (
     LOG_FIELDS,
     MTE2_BYTES,
     MTE3_BYTES,
     N_COUNTERS,
-    PIPE_MTE2,
-    PIPE_MTE3,
-    PIPE_NAMES,
-    PIPE_SCALAR,
-    PIPE_VECTOR,
     SCALAR_ACCESS,
     VEC_BINARY,
 )
 from tilesim.launch import RunReport
+from tilesim.schedule import PIPE_MTE2, PIPE_MTE3, PIPE_NAMES, PIPE_SCALAR, PIPE_VECTOR
 from tilesim.trace import chrome_trace
 from tilesim.ub import UbPlan
+from tiling.rms_norm_grad import SPLIT_D
 
 # Round figures, so that schedules can be worked out by hand: 1 GHz (a cycle is a ns), 1 GB/s per MTE (a byte
 # is a cycle), no launch or SyncAll cost unless a test sets one.
@@ -44,9 +42,13 @@ P = CostParams(family="test", clock_ghz=1.0, gm_bandwidth_gbs=1e9, mte2_core_gbs
 X, Z = 0, 1  # UB buffers of the hand-made logs: an input queue and an output queue
 
 
+SLOTS = 4  # per buffer of :func:`report`'s plan
+
+
 def slot(buf: int, k: int) -> int:
-    """The log's name of slot ``k`` of buffer ``buf`` of :func:`report`'s plan (1 KiB slots, two per buffer)."""
-    return buf << 32 | (buf * 2048 + k * 1024)
+    """The log's name of slot ``k`` of buffer ``buf`` of :func:`report`'s plan (1 KiB slots, SLOTS per buffer)."""
+    assert 0 <= k < SLOTS
+    return buf << 32 | (buf * SLOTS * 1024 + k * 1024)
 
 
 def mte2(dst: int, nbytes: int, gm: int = 0) -> list[int]:
@@ -80,8 +82,8 @@ def report(*phases: list[list[list[int]]], soc: str = "Ascend910B1") -> RunRepor
         for p, col in ((PIPE_MTE2, MTE2_BYTES), (PIPE_MTE3, MTE3_BYTES)):
             counters[c, col] = log[log[:, 0] == p, 2].sum()
     plan = UbPlan(capacity=196608)
-    plan.add("x", 1024, 2)
-    plan.add("z", 1024, 2)
+    plan.add("x", 1024, SLOTS)
+    plan.add("z", 1024, SLOTS)
     return RunReport(op="hand", soc=soc, tiling=None, ub_plan=plan, block_dim=cores, counters=counters,
                      workspace_size=0, checks=False, wall_s=0.0, gm_names=["in", "out"], log=logs, phase_ends=ends)
 
@@ -224,6 +226,99 @@ def test_a_log_that_outgrows_its_room_is_rerun_whole(rms_inputs, monkeypatch):
     out, runs = tilesim.recorded(lambda: kernels.rms_norm_grad(*rms_inputs))
     assert max(len(x) for x in runs[0].log) == need
     np.testing.assert_array_equal(out[0], kernels.rms_norm_grad(*rms_inputs)[0])
+
+
+def test_the_log_room_is_remembered_per_tiling_not_per_op(rms_inputs, monkeypatch):
+    """A recorded 1-core tiling needs a long log per core; a 48-core tiling of the same op recorded next must not
+    be given that room for each of its cores (it asked for gigabytes at production shapes)."""
+    monkeypatch.setattr(launch, "_forced_checks", [False])
+    monkeypatch.setattr(launch, "_log_room", {})
+    one = tiling.rms_norm_grad(*rms_inputs, core_num=1, tiling_key=SPLIT_D, ub_factor=64)
+    tilesim.recorded(lambda: kernels.rms_norm_grad(*rms_inputs, tiling=one))
+    assert list(launch._log_room) == [("rms_norm_grad", 1, one)]
+    assert launch._log_room["rms_norm_grad", 1, one] > 8 * launch.LOG_ROOM
+    many = tiling.rms_norm_grad(*rms_inputs)
+    with tilesim.capture(log=True) as runs:
+        kernels.rms_norm_grad(*rms_inputs, tiling=many)
+    assert runs[0].block_dim == 48 and runs[0].log is not None
+    assert launch._local.pool["log"].nbytes < 48 * 2 * launch.LOG_ROOM * LOG_FIELDS * 8  # not 48 x 1-core's room
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# launches that schedule themselves while they run (tilesim.cost.estimated)
+
+SMALL = {"rms_norm_grad": (50, 200), "group_norm_backward": (3, 64, 36), "swiglu_grad": (26, 200),
+         "layer_norm_grad": (50, 200), "nsa_compress_grad": (256, 4, 32)}
+
+
+@pytest.mark.parametrize("op", sorted(SMALL))
+def test_a_launch_scheduled_while_it_runs_matches_its_recorded_log(op, monkeypatch):
+    """Every candidate of every op: the estimate made while the kernel runs is the log's replay, bit for bit (the
+    same step, the same state, the same MTE rates from the fast run's counters as from the log)."""
+    monkeypatch.setattr(launch, "_forced_checks", [False])  # a checked launch logs instead
+    from kernels.ops import OPS
+
+    spec = OPS[op]
+    soc = tilesim.get_soc("Ascend910B1")
+    inputs = spec.make_inputs(SMALL[op], spec.dtypes[-1], 0)
+    for c in spec.candidates(inputs, soc):
+        def call(c=c):
+            return spec.run(inputs, c.tiling, soc)
+
+        rec, logged = tilesim.recorded(call)
+        out, online = estimated(call)
+        for a, b in zip(rec, out, strict=True):
+            np.testing.assert_array_equal(a, b)
+        for x, y in zip(estimate_all(logged, stages=False), online, strict=True):
+            assert (x.total_us, x.phase_us) == (y.total_us, y.phase_us), c.params
+            np.testing.assert_array_equal(x.core_us, y.core_us)
+            np.testing.assert_array_equal(x.pipe_us, y.pipe_us)
+            assert y.stages == []
+
+
+def test_a_scheduled_launch_keeps_no_log(rms_inputs, monkeypatch):
+    """Memory does not grow with the instructions: a tiling issuing twenty times the instructions of another
+    allocates no more while it schedules itself (tracemalloc sees numpy's allocations)."""
+    monkeypatch.setattr(launch, "_forced_checks", [False])
+    peaks, issued = [], []
+    for t in (tiling.rms_norm_grad(*rms_inputs), tiling.rms_norm_grad(*rms_inputs, core_num=1, tiling_key=SPLIT_D,
+                                                                       ub_factor=64)):
+        def call(t=t):
+            return kernels.rms_norm_grad(*rms_inputs, tiling=t)
+
+        with tilesim.capture() as fast:
+            out = call()
+        _, rec = tilesim.recorded(call)
+        issued.append(sum(len(x) for x in rec[0].log))
+        tracemalloc.start()
+        with launch.scheduled(fast) as runs:
+            call()
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert runs[0].log is None and runs[0].schedule is not None and out[0].nbytes < peaks[-1]
+    assert issued[1] > 20 * issued[0]
+    assert peaks[1] < peaks[0] + 64 * 1024 < issued[1] * LOG_FIELDS * 8
+
+
+def test_a_call_scheduled_by_another_calls_fast_run_is_refused(rms_inputs, monkeypatch):
+    monkeypatch.setattr(launch, "_forced_checks", [False])
+    with tilesim.capture() as fast:
+        kernels.rms_norm_grad(*rms_inputs, tiling=tiling.rms_norm_grad(*rms_inputs, core_num=4))
+    with pytest.raises(RuntimeError, match="must launch exactly as the captured one"):
+        estimated(lambda: kernels.rms_norm_grad(*rms_inputs), fast)
+    with pytest.raises(RuntimeError, match="more kernels than the fast run"):
+        estimated(lambda: kernels.rms_norm_grad(*rms_inputs), [])
+
+
+def test_a_scheduled_report_refuses_other_figures(rms_inputs, monkeypatch):
+    monkeypatch.setattr(launch, "_forced_checks", [False])
+    with tilesim.capture() as fast:
+        kernels.rms_norm_grad(*rms_inputs)
+    with launch.scheduled(fast) as runs:
+        kernels.rms_norm_grad(*rms_inputs)
+    assert estimate(runs[0]).total_us > 0
+    with pytest.raises(ValueError, match=r"need its instruction log \(tilesim.recorded\)"):
+        estimate(runs[0], replace(cost_params("Ascend910B1"), launch_us=0.0))
 
 
 def test_recording_does_not_change_the_results(rms_inputs):

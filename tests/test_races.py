@@ -14,15 +14,12 @@ from tilesim.device import (
     MTE2_BYTES,
     MTE3_BYTES,
     N_COUNTERS,
-    PIPE_MTE2,
-    PIPE_MTE3,
-    PIPE_SCALAR,
-    PIPE_VECTOR,
     SCALAR_ACCESS,
     VEC_BINARY,
 )
 from tilesim.launch import RunReport
 from tilesim.races import Race, find_races
+from tilesim.schedule import PIPE_MTE2, PIPE_MTE3, PIPE_SCALAR, PIPE_VECTOR
 from tilesim.ub import UbPlan
 
 A, B = 0, 1  # GM tensor tags of the hand-made reports

@@ -1,8 +1,11 @@
 """The NPU cost model: estimated AI Core time of a launch, scheduled from the instructions the emulation recorded.
 
-Input is a recorded :class:`~tilesim.launch.RunReport` (``tilesim.recorded(...)`` or ``capture(log=True)``): per
-core, every DataCopy, vector instruction and scalar access in issue order, with its bytes or 256 B repeats and
-the UB queue slots it writes and reads. Nothing here knows an op's formulas.
+The schedule is made one instruction at a time (:func:`tilesim.schedule.step`), per core in issue order: every
+DataCopy, vector instruction and scalar access with its bytes or 256 B repeats and the UB queue slots it writes
+and reads. Either while the kernel runs (:func:`estimated`: no instruction log, so it costs about one more run and
+no memory per instruction), or afterwards from a recorded log (:func:`estimate` of a ``tilesim.recorded(...)``
+report, which also places each instruction for a trace). Both give the same estimate. Nothing here knows an op's
+formulas.
 
 The model, per core and per SyncAll phase:
 
@@ -33,12 +36,14 @@ bandwidth); dtype-dependent vector throughput.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .cost_params import VEC_CLASSES, CostParams, cost_params
+from . import schedule
+from .cost_params import CostParams, cost_params
 from .device import (
     L_AMOUNT,
     L_BURSTS,
@@ -49,18 +54,12 @@ from .device import (
     L_READ1,
     L_WRITE,
     MTE2_PAD_BYTES,
-    PIPE_MTE2,
-    PIPE_MTE3,
-    PIPE_NAMES,
-    PIPE_SCALAR,
-    PIPE_VECTOR,
     VEC_BINARY,
 )
 from .jit import njit
-from .launch import RunReport
+from .launch import MAX_GM_TAGS, RunReport, capture, scheduled
+from .schedule import N_PIPES, N_VEC, PIPE_MTE2, PIPE_MTE3, PIPE_NAMES, PIPE_SCALAR, PIPE_VECTOR, slot_of, step
 from .soc import get_soc
-
-N_PIPES = len(PIPE_NAMES)
 
 
 @dataclass(frozen=True)
@@ -145,94 +144,48 @@ class Estimate:
                 f"padding {self.pad_bytes} B of {self.gm_bytes} B moved")
 
 
-def durations(log: np.ndarray, p: CostParams, mte_gbs: float) -> tuple[np.ndarray, np.ndarray]:
-    """``(occupancy, latency)`` in cycles of each logged instruction, with ``mte_gbs`` the core's share of GM
-    bandwidth: how long it keeps its pipe from taking the next instruction, and how long until its result is
-    there. They differ for vector instructions only: the next one issues once the repeats of this one have
-    entered the pipe, and the start-up delay shows only to an instruction that waits for the result."""
-    pipe, cls, amount = log[:, L_PIPE], log[:, L_CLASS], log[:, L_AMOUNT].astype(np.float64)
-    vec_col = np.clip(cls - VEC_BINARY, 0, len(VEC_CLASSES) - 1)
-    per_repeat = np.array([p.vec_repeat_cycles[c] for c in VEC_CLASSES])[vec_col]
-    startup = np.array([p.vec_startup_cycles[c] for c in VEC_CLASSES])[vec_col]
-    latency = np.where(pipe == PIPE_MTE2, p.mte2_latency_cycles, p.mte3_latency_cycles)
-    mte = latency + (log[:, L_BURSTS] - 1).clip(0) * p.mte_burst_cycles + amount / mte_gbs * p.clock_ghz
-    vec = amount * per_repeat
-    occupancy = np.where(pipe == PIPE_VECTOR, vec, np.where(pipe == PIPE_SCALAR, p.get_value_cycles, mte))
-    return occupancy, occupancy + np.where(pipe == PIPE_VECTOR, startup, 0.0)
-
-
-def _timed(part: np.ndarray, p: CostParams, share: float) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`durations` of one core's phase, its GM share ``share`` (GB/s) split between MTE2 and MTE3 in
-    proportion to the bytes each moves (they draw on the same GM bandwidth), each within its per-core limit."""
-    pipe, amount = part[:, L_PIPE], part[:, L_AMOUNT]
-    b2, b3 = int(amount[pipe == PIPE_MTE2].sum()), int(amount[pipe == PIPE_MTE3].sum())
-    moved = max(b2 + b3, 1)
-    occ, lat = durations(part, p, min(p.mte2_core_gbs, share * max(b2, 1) / moved))
-    out = pipe == PIPE_MTE3
-    if out.any():
-        occ[out], lat[out] = durations(part[out], p, min(p.mte3_core_gbs, share * max(b3, 1) / moved))
-    return occ, lat
-
-
-def _slots(refs: np.ndarray, plan: np.ndarray) -> np.ndarray:
-    """The queue slot each logged UB tensor (``buffer << 32 | address``) lies in, as ``buffer * 2**32 + slot``:
-    the unit the TQue flags synchronise on (-1 stays -1)."""
-    buf = np.where(refs < 0, 0, refs >> 32)
-    addr = refs & 0xFFFFFFFF
-    k = (addr - plan[buf, 0]) // np.maximum(plan[buf, 1], 1)
-    return np.where(refs < 0, -1, (buf << 32) + k)
-
-
-def _dense(ids: np.ndarray) -> tuple[np.ndarray, int]:
-    """Slot or tensor ids renumbered 0..k-1 (-1 stays -1), for the scheduler's tables."""
-    flat = ids.reshape(-1)
-    uniq, inv = np.unique(flat, return_inverse=True)
-    out = inv.astype(np.int64)
-    if uniq.size and uniq[0] == -1:
-        out -= 1
-        return out.reshape(ids.shape), uniq.size - 1
-    return out.reshape(ids.shape), uniq.size
-
-
 @njit(cache=True, host=True)
-def schedule(pipe, write, read0, read1, gm, occ, lat, t0, issue, n_slots, n_gm):
-    """Start and end cycle of each instruction of one core's phase (see the module docstring), from ``t0``:
-    instruction i holds its pipe for ``occ[i]`` cycles and has its result ``lat[i]`` cycles after it starts."""
-    n = pipe.size
-    start = np.empty(n)
-    end = np.empty(n)
-    pipe_free = np.full(4, t0)
-    w_end = np.full(max(n_slots, 1), t0)
-    r_end = np.full(max(n_slots, 1), t0)
-    gm_w = np.full(max(n_gm, 1), t0)
-    issued = t0
-    for i in range(n):
-        issued += issue
-        t = max(issued, pipe_free[pipe[i]])
-        for r in (read0[i], read1[i]):
-            if r >= 0:
-                t = max(t, w_end[r])
-        w = write[i]
-        if w >= 0:
-            t = max(t, max(w_end[w], r_end[w]))
-        g = gm[i]
-        if g >= 0 and pipe[i] == PIPE_MTE2:
-            t = max(t, gm_w[g])
-        e = t + lat[i]
-        start[i] = t
-        end[i] = e
-        pipe_free[pipe[i]] = t + occ[i]
-        for r in (read0[i], read1[i]):
-            if r >= 0:
-                r_end[r] = max(r_end[r], e)
-        if w >= 0:
-            w_end[w] = e
-            r_end[w] = e
-        if g >= 0 and pipe[i] == PIPE_MTE3:
-            gm_w[g] = e
-        if pipe[i] == PIPE_SCALAR:
-            issued = e
-    return start, end
+def _replay(f, plan, base, n_slots, part, start, free):
+    """:func:`tilesim.schedule.step` over one core's logged instructions of a phase (``part``), from state ``f``;
+    each one's start and the moment it frees its pipe into ``start`` and ``free``."""
+    for i in range(part.shape[0]):
+        g = part[i, L_GM]
+        start[i], free[i] = step(f, part[i, L_PIPE], min(max(part[i, L_CLASS] - VEC_BINARY, 0), N_VEC - 1),
+                                 part[i, L_AMOUNT], part[i, L_BURSTS], slot_of(plan, base, n_slots, part[i, L_WRITE]),
+                                 slot_of(plan, base, n_slots, part[i, L_READ0]),
+                                 slot_of(plan, base, n_slots, part[i, L_READ1]), g if 0 <= g < MAX_GM_TAGS else -1,
+                                 n_slots)
+
+
+def _replay_log(report: RunReport, p: CostParams,
+                stages: bool) -> tuple[np.ndarray, list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]]:
+    """Schedule a recorded launch's log: ``[phases, block_dim, N_PIPES + 1]`` (each pipe's busy cycles, then the
+    core's span, per phase) and, with ``stages``, each core's phase with its instructions' starts and pipe
+    releases (cycles from the phase's start)."""
+    plan = report.ub_plan.as_array()
+    base, n_slots = schedule.slot_bases(plan)
+    f = np.zeros(schedule.state_words(n_slots, MAX_GM_TAGS))
+    schedule.set_params(f, p)
+    ends, bd = report.phase_ends, report.block_dim
+    out = np.zeros((ends.shape[0], bd, N_PIPES + 1))
+    kept = []
+    for ph in range(ends.shape[0]):
+        lo = ends[ph - 1] if ph else np.zeros(bd, np.int64)
+        parts = [report.log[c][lo[c]:ends[ph, c]] for c in range(bd)]
+        moved = [np.bincount(x[:, L_PIPE], weights=x[:, L_AMOUNT], minlength=N_PIPES) for x in parts]
+        movers = sum(1 for x in parts if ((x[:, L_PIPE] == PIPE_MTE2) | (x[:, L_PIPE] == PIPE_MTE3)).any())
+        for c, part in enumerate(parts):
+            if part.shape[0] == 0:
+                continue
+            schedule.reset(f)
+            f[schedule.F_RATE2], f[schedule.F_RATE3] = schedule.mte_rates(
+                int(moved[c][PIPE_MTE2]), int(moved[c][PIPE_MTE3]), movers, p)
+            start, free = np.empty(part.shape[0]), np.empty(part.shape[0])
+            _replay(f, plan, base, n_slots, part, start, free)
+            out[ph, c] = f[schedule.SPAN_AND_BUSY]
+            if stages:
+                kept.append((c, ph, part, start, free))
+    return out, kept
 
 
 def _stage_name(pipe: int, gm_tags: np.ndarray, gm_names: list[str]) -> str:
@@ -269,58 +222,60 @@ def _stages(core: int, phase: int, log: np.ndarray, start: np.ndarray, busy_end:
 
 
 def estimate(report: RunReport, params: CostParams | None = None, stages: bool = True) -> Estimate:
-    """The estimated NPU time of one recorded launch (``params``: the SoC family's figures by default)."""
-    if report.log is None:
-        raise ValueError(f"{report.op}: the report has no instruction log; run the op under tilesim.recorded(...) "
-                         f"or tilesim.capture(log=True)")
+    """The estimated NPU time of one launch, recorded (``tilesim.recorded``: its log is scheduled now, with
+    ``params``, the SoC family's figures by default; ``stages`` keeps each core's CopyIn/Compute/CopyOut for a
+    trace) or scheduled while it ran (:func:`estimated`: with its SoC's figures, and no stages)."""
     spec = get_soc(report.soc)
     p = cost_params(spec) if params is None else params
+    kept: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]] = []
+    if report.log is not None:
+        phases, kept = _replay_log(report, p, stages)
+    elif report.schedule is not None:
+        if p != report.schedule_params:
+            raise ValueError(f"{report.op}: the launch was scheduled with {report.schedule_params.family}'s "
+                             f"figures while it ran; other figures need its instruction log (tilesim.recorded)")
+        phases = report.schedule
+    else:
+        raise ValueError(f"{report.op}: the report has no instruction log; run the op under tilesim.recorded(...) "
+                         f"or tilesim.capture(log=True), or estimate it with tilesim.cost.estimated(...)")
     hz = p.clock_ghz * 1e3  # cycles per µs
-    bd = report.block_dim
-    logs = report.log
-    ends = report.phase_ends
-    plan = report.ub_plan.as_array()
-    pipe_cyc = np.zeros((bd, N_PIPES))
-    core_cyc = np.zeros(bd)
-    phase_us: list[float] = []
+    spans = phases[:, :, N_PIPES]
+    starts = np.empty(len(phases))  # each phase's start, from the launch's
+    t = p.launch_us * hz
+    for ph in range(len(phases)):
+        starts[ph] = t
+        t += max(0.0, float(spans[ph].max(initial=0.0))) + (p.sync_all_us * hz if ph + 1 < len(phases) else 0.0)
+    phase_us = [max(0.0, float(s.max(initial=0.0))) / hz for s in spans]
     all_stages: list[Stage] = []
-    t0 = p.launch_us * hz
-    for ph in range(ends.shape[0]):
-        lo = ends[ph - 1] if ph else np.zeros(bd, np.int64)
-        hi = ends[ph]
-        parts = [logs[c][lo[c]:hi[c]] for c in range(bd)]
-        movers = sum(1 for x in parts if ((x[:, L_PIPE] == PIPE_MTE2) | (x[:, L_PIPE] == PIPE_MTE3)).any())
-        share = p.gm_bandwidth_gbs / max(movers, 1)
-        phase_end = t0
-        for c, part in enumerate(parts):
-            if part.shape[0] == 0:
-                continue
-            occ, lat = _timed(part, p, share)
-            slots, n_slots = _dense(_slots(part[:, [L_WRITE, L_READ0, L_READ1]], plan))
-            gm, n_gm = _dense(part[:, L_GM])
-            start, end = schedule(part[:, L_PIPE], slots[:, 0], slots[:, 1], slots[:, 2], gm, occ, lat, t0,
-                                  p.scalar_issue_cycles, n_slots, n_gm)
-            phase_end = max(phase_end, float(end.max()))
-            core_cyc[c] += float(end.max()) - t0
-            np.add.at(pipe_cyc[c], part[:, L_PIPE], occ)
-            if stages:
-                all_stages += _stages(c, ph, part, start, start + occ, hz, report.gm_names)
-        phase_us.append((phase_end - t0) / hz)
-        t0 = phase_end + (p.sync_all_us * hz if ph + 1 < ends.shape[0] else 0.0)
-    total = t0 / hz
+    for c, ph, part, start, free in kept:
+        all_stages += _stages(c, ph, part, starts[ph] + start, starts[ph] + free, hz, report.gm_names)
     counters = report.counters
     gm_bytes = int(report.total("mte2_bytes") + report.total("mte3_bytes"))
-    return Estimate(op=report.op, soc=report.soc, block_dim=bd, total_us=total, phase_us=phase_us,
-                    launch_us=p.launch_us, sync_all_us=p.sync_all_us, core_us=core_cyc / hz, pipe_us=pipe_cyc / hz,
-                    ub_used=report.ub_plan.used, ub_size=spec.ub_size,
-                    pad_bytes=int(counters[:, MTE2_PAD_BYTES].sum()), gm_bytes=gm_bytes, stages=all_stages,
-                    tiling=report.tiling)
+    return Estimate(op=report.op, soc=report.soc, block_dim=report.block_dim, total_us=t / hz, phase_us=phase_us,
+                    launch_us=p.launch_us, sync_all_us=p.sync_all_us, core_us=spans.sum(axis=0) / hz,
+                    pipe_us=phases[:, :, :N_PIPES].sum(axis=0) / hz, ub_used=report.ub_plan.used,
+                    ub_size=spec.ub_size, pad_bytes=int(counters[:, MTE2_PAD_BYTES].sum()), gm_bytes=gm_bytes,
+                    stages=all_stages, tiling=report.tiling)
 
 
 def estimate_all(reports: list[RunReport], params: CostParams | None = None,
                  stages: bool = True) -> list[Estimate]:
     """One estimate per recorded launch (an op call that launches more than one kernel has more than one)."""
     return [estimate(r, params, stages) for r in reports]
+
+
+def estimated(call: Callable[[], Any], fast: Sequence[RunReport] | None = None) -> tuple[Any, list[Estimate]]:
+    """``call()``'s result and the estimated NPU time of each of its launches, scheduled while the call runs (no
+    instruction log: memory does not grow with the instructions, and the estimate costs about one fast run more).
+    The model needs each phase's MTE bytes before it schedules the phase: ``fast`` are the reports of the same call
+    made under :func:`tilesim.capture` (the explorer times that run); without them the call runs once more first.
+    No stages: a trace needs the log of :func:`tilesim.recorded`."""
+    if fast is None:
+        with capture() as fast:
+            call()
+    with scheduled(fast) as runs:
+        out = call()
+    return out, estimate_all(runs, stages=False)
 
 
 def total_us(estimates: list[Estimate]) -> float:

@@ -18,6 +18,7 @@ from numba.extending import overload
 
 from .intrinsics import address_as_pointer, copy_bytes
 from .jit import DEVICE_OPTIONS, njit
+from .schedule import F_TABLES, N_VEC, PIPE_MTE2, PIPE_MTE3, PIPE_SCALAR, PIPE_VECTOR, slot_of, step
 from .ub import LocalTensor
 
 # A core: its index, the block's core count, checked mode, and where its memory lies: the UB (``base``, ``ub_size``
@@ -47,21 +48,28 @@ VEC_CAST = 11
 VEC_DUP = 12
 SCALAR_ACCESS = 13  # GetValue / SetValue
 N_COUNTERS = 14
+assert VEC_DUP - VEC_BINARY + 1 == N_VEC, "tilesim.cost_params.VEC_CLASSES names the vector counter columns"
 COUNTER_NAMES = ["mte2_bytes", "mte2_transfers", "mte2_pad_bytes", "mte3_bytes", "mte3_transfers", "atomic_bytes",
                  "vec_binary", "vec_scalar", "vec_unary", "vec_div", "vec_reduce", "vec_cast", "vec_dup",
                  "scalar_access"]
 
-# The instruction log (recording mode, ``tilesim.capture(log=True)``): a core's counter row is then longer than
-# N_COUNTERS. Column LOG_COUNT counts the instructions the core issued, and the log follows, LOG_FIELDS int64 per
-# instruction: its pipe, its class (the counter column it feeds), its amount (bytes for MTE2/MTE3, 256 B repeats
-# for VECTOR, 1 for SCALAR), its bursts (rows of a transfer), the UB tensor it writes and the two it reads
-# (``buffer << 32 | address``, -1 for none), the GM tensor it moves (its tag, -1 for none) and where: the byte
-# offset of its first row, the bytes of a row and the bytes from one row's start to the next. The cost model
-# schedules this log and checked mode looks in it for races between cores; recording it costs one test per
-# instruction when off.
-PIPE_MTE2, PIPE_VECTOR, PIPE_MTE3, PIPE_SCALAR = 0, 1, 2, 3
-PIPE_NAMES = ["MTE2", "VECTOR", "MTE3", "SCALAR"]  # msprof's lane names
+# Recording (``tilesim.capture(log=True)``, checked mode, or a launch that schedules itself): a core's counter row
+# is then longer than N_COUNTERS. Column LOG_COUNT counts the instructions the core issued and REC_MODE says what
+# follows from REC_AT: the instruction log (REC_LOG) or the core's cost-model schedule (REC_SCHEDULE).
+# The log has LOG_FIELDS int64 per instruction: its pipe, its class (the counter column it feeds), its amount
+# (bytes for MTE2/MTE3, 256 B repeats for VECTOR, 1 for SCALAR), its bursts (rows of a transfer), the UB tensor it
+# writes and the two it reads (``buffer << 32 | address``, -1 for none), the GM tensor it moves (its tag, -1 for
+# none) and where: the byte offset of its first row, the bytes of a row and the bytes from one row's start to the
+# next. The cost model replays this log and checked mode looks in it for races between cores.
+# The schedule (:mod:`tilesim.schedule`) is, from REC_AT, the number of queue slots (SCHED_SLOTS), of GM tensors
+# (SCHED_GMS), each plan buffer's first slot id (SCHED_BASE, a word per plan row), then the float64 state
+# :func:`tilesim.schedule.step` advances with every instruction the core issues.
+# Recording costs one test per instruction when off.
 LOG_COUNT = N_COUNTERS
+REC_MODE = LOG_COUNT + 1
+REC_AT = REC_MODE + 1
+REC_LOG, REC_SCHEDULE = 0, 1
+SCHED_SLOTS, SCHED_GMS, SCHED_BASE = 0, 1, 2
 LOG_FIELDS = 11
 L_PIPE, L_CLASS, L_AMOUNT, L_BURSTS, L_WRITE, L_READ0, L_READ1, L_GM, L_GM_OFF, L_GM_ROW, L_GM_STRIDE = \
     range(LOG_FIELDS)
@@ -199,7 +207,10 @@ def _log(core, pipe, cls, amount, bursts, w, r0, r1, gm, gm_off, gm_row, gm_stri
     c = counters_of(core)
     k = c[LOG_COUNT]
     c[LOG_COUNT] = k + 1
-    o = LOG_COUNT + 1 + k * LOG_FIELDS
+    if c[REC_MODE] == REC_SCHEDULE:
+        _schedule(core, c, pipe, cls, amount, bursts, w, r0, r1, gm)
+        return
+    o = REC_AT + k * LOG_FIELDS
     if o + LOG_FIELDS <= c.size:  # a full log counts on; the host reruns with room for all (tilesim.launch)
         c[o + L_PIPE] = pipe
         c[o + L_CLASS] = cls
@@ -212,6 +223,19 @@ def _log(core, pipe, cls, amount, bursts, w, r0, r1, gm, gm_off, gm_row, gm_stri
         c[o + L_GM_OFF] = gm_off
         c[o + L_GM_ROW] = gm_row
         c[o + L_GM_STRIDE] = gm_stride
+
+
+@njit(cache=True)
+def _schedule(core, c, pipe, cls, amount, bursts, w, r0, r1, gm):
+    """:func:`tilesim.schedule.step` of one instruction on the core's schedule (a launch that schedules itself)."""
+    n_slots, n_gm = c[REC_AT + SCHED_SLOTS], c[REC_AT + SCHED_GMS]
+    at = core.cnt_at + (REC_AT + SCHED_BASE) * 8
+    base = carray(address_as_pointer(at, np.int64), core.plan_rows)
+    f = carray(address_as_pointer(at + core.plan_rows * 8, np.float64), F_TABLES + 2 * n_slots + n_gm)
+    plan = plan_of(core)
+    vcls = min(max(cls - VEC_BINARY, 0), N_VEC - 1)
+    step(f, pipe, vcls, amount, bursts, slot_of(plan, base, n_slots, w), slot_of(plan, base, n_slots, r0),
+         slot_of(plan, base, n_slots, r1), gm if 0 <= gm < n_gm else -1, n_slots)
 
 
 NO_TENSOR = LocalTensor(-1, 0, -1)

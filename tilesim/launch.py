@@ -12,7 +12,8 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,12 +22,23 @@ from typing import Any
 import numba
 import numpy as np
 
-from . import violations
+from . import schedule, violations
+from .cost_params import CostParams, cost_params
 from .device import (
     COUNTER_NAMES,
     LOG_COUNT,
     LOG_FIELDS,
+    MTE2_BYTES,
+    MTE2_XFERS,
+    MTE3_BYTES,
+    MTE3_XFERS,
     N_COUNTERS,
+    REC_AT,
+    REC_MODE,
+    REC_SCHEDULE,
+    SCHED_BASE,
+    SCHED_GMS,
+    SCHED_SLOTS,
     SHADOW_COL,
     UNWRITTEN,
     err_width,
@@ -65,6 +77,7 @@ class _ThreadState(threading.local):
     sinks: list[list[RunReport]] = []  # never mutated: capture assigns a new list
     log = False
     pool: dict[str, np.ndarray] | None = None
+    schedule: deque[RunReport] | None = None  # inside :func:`scheduled`: the fast reports of the launches to come
 
 
 _local = _ThreadState()
@@ -112,30 +125,67 @@ class Launch:
     counters: np.ndarray = field(init=False)
     err: np.ndarray = field(init=False)
     t0: float = field(init=False)
-    log_room: int = field(init=False)  # instructions per core the log holds; 0 when not recording
-    phase_ends: list[np.ndarray] = field(init=False)  # per SyncAll phase: each core's log length at its end
+    log_room: int = field(init=False)  # instructions per core the log holds; 0 when not logging
+    recording: bool = field(init=False)  # the cores count their instructions: a log or a schedule follows
+    phase_ends: list[np.ndarray] = field(init=False)  # per SyncAll phase: each core's instruction count at its end
     err_ends: list[np.ndarray] = field(init=False)  # per SyncAll phase: each core's violations found by its end
+    # Under capture(): the counters at the end of every run_cores (a phase or not), for a launch that schedules
+    # itself later (:func:`scheduled`) to know each phase's MTE bytes before it runs
+    snapshots: list[np.ndarray] | None = field(init=False)
+    # A launch that schedules itself: each core's cost-model state (a view into its counter row), its figures,
+    # each run_cores' MTE rates per core (from the fast run's snapshots), the phases' spans and pipe times so far
+    state: np.ndarray | None = field(init=False)
+    params: CostParams | None = field(init=False)
+    rates: np.ndarray | None = field(init=False)
+    schedule: list[np.ndarray] = field(init=False)
+    calls: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.arena = arena(self.soc, self.block_dim)
         self.plan_array = self.plan.as_array()
+        self.phase_ends, self.err_ends, self.schedule = [], [], []
+        self.snapshots = [] if _sinks() else None
+        self.state = self.params = self.rates = None
+        self.calls = 0
         # checked mode logs too: its race check reads the GM accesses, its reports name instructions
-        self.log_room = _log_room.get(self.op, LOG_ROOM) if (_recording() or self.checks) else 0
-        width = N_COUNTERS + (1 + self.log_room * LOG_FIELDS if self.log_room else 0)
+        self.log_room = _log_room.get(_room_key(self), LOG_ROOM) if (_recording() or self.checks) else 0
         if self.log_room:  # megabytes of log: this thread's buffer, reused (a fresh one page-faults on every 4 KiB
-            # the cores log into, which cost more than the kernel); the counters and log lengths start at 0, and
-            # no entry past a core's length is read
-            self.counters = scratch("log", (self.block_dim, width), np.int64)
-            self.counters[:, :LOG_COUNT + 1] = 0
+            # the cores log into, which cost more than the kernel); the counters, the instruction counts and the
+            # mode (REC_LOG) start at 0, and no entry past a core's count is read
+            self.counters = scratch("log", (self.block_dim, REC_AT + self.log_room * LOG_FIELDS), np.int64)
+            self.counters[:, :REC_AT] = 0
+        elif _local.schedule is not None:
+            self._schedule_like(_next_fast_report(self.op, self.block_dim))
         else:
-            self.counters = np.zeros((self.block_dim, width), np.int64)
+            self.counters = np.zeros((self.block_dim, N_COUNTERS), np.int64)
+        self.recording = self.counters.shape[1] > N_COUNTERS
         shape = (self.block_dim, err_width(self.checks, self.soc.ub_size))  # checked mode: the UB shadow too
         # only the shadow's passes gain from the page; fast mode's few columns would pay 2.5 µs a launch for it
         self.err = page_aligned(shape, np.int64, 0) if self.checks else np.zeros(shape, np.int64)
-        self.phase_ends = []
-        self.err_ends = []
         self.t0 = time.perf_counter()
         _local.launch = self
+
+    def _schedule_like(self, fast: RunReport) -> None:
+        """Schedule this launch while it runs, with the MTE rates of each phase worked out from ``fast``'s
+        snapshots (the same launch run before under :func:`capture`): the counter rows get each core's state."""
+        base, n_slots = schedule.slot_bases(self.plan_array)
+        head = REC_AT + SCHED_BASE + len(base)
+        self.counters = np.zeros((self.block_dim, head + schedule.state_words(n_slots, MAX_GM_TAGS)), np.int64)
+        self.counters[:, REC_MODE] = REC_SCHEDULE
+        self.counters[:, REC_AT + SCHED_SLOTS] = n_slots
+        self.counters[:, REC_AT + SCHED_GMS] = MAX_GM_TAGS
+        self.counters[:, REC_AT + SCHED_BASE:head] = base
+        self.state = self.counters[:, head:].view(np.float64)
+        self.params = cost_params(self.soc)
+        schedule.set_params(self.state[0], self.params)
+        self.state[1:, schedule.F_LAT2:schedule.F_TABLES] = self.state[0, schedule.F_LAT2:schedule.F_TABLES]
+        self.rates = phase_rates(fast.phase_counters, self.params)
+        self._set_rates()
+
+    def _set_rates(self) -> None:
+        if self.calls < len(self.rates):
+            self.state[:, schedule.F_RATE2] = self.rates[self.calls, :, 0]
+            self.state[:, schedule.F_RATE3] = self.rates[self.calls, :, 1]
 
     @property
     def core_checks(self) -> bool | None:
@@ -144,10 +194,13 @@ class Launch:
         return True if self.checks else None
 
     def end_phase(self) -> None:
-        """SyncAll: note where each core's log and violations stand (with a log, a phase in which no core
-        issued or failed anything is no phase: a host helper's run_cores between phases)."""
-        ends = self.counters[:, LOG_COUNT].copy() if self.log_room else None
+        """SyncAll: note where each core's instruction count and violations stand (when recording, a phase in
+        which no core issued or failed anything is no phase: a host helper's run_cores between phases); a launch
+        that schedules itself keeps each core's span and pipe times and starts the next phase's schedule."""
+        ends = self.counters[:, LOG_COUNT].copy() if self.recording else None
         errs = self.err[:, 0].copy()
+        if self.snapshots is not None:
+            self.snapshots.append(self.counters[:, :N_COUNTERS].copy())
         if self.phase_local_ub and self.checks:
             self.err[:, SHADOW_COL:] = UNWRITTEN
         if (ends is None or not self.phase_ends or (ends != self.phase_ends[-1]).any()
@@ -155,10 +208,57 @@ class Launch:
             if ends is not None:
                 self.phase_ends.append(ends)
             self.err_ends.append(errs)
+            if self.state is not None:
+                self.schedule.append(self.state[:, schedule.SPAN_AND_BUSY].copy())
+        if self.state is not None:
+            schedule.reset(self.state)
+            self.calls += 1
+            self._set_rates()
 
 
-LOG_ROOM = 4096  # instructions per core a recording launch first makes room for
-_log_room: dict[str, int] = {}  # per op: the room its last recorded launch turned out to need
+LOG_ROOM = 4096  # instructions per core a logging launch first makes room for
+LOG_ROOMS_KEPT = 256
+# The room a launch of an op with a tiling and block_dim turned out to need, for its next logged run (a rerun of an
+# overflowing checked call, a sweep's trace). Keyed by the tiling, not the op alone: the room one core of a tiling
+# needs says nothing of another tiling's, and sized for every core of the next launch it could ask for gigabytes.
+_log_room: dict[tuple[Any, ...], int] = {}
+MAX_GM_TAGS = 64  # GM tensors a launch that schedules itself tells apart (a kernel's GM_NAMES index them)
+
+
+def _room_key(launch: Launch) -> tuple[Any, ...] | None:
+    key = (launch.op, launch.block_dim, launch.tiling)
+    try:
+        hash(key)
+    except TypeError:  # a tiling that is not a frozen dataclass: start from LOG_ROOM every time
+        return None
+    return key
+
+
+def phase_rates(snapshots: np.ndarray, p: CostParams) -> np.ndarray:
+    """``[run_cores calls, cores, 2]``: each core's MTE2 and MTE3 rate (GB/s) in each run_cores call of a launch,
+    from the counters ``snapshots`` taken at the end of each (:attr:`RunReport.phase_counters`):
+    :func:`tilesim.schedule.mte_rates` of its bytes in and out, shared with the cores that moved data."""
+    delta = np.diff(snapshots, axis=0, prepend=np.zeros_like(snapshots[:1]))
+    movers = ((delta[:, :, MTE2_XFERS] + delta[:, :, MTE3_XFERS]) > 0).sum(axis=1).tolist()
+    b2, b3 = delta[:, :, MTE2_BYTES].tolist(), delta[:, :, MTE3_BYTES].tolist()
+    rates = np.empty(delta.shape[:2] + (2,))
+    for i, m in enumerate(movers):
+        for c in range(delta.shape[1]):
+            rates[i, c] = schedule.mte_rates(b2[i][c], b3[i][c], m, p)
+    return rates
+
+
+def _next_fast_report(op: str, block_dim: int) -> RunReport:
+    """The fast report of the next launch inside :func:`scheduled`, which must be this one's."""
+    queue = _local.schedule
+    if not queue:
+        raise RuntimeError(f"{op}: this call launches more kernels than the fast run it is scheduled by")
+    fast = queue.popleft()
+    if fast.op != op or fast.block_dim != block_dim or fast.phase_counters is None:
+        raise RuntimeError(f"{op} on {block_dim} cores: the fast run's launch here was {fast.op} on "
+                           f"{fast.block_dim} cores{'' if fast.phase_counters is not None else ', not captured'}: "
+                           f"a scheduled call must launch exactly as the captured one did")
+    return fast
 
 
 def prepare(op: str, soc: SocSpec, tiling: Any, plan: UbPlan, block_dim: int, checks: bool,
@@ -386,11 +486,19 @@ def finish(launch: Launch, workspace_size: int = 0) -> RunReport:
     _local.launch = None
     rep = RunReport(op=launch.op, soc=launch.soc.name, tiling=launch.tiling, ub_plan=launch.plan,
                     block_dim=launch.block_dim,  # the counters of a launch without a log are its own array
-                    counters=launch.counters[:, :N_COUNTERS].copy() if launch.log_room else launch.counters,
+                    counters=launch.counters[:, :N_COUNTERS].copy() if launch.recording else launch.counters,
                     workspace_size=workspace_size, checks=launch.checks, wall_s=wall, gm_names=list(launch.gm_names))
     sinks = _sinks()
     if launch.log_room:
         _attach_log(rep, launch, keep=bool(sinks))
+    if launch.snapshots is not None:
+        rep.phase_counters = np.array(launch.snapshots, np.int64).reshape(-1, launch.block_dim, N_COUNTERS)
+    if launch.state is not None:
+        if launch.calls != len(launch.rates):
+            raise RuntimeError(f"{launch.op}: {launch.calls} run_cores calls, the fast run it is scheduled by made "
+                               f"{len(launch.rates)}: a scheduled call must launch exactly as the captured one did")
+        rep.schedule = np.array(launch.schedule, np.float64).reshape(-1, launch.block_dim, schedule.N_PIPES + 1)
+        rep.schedule_params = launch.params
     found: list[Any] = []
     total = 0
     if np.count_nonzero(launch.err[:, 0]):  # not .any(): numpy's Python wrapper costs microseconds
@@ -421,10 +529,14 @@ def _attach_log(rep: RunReport, launch: Launch, keep: bool) -> None:
     issued = launch.counters[:, LOG_COUNT]
     need = int(issued.max(initial=0))
     if need > launch.log_room:
-        _log_room[launch.op] = need
+        key = _room_key(launch)
+        if key is not None:
+            _log_room[key] = need
+            while len(_log_room) > LOG_ROOMS_KEPT:
+                del _log_room[next(iter(_log_room))]
         rep.log_needed = need
         return
-    body = launch.counters[:, LOG_COUNT + 1:].reshape(launch.block_dim, launch.log_room, LOG_FIELDS)
+    body = launch.counters[:, REC_AT:].reshape(launch.block_dim, launch.log_room, LOG_FIELDS)
     # views into the reused buffer while only the launch's own checks read them; copies once a report is kept
     rep.log = [body[c, :issued[c]] if not keep else body[c, :issued[c]].copy() for c in range(launch.block_dim)]
     rep.phase_ends = np.array(launch.phase_ends or [issued], np.int64).reshape(-1, launch.block_dim)
@@ -449,6 +561,12 @@ class RunReport:
     log: list[np.ndarray] | None = None  # per core: [instructions, LOG_FIELDS]
     phase_ends: np.ndarray | None = None  # [phases, block_dim]: each core's log length at the end of each phase
     log_needed: int = 0  # when the log did not fit: the room per core a rerun needs
+    # captured: [run_cores calls, block_dim, N_COUNTERS], the counters at the end of each run_cores
+    phase_counters: np.ndarray | None = None
+    # scheduled while it ran (:func:`scheduled`): [phases, block_dim, N_PIPES + 1] cycles, each pipe's busy time
+    # then the core's span, per phase (tilesim.schedule), and the figures it was scheduled with
+    schedule: np.ndarray | None = None
+    schedule_params: CostParams | None = None
 
     def counter(self, name: str) -> np.ndarray:
         """Per-core values of one counter (see ``tilesim.device.COUNTER_NAMES``)."""
@@ -492,6 +610,23 @@ def capture(log: bool = False) -> Iterator[list[RunReport]]:
     finally:
         _local.sinks = [s for s in _sinks() if s is not runs]
         _local.log = prev
+
+
+@contextmanager
+def scheduled(fast: Sequence[RunReport]) -> Iterator[list[RunReport]]:
+    """Collect the reports of the launches in the block (as :func:`capture`), each of which schedules itself on
+    the cost model while it runs, instruction by instruction, without a log: ``tilesim.cost.estimated`` turns
+    them into estimates. The k-th launch takes its phases' MTE bytes from the k-th report of ``fast``, a
+    :func:`capture` of the same call (the model shares GM bandwidth by the bytes each core moves in a phase, which
+    must be known before the phase is scheduled). A launch that logs (checked mode, :func:`recorded`) is left to
+    its log."""
+    prev = _local.schedule
+    _local.schedule = deque(fast)
+    try:
+        with capture() as runs:
+            yield runs
+    finally:
+        _local.schedule = prev
 
 
 def recorded(call: Callable[[], Any]) -> tuple[Any, list[RunReport]]:

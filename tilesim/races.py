@@ -40,13 +40,10 @@ from .device import (
     L_GM_STRIDE,
     L_PIPE,
     MTE3_BYTES,
-    PIPE_MTE2,
-    PIPE_MTE3,
-    PIPE_NAMES,
-    PIPE_SCALAR,
 )
 from .jit import njit
 from .launch import RunReport, _race_checks
+from .schedule import PIPE_MTE2, PIPE_MTE3, PIPE_NAMES, PIPE_SCALAR
 from .violations import Violation
 
 READ, WRITE, ATOMIC = 0, 1, 2  # access classes

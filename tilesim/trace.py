@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .cost import Estimate
-from .device import PIPE_NAMES
+from .schedule import PIPE_NAMES
 
 _UNIT = {"MTE2": "bytes", "MTE3": "bytes", "VECTOR": "repeats", "SCALAR": "accesses"}
 
