@@ -31,7 +31,7 @@ import ml_dtypes
 import numpy as np
 
 from tilesim.errors import AclnnError, invalid
-from tilesim.opspec import Candidate, Inputs, OpSpec
+from tilesim.opspec import Accumulation, Candidate, Inputs, OpSpec
 from tilesim.soc import SocSpec, get_soc
 from tiling.common import FP32, align_up, ceil_div, dtype_name
 from tiling.group_norm_backward import EIGHT_BLOCK, MODE_2, MODE_3, MODE_5, UB_MODES, elements_per_block
@@ -258,6 +258,11 @@ def rms_norm_grad_candidates(inputs: Inputs, soc: SocSpec) -> list[Candidate]:
     return collect(official, sweep(), rms_norm_grad_params)
 
 
+def rms_norm_grad_sums(t: Any) -> dict[str, Accumulation]:
+    """dgamma: each core sums its rows (block_factor) into its partial, then the cores' partials are added."""
+    return {"dgamma": Accumulation(t.block_factor, "rows per core")}
+
+
 def rms_norm_grad_params(t: Any) -> dict[str, Any]:
     """Split-N tiles are ub_factor whole rows; split-D tiles ub_factor columns of one row."""
     split_n = t.tiling_key == SPLIT_N
@@ -394,6 +399,12 @@ def layer_norm_grad_candidates(inputs: Inputs, soc: SocSpec) -> list[Candidate]:
     return collect(official, sweep(), layer_norm_grad_params)
 
 
+def layer_norm_grad_sums(t: Any) -> dict[str, Accumulation]:
+    """pd_gamma and pd_beta: each core sums its rows (block_factor), tile by tile, into its workspace rows."""
+    rows = Accumulation(t.block_factor, "rows per core")
+    return {"pd_gamma": rows, "pd_beta": rows}
+
+
 def layer_norm_grad_params(t: Any) -> dict[str, Any]:
     """No queues to deepen (buffer_num 1); the tile is ub_rows whole rows; mode: the temporaries' source, and
     "+reuse" with isReuseSource."""
@@ -427,6 +438,12 @@ def nsa_compress_grad_candidates(inputs: Inputs, soc: SocSpec) -> list[Candidate
                    nsa_compress_grad_params)
 
 
+def nsa_compress_grad_sums(t: Any) -> dict[str, Accumulation]:
+    """weight_grad: each core sums its windows (each summed over D) into its slice of the workspace."""
+    return {"weight_grad": Accumulation(-(-t.num_of_block // t.block_dim) * t.dim_of_head,
+                                        f"window·D products per core ({t.dim_of_head} a window)")}
+
+
 def nsa_compress_grad_params(t: Any) -> dict[str, Any]:
     """The tile is one pass: window rows x heads x D."""
     return {"block_dim": t.block_dim, "buffer_num": 1, "tile": f"{t.n_rows_once}x{t.n_head_once}x{t.dim_of_head}"}
@@ -456,7 +473,8 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
         shape_help="[rows, D]: x and dy; gamma [D] (fp32; fp16 with fp16 inputs), rstd [rows] fp32",
         make_inputs=rms_norm_grad_inputs, candidates=rms_norm_grad_candidates, run=_api_run(rms_norm_grad),
         reference=lambda inputs: reference.rms_norm_grad(**inputs), output_names=("dx", "dgamma"),
-        doc=_doc("aclnnRmsNormGrad: dx in dy's dtype, dgamma fp32.", rms_norm_grad_candidates.__doc__)),
+        doc=_doc("aclnnRmsNormGrad: dx in dy's dtype, dgamma fp32.", rms_norm_grad_candidates.__doc__),
+        bounds=lambda inputs: reference.rms_norm_grad_bounds(**inputs), accumulations=rms_norm_grad_sums),
     OpSpec(
         name="group_norm_backward", dtypes=("fp32", "bf16", "fp16"), default_shape=(4, 128, 1024),
         shape_help="[N, C, HxW]: 32 groups, or the largest count up to 32 that divides C (C = 48: 24, C = 16: 16)",
@@ -464,6 +482,7 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
         run=_api_run(group_norm_backward),
         reference=lambda inputs: reference.group_norm_backward(*(inputs[k] for k in GN_ARGS)),
         output_names=("grad_input", "grad_gamma", "grad_beta"),
+        bounds=lambda inputs: reference.group_norm_backward_bounds(*(inputs[k] for k in GN_ARGS)),
         doc=_doc("aclnnGroupNormBackward, every output in the inputs' dtype.", group_norm_backward_candidates.__doc__,
                  "With N > 2 the fp32 dgamma/dbeta reduction splits the batch over two halves of the cores, so one "
                  "core is not a legal count there.")),
@@ -473,12 +492,14 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
         make_inputs=swiglu_grad_inputs, candidates=swiglu_grad_candidates,
         run=lambda inputs, t, soc: (swiglu_grad(**inputs, tiling=t, soc=soc),),
         reference=lambda inputs: (reference.swiglu_grad(**inputs),), output_names=("x_grad",),
+        bounds=lambda inputs: reference.swiglu_grad_bounds(**inputs),
         doc=_doc("aclnnSwiGluGrad: the gradient of x.", swiglu_grad_candidates.__doc__)),
     OpSpec(
         name="layer_norm_grad", dtypes=("fp32", "fp16"), default_shape=(256, 1024),
         shape_help="[rows, H]: x and dy; variance, mean [rows]; gamma [H]; epsilon 1e-5",
         make_inputs=layer_norm_grad_inputs, candidates=layer_norm_grad_candidates, run=layer_norm_grad_run,
         reference=lambda inputs: reference.layer_norm_grad(**inputs), output_names=("pd_x", "pd_gamma", "pd_beta"),
+        bounds=lambda inputs: reference.layer_norm_grad_bounds(**inputs), accumulations=layer_norm_grad_sums,
         doc=_doc("The layer-norm backward on the LayerNormGrad and LayerNormGradBeta APIs (no bf16).",
                  layer_norm_grad_candidates.__doc__)),
     OpSpec(
@@ -488,5 +509,6 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
         make_inputs=nsa_compress_grad_inputs, candidates=nsa_compress_grad_candidates,
         run=_api_run(nsa_compress_grad), reference=lambda inputs: reference.nsa_compress_grad(**inputs),
         output_names=("input_grad", "weight_grad"),
+        bounds=lambda inputs: reference.nsa_compress_grad_bounds(**inputs), accumulations=nsa_compress_grad_sums,
         doc=_doc("aclnnNsaCompressGrad (no fp32; 910B and 910_93 only).", nsa_compress_grad_candidates.__doc__)),
 )}

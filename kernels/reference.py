@@ -1,10 +1,20 @@
-"""Untiled float64 math of each op: the oracle the tiled kernels are checked against."""
+"""Untiled float64 math of each op: the oracle the tiled kernels are checked against; and, per op, what fp32
+rounding can do to each output (``<op>_bounds``: :class:`tilesim.precision.ErrorBound`, the op's formula on
+absolute values with every subtraction an addition, and the most roundings on a path to an element, a sum of n
+terms counting n − 1 whatever its order). Every shipped kernel computes in fp32 and rounds once to its output's
+dtype; the counts of products and casts beside the sums are generous, so that a result outside the bound is
+wrong, not unlucky."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+
+from tilesim.precision import ErrorBound
+
+OPS_SLACK = 16  # roundings granted beside an output's sums: its products, casts, a reciprocal, a square root
+EXP_ROUNDINGS = 8  # Exp's error counted as roundings (tilesim.expf: within a few ulp)
 
 
 def _f64(a: Any) -> np.ndarray:
@@ -105,3 +115,77 @@ def nsa_compress_grad(output_grad: Any, input: Any, weight: Any, act_seq_len: An
         dx[s:s + bs] += w[:, :, None] * g[o][None]
         dw += np.einsum("nd,jnd->jn", g[o], x[s:s + bs])
     return dx, dw
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# what fp32 rounding can do to each output
+
+
+def rms_norm_grad_bounds(dy: Any, x: Any, rstd: Any, gamma: Any) -> tuple[ErrorBound, ErrorBound]:
+    """dx: r·(|dy·g| + |x|·r·mean_D(|dy·g·x|·r)), with a row sum of D terms; dgamma: Σ_rows |dy·x|·r."""
+    g = np.abs(_f64(gamma))
+    d = g.size
+    dy2, x2 = np.abs(_f64(dy).reshape(-1, d)), np.abs(_f64(x).reshape(-1, d))
+    r = np.abs(_f64(rstd).reshape(-1, 1))
+    dyx = dy2 * x2
+    dx = r * (dy2 * g + x2 * r * (r * np.mean(dyx * g, axis=1, keepdims=True)))
+    return (ErrorBound(dx.reshape(np.shape(x)), d + OPS_SLACK),
+            ErrorBound(np.sum(dyx * r, axis=0).reshape(np.shape(gamma)), dy2.shape[0] + OPS_SLACK))
+
+
+def group_norm_backward_bounds(dy: Any, x: Any, mean: Any, rstd: Any, gamma: Any, N: int, C: int,  # noqa: N803
+                               HxW: int, group: int) -> tuple[ErrorBound, ErrorBound, ErrorBound]:
+    """dx: r·(|γ·dy| + Σ|γ·dy|/D + |x̂|·Σ|γ·dy·x̂|/D) with |x̂| = (|x| + |mean|)·r, sums over the D = (C/G)·HxW
+    elements of a group; dgamma: Σ_{n,hw} |dy·x̂|; dbeta: Σ_{n,hw} |dy|."""
+    cg = C // group
+    d = np.abs(_f64(dy)).reshape(N, group, cg, HxW)
+    r = np.abs(_f64(rstd)).reshape(N, group, 1, 1)
+    xh = (np.abs(_f64(x)).reshape(N, group, cg, HxW) + np.abs(_f64(mean)).reshape(N, group, 1, 1)) * r
+    g = np.ones((group, cg, 1)) if gamma is None else np.abs(_f64(gamma)).reshape(group, cg, 1)
+    gd = g * d
+    c1 = gd.sum(axis=(-2, -1), keepdims=True) / (cg * HxW)
+    c2 = (gd * xh).sum(axis=(-2, -1), keepdims=True) / (cg * HxW)
+    dx = r * (gd + c1 + xh * c2)
+    sums = N * HxW + OPS_SLACK
+    return (ErrorBound(dx.reshape(np.shape(x)), cg * HxW + OPS_SLACK),
+            ErrorBound((d * xh).sum(axis=(0, -1)).reshape(C), sums), ErrorBound(d.sum(axis=(0, -1)).reshape(C), sums))
+
+
+def swiglu_grad_bounds(y_grad: Any, x: Any, dim: int = -1) -> tuple[ErrorBound]:
+    """dA: |dy·B|·σ·(1 + |A|·(1 + σ)), dB: |dy·A|·σ, with σ = σ(A) and Exp's error counted as roundings: no sums,
+    a couple of dozen roundings on the deepest path."""
+    a, b = np.split(_f64(x), 2, axis=dim)
+    dy = np.abs(_f64(y_grad))
+    s = 0.5 * (1.0 + np.tanh(0.5 * a))
+    mag = np.concatenate([dy * np.abs(b) * s * (1.0 + np.abs(a) * (1.0 + s)), dy * np.abs(a) * s], axis=dim)
+    return (ErrorBound(mag, EXP_ROUNDINGS + OPS_SLACK),)
+
+
+def layer_norm_grad_bounds(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any,
+                           epsilon: float = 1e-5) -> tuple[ErrorBound, ErrorBound, ErrorBound]:
+    """pd_x: r·(|dy·γ| + mean_H|dy·γ| + |x̂|·mean_H(|dy·γ|·|x̂|)) with |x̂| = (|x| + |mean|)·r, row sums of H
+    terms; pd_gamma: Σ_rows |dy·x̂|; pd_beta: Σ_rows |dy|."""
+    d, g = np.abs(_f64(dy)), np.abs(_f64(gamma))
+    lead = d.shape[:-1]
+    r = 1.0 / np.sqrt(np.abs(_f64(variance).reshape(lead + (1,)) + epsilon))
+    xh = (np.abs(_f64(x)) + np.abs(_f64(mean)).reshape(lead + (1,))) * r
+    dg = d * g
+    pd_x = r * (dg + dg.mean(-1, keepdims=True) + xh * (dg * xh).mean(-1, keepdims=True))
+    rows = tuple(range(d.ndim - 1))
+    n = int(np.prod(lead)) + OPS_SLACK
+    return (ErrorBound(pd_x, d.shape[-1] + OPS_SLACK), ErrorBound((d * xh).sum(rows), n), ErrorBound(d.sum(rows), n))
+
+
+def nsa_compress_grad_bounds(output_grad: Any, input: Any, weight: Any, act_seq_len: Any,  # noqa: A002
+                             compress_block_size: int, compress_stride: int) -> tuple[ErrorBound, ErrorBound]:
+    """input_grad: Σ |W[j, n]|·|dout| over the windows covering a token; weight_grad[j, n]: Σ |dout·input| over the
+    windows and D."""
+    g, x, w = np.abs(_f64(output_grad)), np.abs(_f64(input)), np.abs(_f64(weight))
+    bs = compress_block_size
+    dx, dw = np.zeros_like(x), np.zeros_like(w)
+    win = _nsa_windows(act_seq_len, bs, compress_stride)
+    for o, s in win:
+        dx[s:s + bs] += w[:, :, None] * g[o][None]
+        dw += np.einsum("nd,jnd->jn", g[o], x[s:s + bs])
+    return (ErrorBound(dx, -(-bs // compress_stride) + OPS_SLACK),
+            ErrorBound(dw, len(win) * x.shape[-1] + OPS_SLACK))

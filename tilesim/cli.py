@@ -49,16 +49,19 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tilesim", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    ex = sub.add_parser("explore", parents=[common], help="run, verify and rank every legal tiling of an op",
-                        description="Enumerate the op's legal tilings, run each in the emulator, check its outputs "
-                                    "against the untiled math, rank them by estimated NPU time; print a table, "
-                                    "write CSV, JSON and a PNG.")
+    ex = sub.add_parser("explore", parents=[common], help="run, judge and rank every legal tiling of an op",
+                        description="Enumerate the op's legal tilings, run each in the emulator, judge its outputs "
+                                    "against the untiled math (pass, imprecise: fails Ascend's standard within "
+                                    "fp32 rounding, WRONG: beyond it), rank them by estimated NPU time; print a "
+                                    "table, write CSV, JSON and a PNG. Exit status 1 when a tiling is wrong or "
+                                    "failed to run.")
     _op_args(ex, many_socs=True)
     ex.add_argument("--workers", type=int, default=1, help="local worker processes (default 1: this one)")
     ex.add_argument("--scheduler", metavar="ADDRESS", help="run the sweep on this Dask scheduler (dask.distributed)")
     ex.add_argument("--out", type=Path, help="directory for CSV, JSON and PNG "
                                              "(default ./tilesim-explore/<op>-<shape>-<dtype>)")
-    ex.add_argument("--top", type=int, help="print the fastest N rows per SoC (the official one and failures always)")
+    ex.add_argument("--top", type=int,
+                    help="print the fastest N rows per SoC (the official one and every one that does not pass always)")
     ex.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
 
     tr = sub.add_parser("trace", parents=[common], help="run one tiling recorded and write its Chrome trace",
@@ -110,7 +113,7 @@ def _explore(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     paths = result.write(args.out or Path("tilesim-explore") / _label(spec, shape, dtype))
     print(f"{len(result.rows)} tilings in {result.seconds:.1f} s; wrote {', '.join(map(str, paths))}")
     if result.failures:
-        print(f"!! {len(result.failures)} tilings did not verify", file=sys.stderr)
+        print(f"!! {len(result.failures)} tilings are wrong or failed to run", file=sys.stderr)
     if result.soc_errors:
         print(f"!! no tilings on {', '.join(result.soc_errors)}", file=sys.stderr)
     return 0 if result.ok else 1
@@ -154,7 +157,8 @@ def _list(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run a command; the exit status: 0, 1 when a tiling did not verify, 2 for a usage error."""
+    """Run a command; the exit status: 0, 1 when a tiling is wrong or failed to run (explore) or an output fails
+    the standard (trace), 2 for a usage error."""
     parser = _parser()
     args = parser.parse_args(argv)
     command = {"explore": _explore, "trace": _trace, "ops": _list}[args.command]

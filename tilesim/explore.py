@@ -2,13 +2,22 @@
 the tilings by estimated NPU time.
 
 An op describes itself with an :class:`~tilesim.opspec.OpSpec`; nothing here knows an op. One candidate is one
-row (:func:`evaluate`): its free choices, whether its outputs pass Ascend's precision standard, the cost model's
-estimate of the call and the CPU time of the emulated run. :func:`explore` makes the rows of every candidate on
-every SoC asked for, in this process, in local worker processes or on a Dask cluster, and ranks them.
+row (:func:`evaluate`): its free choices, its verdict, the cost model's estimate of the call and the CPU time of
+the emulated run. :func:`explore` makes the rows of every candidate on every SoC asked for, in this process, in
+local worker processes or on a Dask cluster, and ranks them.
+
+What a candidate costs beyond its fast run: a second run that schedules itself on the cost model as it goes
+(:func:`tilesim.cost.estimated`: no instruction log, so memory does not grow with the instructions and does not
+depend on the order of the sweep), and one compiled pass over each output (:func:`tilesim.precision.judge`).
+
+The verdict (:data:`VERDICTS`): ``pass`` (every output meets Ascend's precision standard), ``imprecise`` (one
+does not, but fp32 rounding explains its error: the reason names its longest fp32 sum against the official
+tiling's), ``wrong`` (an element lies further from the golden than any rounding can take it) or ``error`` (the run
+raised).
 
 The rows are the same whatever runs them: a worker rebuilds the inputs from (module, op, shape, dtype, seed) rather
 than receiving arrays, the emulation and the estimate do not depend on the host thread count, and the rows are
-sorted by a key that ties never leave open. Only ``wall_ms`` (and the sweep's own duration) are measurements.
+sorted by a key that ties never leave open. Only :data:`TIMINGS` (and the sweep's own duration) are measurements.
 """
 
 from __future__ import annotations
@@ -28,14 +37,16 @@ from typing import Any
 
 import numpy as np
 
-from .cost import Estimate, estimate_all, total_us
-from .launch import recorded
+from .cost import Estimate, estimate_all, estimated, total_us
+from .launch import capture, recorded
 from .opspec import Candidate, Inputs, OpSpec
-from .precision import compare
+from .precision import Expected, Judgement, judge
 from .soc import SocSpec, get_soc
 
 Row = dict[str, Any]
-FAIL = "FAIL"  # what the table prints for a candidate that did not verify: loud on purpose
+VERDICTS = ("pass", "imprecise", "wrong", "error")  # best first: the ranking's tiers
+TIMINGS = ("wall_ms", "estimate_ms", "judge_ms")  # a row's CPU times: what differs between two runs of a sweep
+LOUD = {"pass": "pass", "imprecise": "imprecise", "wrong": "WRONG", "error": "ERROR"}  # as the table prints them
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -69,20 +80,65 @@ def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def _verify(spec: OpSpec, outputs: Sequence[np.ndarray], golden: Sequence[np.ndarray]) -> Row:
-    """Each output against the untiled math under Ascend's standard; the figures of the output furthest from its
-    threshold (relative to it), so one column compares outputs of different dtypes."""
+def expectations(spec: OpSpec, inputs: Inputs, golden: Sequence[np.ndarray],
+                 outputs: Sequence[np.ndarray]) -> list[Expected]:
+    """Each output's golden prepared for :func:`~tilesim.precision.judge`, in the dtype ``outputs`` (a run's)
+    have, with the op's rounding bounds when its spec has them."""
     if len(outputs) != len(golden):
-        return {"verified": False, "error": f"{len(outputs)} outputs, the reference has {len(golden)}"}
-    checks = [compare(a, g) for a, g in zip(outputs, golden, strict=True)]
-    worst = max(range(len(checks)),
-                key=lambda i: max(checks[i].mere / checks[i].threshold, checks[i].mare / (10 * checks[i].threshold)),
-                default=None)
-    if worst is None:
-        return {"verified": True}
-    p = checks[worst]
-    return {"verified": all(c.ok for c in checks), "worst_output": spec.output_names[worst],
-            "mere": _finite(p.mere), "mare": _finite(p.mare), "threshold": p.threshold}
+        raise ValueError(f"{spec.name}: {len(outputs)} outputs, the reference has {len(golden)}")
+    bounds = spec.bounds(inputs) if spec.bounds is not None else [None] * len(golden)
+    return [Expected.of(g, np.dtype(o.dtype).name, b) for g, o, b in zip(golden, outputs, bounds, strict=True)]
+
+
+def _closeness(j: Judgement) -> float:
+    p = j.precision
+    return max(p.mere / p.threshold, p.mare / (10 * p.threshold))
+
+
+def _judged(spec: OpSpec, outputs: Sequence[np.ndarray], expected: Sequence[Expected], tiling: Any,
+            official: Any) -> Row:
+    """The verdict of a run's outputs, the figures of the output that decided it (the one furthest outside its
+    rounding bound when one is wrong, else the one furthest from its threshold, relative to it: one column
+    compares outputs of different dtypes) and why. ``err_vs_bound``: that output's largest error over its
+    rounding bound."""
+    js = [judge(o, e) for o, e in zip(outputs, expected, strict=True)]
+    verdict = max((j.verdict for j in js), key=VERDICTS.index, default="pass")
+    if not js:
+        return {"verdict": verdict, "reason": ""}
+    k = max(range(len(js)), key=lambda i: js[i].excess if verdict == "wrong" else _closeness(js[i]))
+    j, name = js[k], spec.output_names[k]
+    p = j.precision
+    row = {"verdict": verdict, "worst_output": name, "mere": _finite(p.mere), "mare": _finite(p.mare),
+           "threshold": p.threshold, "err_vs_bound": None if math.isnan(j.excess) else _finite(j.excess)}
+    if verdict == "wrong":
+        at = tuple(int(i) for i in np.unravel_index(j.index, np.shape(outputs[k])))
+        row["reason"] = (f"{name}[{', '.join(map(str, at))}] = {j.actual:.6g} where {j.expected:.6g} is expected: "
+                         f"{abs(j.actual - j.expected):.3g} off, {j.excess:.3g}x the most fp32 rounding explains "
+                         f"({j.bound:.3g}); {j.wrong} element{'s' if j.wrong > 1 else ''} outside the bound")
+    elif verdict == "imprecise":
+        limit = (f"MARE {p.mare:.3g} above {10 * p.threshold:.3g}" if p.mare >= 10 * p.threshold
+                 else f"MERE {p.mere:.3g} above {p.threshold:.3g}")
+        row["reason"] = f"{name}: {limit}, within fp32 rounding ({j.excess:.2g}x its bound)" + _sums(
+            spec, name, tiling, official)
+    else:
+        row["reason"] = ""
+    return row
+
+
+def _sums(spec: OpSpec, output: str, tiling: Any, official: Any) -> str:
+    """``: fp32 sums of 4096 rows per core, the official tiling's 86`` when the op says how long the output's
+    fp32 sums are with a tiling."""
+    if spec.accumulations is None:
+        return ""
+    mine = spec.accumulations(tiling).get(output)
+    if mine is None:
+        return ""
+    theirs = spec.accumulations(official).get(output) if official is not None else None
+    text = f": fp32 sums of {mine.terms} {mine.unit}"
+    if theirs is None:
+        return text
+    return text + (", as the official tiling's" if theirs.terms == mine.terms
+                   else f", the official tiling's {theirs.terms}")
 
 
 def _combined(estimates: list[Estimate]) -> Row:
@@ -99,25 +155,36 @@ def _combined(estimates: list[Estimate]) -> Row:
 
 
 def evaluate(spec: OpSpec, inputs: Inputs, candidate: Candidate, soc: str | SocSpec,
-             golden: Sequence[np.ndarray] | None = None) -> Row:
-    """One row: the candidate's params, whether it is official, the SoC, whether every output passes the precision
-    standard (and the worst output's figures), the estimated µs of the call with the cost model's figures, the
-    per-core µs, and ``wall_ms`` of one emulated run in fast mode (after the recorded run, so it excludes loading
-    the kernel). ``golden``: the reference outputs, when the caller already has them. A candidate whose run raises
-    is a row too, not verified, with the error."""
+             expected: Sequence[Expected] | None = None, official: Candidate | None = None) -> Row:
+    """One row: the candidate's params, whether it is official, the SoC, the verdict (:data:`VERDICTS`) with the
+    deciding output's figures and the reason, the estimated µs of the call with the cost model's figures, the
+    per-core µs, and what it cost on this CPU: ``wall_ms`` its emulated run in fast mode, ``estimate_ms`` the run
+    that schedules itself on the cost model, ``judge_ms`` the judging of its outputs. ``expected``: the outputs'
+    goldens prepared once for a sweep (:func:`expectations`); ``official``: the op's own tiling, which the reason of
+    an imprecise candidate compares with. A candidate whose run raises is a row too, verdict "error", with the
+    reason."""
     spec_soc = get_soc(soc)
     row: Row = {**candidate.params, "official": candidate.official, "soc": spec_soc.name}
+
+    def call() -> tuple[np.ndarray, ...]:
+        return tuple(spec.run(inputs, candidate.tiling, spec_soc))
+
     try:
-        _, estimates = run_recorded(spec, inputs, candidate.tiling, spec_soc)
         t0 = time.perf_counter()
-        outputs = tuple(spec.run(inputs, candidate.tiling, spec_soc))
-        wall = (time.perf_counter() - t0) * 1e3
-        ref = spec.reference(inputs) if golden is None else golden
+        with capture() as fast:
+            outputs = call()
+        t1 = time.perf_counter()
+        _, estimates = estimated(call, fast)
+        if expected is None:
+            expected = expectations(spec, inputs, spec.reference(inputs), outputs)
+        t2 = time.perf_counter()
         row.update(_combined(estimates))
-        row.update(_verify(spec, outputs, ref))
-        row["wall_ms"] = round(wall, 3)
+        row.update(_judged(spec, outputs, expected, candidate.tiling, official.tiling if official else None))
+        t3 = time.perf_counter()
+        row.update(wall_ms=round((t1 - t0) * 1e3, 3), estimate_ms=round((t2 - t1) * 1e3, 3),
+                   judge_ms=round((t3 - t2) * 1e3, 3))
     except Exception as e:  # a candidate that fails is a result of the sweep, not its end
-        row.update(verified=False, error=f"{type(e).__name__}: {e}".strip())
+        row.update(verdict="error", reason=f"{type(e).__name__}: {e}".strip())
     return row
 
 
@@ -143,20 +210,23 @@ class Job:
 
 
 class Sweep:
-    """One op, shape, dtype and seed in one process: the inputs, the reference outputs and each SoC's candidates,
-    each built once however many candidates the process runs."""
+    """One op, shape, dtype and seed in one process: the inputs, the goldens prepared for judging and each SoC's
+    candidates, each built once however many candidates the process runs."""
 
     def __init__(self, spec: OpSpec, shape: tuple[int, ...], dtype: str, seed: int) -> None:
         self.spec = spec
         self.inputs = spec.make_inputs(shape, dtype, seed)
-        self._golden: tuple[np.ndarray, ...] | None = None
+        self._expected: list[Expected] | None = None
         self._candidates: dict[str, list[Candidate]] = {}
 
-    @property
-    def golden(self) -> tuple[np.ndarray, ...]:
-        if self._golden is None:
-            self._golden = tuple(self.spec.reference(self.inputs))
-        return self._golden
+    def expected(self, soc: str) -> list[Expected]:
+        """The outputs' goldens as :func:`expectations` makes them, in the dtypes of a run of the official tiling
+        on ``soc``, made once; the run also loads the kernel, so that no candidate's ``wall_ms`` includes that."""
+        if self._expected is None:
+            official = next(c for c in self.candidates(soc) if c.official)
+            outputs = tuple(self.spec.run(self.inputs, official.tiling, get_soc(soc)))
+            self._expected = expectations(self.spec, self.inputs, self.spec.reference(self.inputs), outputs)
+        return self._expected
 
     def candidates(self, soc: str) -> list[Candidate]:
         if soc not in self._candidates:
@@ -164,11 +234,17 @@ class Sweep:
         return self._candidates[soc]
 
     def run(self, job: Job) -> Row:
-        cand = self.candidates(job.soc)[job.cand]
+        cands = self.candidates(job.soc)
+        cand = cands[job.cand]
         if tuple(cand.params.items()) != job.params:
             raise RuntimeError(f"{job.op}: candidate {job.cand} on {job.soc} is {cand.params} here, "
                                f"{dict(job.params)} where the sweep was planned: candidates must be deterministic")
-        return {"cand": job.cand, **evaluate(self.spec, self.inputs, cand, job.soc, self.golden)}
+        try:
+            expected = self.expected(job.soc)
+        except Exception:  # the official tiling fails to run: each candidate's row says why it cannot be judged
+            expected = None
+        official = next((c for c in cands if c.official), None)
+        return {"cand": job.cand, **evaluate(self.spec, self.inputs, cand, job.soc, expected, official)}
 
 
 _sweeps: dict[tuple[Any, ...], Sweep] = {}  # a worker's current sweep, kept for its next job (one at a time)
@@ -253,8 +329,9 @@ def tile_elements(tile: Any) -> float | None:
 
 @dataclass
 class ExploreResult:
-    """The ranked rows of a sweep: per SoC (in the order asked), the verified candidates fastest first, then the
-    ones that failed; ``rank`` 1 is the fastest, ``best`` the fastest that verified, ``official`` the op's own."""
+    """The ranked rows of a sweep: per SoC (in the order asked), by verdict (:data:`VERDICTS`: those that pass,
+    then the imprecise, the wrong and those that raised), each fastest first; ``rank`` 1 is the fastest that
+    passes, ``best`` the fastest that passes, ``official`` the op's own."""
 
     op: str
     shape: tuple[int, ...]
@@ -275,13 +352,18 @@ class ExploreResult:
     def official(self, soc: str) -> Row | None:
         return next((r for r in self.of(soc) if r["official"]), None)
 
+    def having(self, verdict: str) -> list[Row]:
+        return [r for r in self.rows if r["verdict"] == verdict]
+
     @property
     def failures(self) -> list[Row]:
-        return [r for r in self.rows if not r["verified"]]
+        """The candidates that are wrong or did not run: what a sweep must not have."""
+        return [r for r in self.rows if r["verdict"] in ("wrong", "error")]
 
     @property
     def ok(self) -> bool:
-        """Every candidate on every SoC verified (and every SoC had some)."""
+        """No candidate on any SoC is wrong or failed to run, and every SoC had some (a tiling less precise than
+        the standard is a finding about the tiling, not a failure of the sweep)."""
         return not self.failures and not self.soc_errors
 
     @property
@@ -289,7 +371,7 @@ class ExploreResult:
         """Every row's keys: the ranking, the params, then the figures in the order an evaluated row has them."""
         head = ["op", "soc", "rank", "cand", *self.param_keys, "official", "best", "vs_best"]
         rest: dict[str, None] = {}
-        for r in sorted(self.rows, key=lambda r: "error" in r):
+        for r in sorted(self.rows, key=lambda r: r["verdict"] == "error"):
             rest.update(dict.fromkeys(k for k in r if k not in head))
         return head + list(rest)
 
@@ -301,26 +383,29 @@ class ExploreResult:
         that differs between two runs of a sweep). ``top``: the fastest rows only (the official one and every
         failure are shown anyway)."""
         cols = ["rank", "cand", *self.param_keys, "est_us", "vs_best", "bottleneck", "imbalance", "ub_util",
-                "launches", "verified", "worst_output", "mere", "mare"] + (["wall_ms"] if timings else []) + ["mark"]
+                "launches", "verdict", "worst_output", "mere", "mare", "err_vs_bound"] + (
+                   ["wall_ms"] if timings else []) + ["mark"]
         out = []
         for soc in self.socs:
             rows = self.of(soc)
-            failed = [r for r in rows if not r["verified"]]
             if soc in self.soc_errors:
                 out.append(f"== {self.title()} on {soc}: !! no tilings: {self.soc_errors[soc]}")
                 continue
-            verdict = (f"!! {len(failed)} of {len(rows)} tilings did NOT verify" if failed
-                       else f"all {len(rows)} tilings verified")
-            out.append(f"== {self.title()} on {soc}: {verdict}")
-            shown = [r for i, r in enumerate(rows) if top is None or i < top or r["official"] or not r["verified"]]
+            out.append(f"== {self.title()} on {soc}: {_tally(rows)}")
+            shown = [r for i, r in enumerate(rows)
+                     if top is None or i < top or r["official"] or r["verdict"] != "pass"]
             out.append(_text_table(cols, [_cells(r, cols) for r in shown]))
             if len(shown) < len(rows):
                 out.append(f"({len(rows) - len(shown)} more rows in the CSV and JSON)")
-            for r in failed:
-                out.append(f"!! FAILED cand {r['cand']} {_params(r, self.param_keys)}: "
-                           + (r.get("error") or f"{r.get('worst_output')} MERE {_fmt(r.get('mere'))} "
-                                                f"MARE {_fmt(r.get('mare'))} (threshold {_fmt(r.get('threshold'))})"))
+            for r in rows:
+                if r["verdict"] != "pass":
+                    mark = "!!" if r["verdict"] in ("wrong", "error") else "~ "
+                    out.append(f"{mark} {LOUD[r['verdict']]} cand {r['cand']} {_params(r, self.param_keys)}: "
+                               f"{r['reason']}")
         out.append(self.side_by_side())
+        out.append("verdict: pass = every output meets Ascend's precision standard; imprecise = fails it, within what "
+                   "fp32 rounding explains (err_vs_bound < 1); WRONG = beyond any rounding (err_vs_bound > 1); "
+                   "ERROR = the run raised")
         return "\n".join(out)
 
     def side_by_side(self) -> str:
@@ -328,15 +413,16 @@ class ExploreResult:
         rows = []
         for soc in self.socs:
             b, o, n = self.best(soc), self.official(soc), self.of(soc)
-            rows.append([soc, str(len(n)), str(sum(r["verified"] for r in n)),
+            rows.append([soc, str(len(n)), str(sum(r["verdict"] == "pass" for r in n)),
                          _params(b, self.param_keys) if b else "-", _fmt(b and b["est_us"]),
                          _params(o, self.param_keys) if o else "-", _fmt(o and o.get("est_us")),
                          _fmt(o and o.get("vs_best"))])
         return "== best and official tiling per SoC\n" + _text_table(
-            ["soc", "tilings", "verified", "best", "best_us", "official", "official_us", "official/best"], rows)
+            ["soc", "tilings", "pass", "best", "best_us", "official", "official_us", "official/best"], rows)
 
     def to_json(self) -> dict[str, Any]:
-        summary = {soc: {"best": self.best(soc), "official": self.official(soc), "error": self.soc_errors.get(soc)}
+        summary = {soc: {"best": self.best(soc), "official": self.official(soc), "error": self.soc_errors.get(soc),
+                         "verdicts": {v: sum(r["verdict"] == v for r in self.of(soc)) for v in VERDICTS}}
                    for soc in self.socs}
         return {"op": self.op, "shape": list(self.shape), "dtype": self.dtype, "seed": self.seed, "socs": self.socs,
                 "param_keys": self.param_keys, "seconds": round(self.seconds, 3), "ok": self.ok,
@@ -405,12 +491,17 @@ class ExploreResult:
                 pts = [(x_of(r), r["est_us"]) for r in mine if self._variant(r) == v]
                 if pts:
                     ax.scatter(*zip(*pts, strict=True), color=colour, s=18, marker=markers[k % len(markers)])
-        for key, style in (("official", {"marker": "o", "s": 140, "facecolors": "none", "edgecolors": "red"}),
-                           ("best", {"marker": "*", "s": 160, "color": "gold", "edgecolors": "black"}),
-                           ("did not verify", {"marker": "x", "s": 90, "color": "red"})):
-            pts = [(x_of(r), r["est_us"]) for r in rows if (r[key] if key in r else not r["verified"])]
+        for label, pick, style in (
+                ("official", lambda r: r["official"], {"marker": "o", "s": 140, "facecolors": "none",
+                                                       "edgecolors": "red"}),
+                ("best", lambda r: r["best"], {"marker": "*", "s": 160, "color": "gold", "edgecolors": "black"}),
+                ("imprecise (fails the standard within fp32 rounding)", lambda r: r["verdict"] == "imprecise",
+                 {"marker": "v", "s": 70, "facecolors": "none", "edgecolors": "darkorange"}),
+                ("WRONG (beyond any rounding)", lambda r: r["verdict"] == "wrong",
+                 {"marker": "x", "s": 90, "color": "red"})):
+            pts = [(x_of(r), r["est_us"]) for r in rows if pick(r)]
             if pts:
-                ax.scatter(*zip(*pts, strict=True), label=key, zorder=3, **style)
+                ax.scatter(*zip(*pts, strict=True), label=label, zorder=3, **style)
         for k, v in enumerate(variants):
             ax.scatter([], [], color="grey", marker=markers[k % len(markers)], label=v)
         ax.set_xlabel("tile size (elements)" if has_tile else "candidate")
@@ -447,11 +538,14 @@ class ExploreResult:
 
 
 def _fmt(v: Any) -> str:
-    """A table cell: booleans as yes / FAIL, small floats in 3 significant digits, others to 3 decimals."""
+    """A table cell: a verdict as :data:`LOUD` says, booleans as yes / no, small floats in 3 significant digits,
+    others to 3 decimals."""
     if v is None or v == "":
         return "-"
     if isinstance(v, bool):
-        return "yes" if v else FAIL
+        return "yes" if v else "no"
+    if isinstance(v, str) and v in LOUD:
+        return LOUD[v]
     if isinstance(v, float):
         return f"{v:.3g}" if abs(v) < 1e-2 else f"{v:.3f}"
     return str(v)
@@ -460,6 +554,13 @@ def _fmt(v: Any) -> str:
 def _cells(r: Row, cols: list[str]) -> list[str]:
     mark = " ".join(k for k in ("best", "official") if r[k])
     return [mark if c == "mark" else _fmt(r.get(c)) for c in cols]
+
+
+def _tally(rows: list[Row]) -> str:
+    """``56 tilings: 36 pass, 20 imprecise`` (WRONG and ERROR counts loud)."""
+    counts = [(v, sum(r["verdict"] == v for r in rows)) for v in VERDICTS]
+    text = ", ".join(f"{n} {LOUD[v]}" for v, n in counts if n)
+    return f"{len(rows)} tilings: {text}" if rows else "no tilings"
 
 
 def _params(r: Row, keys: list[str]) -> str:
@@ -478,17 +579,19 @@ def _csv_cell(v: Any) -> Any:
     return "" if v is None else v
 
 
-def _rank(rows: list[Row], socs: list[str]) -> list[Row]:
-    """Per SoC: verified rows fastest first, then unverified ones by time, then failed runs, candidate index
-    breaking ties (so the order is the same whoever ran them); rank, best and vs_best set."""
+def _rank(rows: list[Row], socs: list[str], param_keys: list[str]) -> list[Row]:
+    """Per SoC: by verdict (:data:`VERDICTS`), each fastest first; between equal estimates the official tiling
+    first, then the params (so the order is the same whoever ran the candidates, in whatever order); rank, best
+    (the fastest that passes) and vs_best set."""
     def key(r: Row) -> tuple[Any, ...]:
         est = r.get("est_us")
-        return (socs.index(r["soc"]), not r["verified"], est is None, est if est is not None else 0.0, r["cand"])
+        return (socs.index(r["soc"]), VERDICTS.index(r["verdict"]), est is None, est if est is not None else 0.0,
+                not r["official"], tuple(str(r.get(k)) for k in param_keys), r["cand"])
 
     ranked = sorted(rows, key=key)
     for soc in socs:
         mine = [r for r in ranked if r["soc"] == soc]
-        best = next((r for r in mine if r["verified"]), None)
+        best = next((r for r in mine if r["verdict"] == "pass"), None)
         for i, r in enumerate(mine, 1):
             r["rank"] = i
             r["best"] = r is best
@@ -533,5 +636,5 @@ def explore(spec: OpSpec, shape: Sequence[int], dtype: str, socs: Sequence[str] 
             rows.append({"op": spec.name, **row})
             bar.update()
     keys = [k for k, _ in jobs[0].params] if jobs else []
-    return ExploreResult(spec.name, shape, dtype, soc_names, keys, _rank(rows, soc_names), seed, soc_errors,
+    return ExploreResult(spec.name, shape, dtype, soc_names, keys, _rank(rows, soc_names, keys), seed, soc_errors,
                          time.perf_counter() - t0)

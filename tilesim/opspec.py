@@ -13,9 +13,20 @@ from typing import Any
 
 import numpy as np
 
+from .precision import ErrorBound
 from .soc import SocSpec
 
 Inputs = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """The longest fp32 sum into an element of an output with a tiling: ``terms`` added one after another, each a
+    ``unit`` ("rows per core"). An fp32 sum errs more the longer it is, so a tiling that sums more per core is less
+    precise than one that sums less: the explorer says so where a tiling fails the standard."""
+
+    terms: int
+    unit: str
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,11 @@ class OpSpec:
       tiling check accepts it), the official one among them and marked.
     - ``run(inputs, tiling, soc)``: the outputs of the tiled kernel run with that tiling (fast mode).
     - ``reference(inputs)``: the untiled float64 math, one array per output, in the same order.
+    - ``bounds(inputs)`` (optional): per output, what fp32 rounding can do to it (an
+      :class:`~tilesim.precision.ErrorBound`), so that an output further off than that is judged wrong rather
+      than imprecise. Without it no output is judged wrong, only against the standard.
+    - ``accumulations(tiling)`` (optional): per output summed in fp32, its longest sum with that tiling
+      (:class:`Accumulation`), which the explorer names beside a tiling that fails the standard.
     """
 
     name: str
@@ -51,3 +67,5 @@ class OpSpec:
     reference: Callable[[Inputs], tuple[np.ndarray, ...]]
     output_names: tuple[str, ...]
     doc: str = field(default="", compare=False)
+    bounds: Callable[[Inputs], tuple[ErrorBound, ...]] | None = None
+    accumulations: Callable[[Any], dict[str, Accumulation]] | None = None

@@ -15,9 +15,17 @@ Two choices are ours and stated here:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
+from numba import types
+from numba.extending import overload
+
+from .cast import bf16_to_f32_bits, fp16_to_f32_bits, narrow, widen
+from .intrinsics import u32_as_f32
+from .jit import DEVICE_OPTIONS, njit
 
 THRESHOLD = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -13}
 SMALL_VALUE = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": 2.0 ** -14}
@@ -28,7 +36,7 @@ class Precision:
     dtype: str
     mere: float
     mare: float
-    strict_mare: float
+    strict_mare: float | None  # None where it was not computed (:func:`judge`)
     threshold: float
 
     @property
@@ -37,8 +45,9 @@ class Precision:
 
     def __str__(self) -> str:
         verdict = "pass" if self.ok else "FAIL"
+        strict = "" if self.strict_mare is None else f"; MARE with the 1e-7 floor {self.strict_mare:.3g}"
         return (f"{verdict} ({self.dtype}): MERE {self.mere:.3g} (< {self.threshold:.3g}), MARE {self.mare:.3g} "
-                f"(< {10 * self.threshold:.3g}); MARE with the 1e-7 floor {self.strict_mare:.3g}")
+                f"(< {10 * self.threshold:.3g}){strict}")
 
 
 def compare(actual: np.ndarray, golden: np.ndarray, dtype: str | None = None) -> Precision:
@@ -63,3 +72,210 @@ def compare(actual: np.ndarray, golden: np.ndarray, dtype: str | None = None) ->
 def assert_close(actual: np.ndarray, golden: np.ndarray, dtype: str | None = None, what: str = "output") -> None:
     p = compare(actual, golden, dtype)
     assert p.ok, f"{what}: {p}"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# what rounding can explain
+
+UNIT_ROUNDOFF = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": 2.0 ** -24}
+SPACING = {"float16": 2.0 ** -24, "bfloat16": 2.0 ** -133, "float32": 2.0 ** -149}  # the smallest subnormal
+BOUND_SAFETY = 2.0  # the bound is first-order and our count of a kernel's roundings may miss a few: twice it
+
+
+@dataclass(frozen=True)
+class ErrorBound:
+    """What fp32 rounding can do to one output of an op computed in fp32 and rounded once to its dtype, as every
+    shipped kernel does. ``magnitude``: per element, the op's formula evaluated on the absolute values of its
+    inputs with every subtraction an addition (for a sum, the sum of the terms' absolute values): rounding errors
+    scale with it, not with the result. ``roundings``: the most roundings on any path to an element, counting n − 1
+    for a sum of n terms, which bounds a sum in any order (Higham, *Accuracy and Stability of Numerical
+    Algorithms*, 2nd ed., §3.1 and §4.2: |error| ≤ γ_k·magnitude, γ_k = k·u / (1 − k·u), u = 2⁻²⁴)."""
+
+    magnitude: np.ndarray
+    roundings: int
+
+    def absolute(self, golden: np.ndarray, dtype: str) -> np.ndarray:
+        """Per element, float32 rounded up, the largest distance between a correct kernel's output in ``dtype`` and
+        the float64 ``golden`` rounded to ``dtype`` (as :func:`compare` rounds it): γ_k·magnitude, the kernel's
+        final rounding and the golden's, each half a unit in the last place, the smallest subnormal for a result
+        at zero, all times BOUND_SAFETY."""
+        k, u = self.roundings, UNIT_ROUNDOFF["float32"]
+        b = np.asarray(self.magnitude, np.float64).reshape(-1) * (k * u / (1.0 - k * u))  # fp32's error
+        b += 2.0 * UNIT_ROUNDOFF[dtype] * (np.abs(np.asarray(golden).reshape(-1)) + b) + SPACING[dtype]
+        b *= BOUND_SAFETY * (1.0 + 2.0 ** -20)  # and float32's rounding cannot bring it below the bound
+        return b.astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """One output's golden, prepared once for judging many runs (:func:`judge`): rounded to the output's dtype as
+    :func:`compare` rounds it, the floor of the relative error, and each element's rounding bound (None: no bound
+    known, nothing is judged wrong)."""
+
+    dtype: str
+    rounded: np.ndarray
+    floor: float
+    bound: np.ndarray | None
+
+    @classmethod
+    def of(cls, golden: np.ndarray, dtype: str, bound: ErrorBound | None = None) -> Expected:
+        """``golden`` (float64) of an output in ``dtype`` ("float32", "float16", "bfloat16")."""
+        g = np.ascontiguousarray(np.asarray(golden, np.float64).reshape(-1))
+        with np.errstate(over="ignore"):  # a golden beyond the dtype's range rounds to infinity, as in compare()
+            # ml_dtypes rounds float64 to bf16 through fp32 (twice, each to nearest even), so compare() does too:
+            # the compiled cast gives the same bits, 20x faster
+            if dtype == "bfloat16":
+                rounded = narrow(g.astype(np.float32), dtype).view(_DTYPES[dtype])
+                values = widen(rounded.view(np.uint16), dtype)
+            else:
+                rounded = values = g.astype(_DTYPES[dtype])
+        finite = np.abs(values[np.isfinite(values)])
+        scale = float(finite.max()) if finite.size else 1.0
+        return cls(dtype, rounded, max(1e-7, SMALL_VALUE[dtype] * scale),
+                   None if bound is None else bound.absolute(g, dtype).reshape(-1))
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A run's output against its :class:`Expected`: the standard's figures, and the element furthest outside its
+    rounding bound: ``excess`` is its error over its bound (above 1: no rounding explains it; NaN without a
+    bound), ``wrong`` how many elements lie outside their bounds."""
+
+    precision: Precision
+    excess: float
+    wrong: int
+    index: int
+    actual: float
+    expected: float
+    bound: float
+
+    @property
+    def verdict(self) -> str:
+        """"wrong" (outside any rounding explanation), "imprecise" (rounding explains it, the standard fails it)
+        or "pass"."""
+        return "wrong" if self.wrong else "pass" if self.precision.ok else "imprecise"
+
+
+_DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+# The bits a judged output travels as: the type selects the widening at compile time (Numba has no float16)
+_BITS = {"float32": np.uint32, "float16": np.int16, "bfloat16": np.uint16}
+JUDGE_CHUNK = 1 << 15  # elements a task judges: its partial sums are added in task order, whatever the threads
+BLOCK = 256  # elements a task's loops take at a time
+_SUM, _MARE, _NANS, _EXCESS, _AT, _WRONG = range(6)
+WRONG_UNIT = float(1 << 26)  # a block's NaN count and wrong count share one float: nans + wrong * WRONG_UNIT
+
+
+def _value(bits):  # type: ignore[no-untyped-def]  # compiled code only: the overload below
+    raise TypeError("_value is compiled code's")
+
+
+@overload(_value, jit_options=DEVICE_OPTIONS)
+def _value_of(bits):  # type: ignore[no-untyped-def]
+    """An element's value as float64, from its bits as :data:`_BITS` carries them."""
+    if bits == types.uint32:
+        return lambda bits: np.float64(u32_as_f32(bits))
+    if bits == types.uint16:
+        return lambda bits: np.float64(u32_as_f32(bf16_to_f32_bits(bits)))
+    if bits == types.int16:
+        return lambda bits: np.float64(u32_as_f32(fp16_to_f32_bits(np.uint16(bits))))
+    return None
+
+
+@njit(cache=True, inline="always")
+def _halve_sum(v, h):
+    for j in range(h):
+        v[j] += v[j + h]
+
+
+@njit(cache=True, inline="always")
+def _halve_max(v, h):
+    for j in range(h):  # a select, not max(): Numba's max tests for NaN (there is none here) and stays scalar
+        v[j] = v[j] if v[j] >= v[j + h] else v[j + h]
+
+
+@njit(cache=True, nogil=True, host=True, error_model="numpy")
+def _judge_chunks(first, last, a, g, bound, floor, out):
+    """Tasks ``first`` to ``last`` of :func:`judge`: each chunk's sum and maximum of relative errors, its NaN
+    errors, and the element furthest outside its bound (err / bound; NaN counts as infinite).
+
+    By blocks of BLOCK elements: a block whose bits all agree is skipped (most of a b16 output); otherwise every
+    element's ratios go into small buffers without branches, and the buffers are reduced by halving. Both loops
+    vectorise (slices, not offset indices: LLVM gives up on the latter), and the sum's order is fixed."""
+    n = a.size
+    has_bound = bound.size > 0
+    buf = np.zeros((5, BLOCK))
+    rs, rm, cnt, xs, xm = buf[0], buf[1], buf[2], buf[3], buf[4]
+    for c in range(first, last):
+        total, mare, counts, excess, at = 0.0, 0.0, 0.0, 0.0, -1
+        for b0 in range(c * JUDGE_CHUNK, min(n, (c + 1) * JUDGE_CHUNK), BLOCK):
+            m = min(BLOCK, n - b0)
+            ab, gb = a[b0:b0 + m], g[b0:b0 + m]
+            diff = 0
+            for j in range(m):
+                diff |= ab[j] ^ gb[j]
+            if diff == 0:
+                continue
+            bb = bound[b0:b0 + m] if has_bound else bound
+            for j in range(m):
+                av, gv = _value(ab[j]), _value(gb[j])
+                err = abs(av - gv)
+                same = (av == gv) | ((av != av) & (gv != gv))
+                r = err / (abs(gv) + floor)
+                nan = (r != r) & ~same
+                rs[j] = 0.0 if same | nan else r
+                x = 0.0
+                if has_bound:
+                    x = 0.0 if same else (np.inf if nan else err / bb[j])
+                xs[j] = x
+                cnt[j] = (1.0 if nan else 0.0) + (WRONG_UNIT if x > 1.0 else 0.0)
+            buf[:, m:] = 0.0
+            rm[:] = rs
+            xm[:] = xs
+            h = BLOCK // 2
+            while h:
+                _halve_sum(rs, h)
+                _halve_max(rm, h)
+                _halve_sum(cnt, h)
+                _halve_max(xm, h)
+                h //= 2
+            total += rs[0]
+            mare = max(mare, rm[0])
+            counts += cnt[0]
+            if has_bound and (xm[0] > excess or at < 0):
+                excess = xm[0]
+                for j in range(m):
+                    if xs[j] == excess:
+                        at = b0 + j
+                        break
+        o = out[c]
+        o[_SUM], o[_MARE], o[_NANS], o[_WRONG] = total, mare, counts % WRONG_UNIT, counts // WRONG_UNIT
+        o[_EXCESS], o[_AT] = excess, at
+
+
+def judge(actual: np.ndarray, expected: Expected) -> Judgement:
+    """``actual`` (a kernel's output) against ``expected``: Ascend's standard as :func:`compare` computes it (the
+    sum in a fixed order; without the strict MARE) and the rounding bound, in one pass over the host threads."""
+    from .launch import run_cores  # the launch's host threads; tilesim.launch imports nothing from here
+
+    dt = expected.dtype
+    a = np.ascontiguousarray(actual).reshape(-1)
+    if a.dtype != _DTYPES[dt] or a.size != expected.rounded.size:
+        raise ValueError(f"judge: a {a.dtype} output of {a.size} elements against a {dt} golden of "
+                         f"{expected.rounded.size}")
+    bits = _BITS[dt]
+    chunks = -(-a.size // JUDGE_CHUNK)
+    out = np.zeros((max(chunks, 1), 6))
+    bound = expected.bound if expected.bound is not None else np.zeros(0, np.float32)
+    run_cores(_judge_chunks, chunks, a.view(bits), expected.rounded.view(bits), bound, expected.floor, out)
+    nan = bool(out[:, _NANS].any())
+    mere = math.fsum(out[:, _SUM].tolist()) / a.size if a.size else 0.0
+    p = Precision(dt, math.nan if nan else mere, math.nan if nan else float(out[:, _MARE].max()), None,
+                  THRESHOLD[dt])
+    if expected.bound is None:
+        return Judgement(p, math.nan, 0, -1, math.nan, math.nan, math.nan)
+    worst = int(np.argmax(out[:, _EXCESS]))
+    at = int(out[worst, _AT])
+    if at < 0:
+        return Judgement(p, 0.0, 0, -1, math.nan, math.nan, math.nan)
+    return Judgement(p, float(out[worst, _EXCESS]), int(out[:, _WRONG].sum()), at, float(a[at]),
+                     float(expected.rounded[at]), float(expected.bound[at]))
