@@ -1,8 +1,9 @@
 """The benchmark summary: after a run with ``--benchmark-enable``, a table of kernel, shape, op, dtype, median,
 effective GB/s, its share of the memory-bandwidth probe, the speedups over torch and over numpy and the cost of
-checked mode; then the small calls (µs), the scaling run (ns per element), the warm start and issue 7's targets,
-each a short section printed only when its benchmarks ran. Everything is also written to ``bench/results.json``.
-Nothing is printed or written when benchmarks are disabled (the default addopts).
+checked mode; then the small calls (µs), the scaling run (ns per element), the warm start, the explorer's sweeps
+and the targets of issues 7 and 31, each a short section printed only when its benchmarks ran. Everything is also
+written to ``bench/results.json``. Nothing is printed or written when benchmarks are disabled (the default
+addopts).
 
 The benchmarks put ``op``, ``dtype`` and (but for the start-up) ``bytes`` (what the op must move) in their
 ``extra_info``; GB/s here is bytes / median time / 1e9, the probe's GB/s is the triad's (2 reads + 1 write
@@ -28,7 +29,8 @@ kernel instruction by instruction, as the share of the probe it would reach (``f
 section says so.
 
 Sections by benchmark group: ``small calls`` (test_bench_small_calls.py), ``scaling`` (test_bench_scaling.py),
-``startup`` (test_bench_startup.py); every other group is a row of the main table.
+``startup`` (test_bench_startup.py), ``explore`` (test_bench_explore.py: each demo case's sweep, and what its
+candidates cost beyond their fast runs); every other group is a row of the main table.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ CHECKED_OP = "tilesim checked"  # the same call with checks=True, in the fast ro
 SMALL_GROUP = "small calls"
 SCALING_GROUP = "scaling"
 STARTUP_GROUP = "startup"
+EXPLORE_GROUP = "explore"
 
 # Issue 7's targets.
 NORMS = ("rms_norm_grad", "group_norm_backward", "layer_norm_grad")
@@ -64,6 +67,10 @@ OTHER_PCT = 40.0  # swiglu_grad, nsa_compress_grad: % of the probe, any dtype
 CHECKED_MAX = 5.0  # checked median / fast median: issue 9 (shadow state and race checks) raised issue 7's 3
 SMALL_MAX_US = 200.0  # per small call
 WARM_MAX_S = 1.5  # warm start: process start to the first result
+# Issue 31's targets.
+EXTRA_MAX = 3.0  # what a candidate costs beyond its fast run (estimate and judging), over that run
+SWEEP_MAX_S = 15.0  # the sweep of SWEEP_CASE, one process
+SWEEP_CASE = ("rms_norm_grad", "bf16", [4096, 4096])
 
 
 def _section(group: str | None) -> str:
@@ -73,6 +80,8 @@ def _section(group: str | None) -> str:
         return "scaling"
     if group == STARTUP_GROUP:
         return "startup"
+    if group == EXPLORE_GROUP:
+        return "explore"
     return "main"
 
 
@@ -220,6 +229,15 @@ def _targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             s = _warm(r)["to_result_s"]
             add(r["op"], "start to result", s, WARM_MAX_S, s is not None and s < WARM_MAX_S, f"{s:.2f} s",
                 f"< {WARM_MAX_S:g} s")
+    for r in rows:
+        if r["section"] == "explore":
+            info, subject = r["info"], f"{r['op']} {r['dtype']} {_shape(r['shape'])}"
+            x = info["worst_extra"]
+            add(subject, "extra/fast, worst candidate", x, EXTRA_MAX, x <= EXTRA_MAX, f"{x:.2f}x",
+                f"<= {EXTRA_MAX:g}x")
+            if (r["kernel"], r["dtype"], r["shape"]) == SWEEP_CASE:
+                s = info["sweep_s"]
+                add(subject, "sweep", s, SWEEP_MAX_S, s < SWEEP_MAX_S, f"{s:.1f} s", f"< {SWEEP_MAX_S:g} s")
     return out
 
 
@@ -312,7 +330,7 @@ def _startup_lines(tr: Any, rows: list[dict[str, Any]]) -> None:
 
 
 def _targets_lines(tr: Any, targets: list[dict[str, Any]]) -> None:
-    tr.write_sep("-", "issue 7 targets")
+    tr.write_sep("-", "targets (issue 7: speed; issue 31: the explorer)")
     sw = max(len(t["subject"]) for t in targets)
     tw = max(len(t["target"]) for t in targets)
     for t in targets:
@@ -324,6 +342,27 @@ def _targets_lines(tr: Any, targets: list[dict[str, Any]]) -> None:
     if beyond:
         tr.write_line(f"{beyond} share targets lie above their floor: no emulation that runs the kernel's "
                       "instructions one by one reaches them on this host")
+
+
+def _explore_table(tr: Any, rows: list[dict[str, Any]]) -> None:
+    tr.write_sep("-", f"explore (Ascend910B1; target: extra/fast <= {EXTRA_MAX:g}x per candidate)")
+    cw = max(len("case"), *(len(f"{r['kernel']} {_shape(r['shape'])} {r['dtype']}") for r in rows))
+    head = (f"{'case':<{cw}} {'tilings':>7} {'sweep s':>8} {'fast s':>7} {'estimate s':>10} {'judge s':>8} "
+            f"{'rest s':>7} {'median extra':>12} {'worst extra':>11}  worst candidate")
+    tr.write_line(head)
+    tr.write_line("-" * len(head))
+    for r in rows:
+        i = r["info"]
+        case = f"{r['kernel']} {_shape(r['shape'])} {r['dtype']}"
+        params = " ".join(f"{k}={v}" for k, v in i["worst_params"].items())
+        tr.write_line(f"{case:<{cw}} {i['candidates']:>7} {i['sweep_s']:>8.1f} {i['fast_s']:>7.2f} "
+                      f"{i['estimate_s']:>10.2f} {i['judge_s']:>8.2f} {i['rest_s']:>7.2f} "
+                      f"{i['median_extra']:>11.2f}x {i['worst_extra']:>10.2f}x  {i['worst_cand']}: {params}")
+    tr.write_line("fast / estimate / judge s = the sweep's fast runs, runs that schedule themselves on the cost model "
+                  "and judging of outputs, summed; rest = the sweep's other time (inputs, goldens and rounding bounds, "
+                  "candidates, ranking); extra = a candidate's (estimate + judge) / its fast run: median of the "
+                  "sweep's single measurements; worst, where a single one was above 2x, the median of "
+                  "rounds that pair the two (bench/test_bench_explore.py)")
 
 
 def _threading_layer() -> str | None:
@@ -340,7 +379,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
         return
     tr = terminalreporter
     tr.write_sep("=", "bench summary")
-    by = {s: [r for r in rows if r["section"] == s] for s in ("main", "small", "scaling", "startup")}
+    by = {s: [r for r in rows if r["section"] == s] for s in ("main", "small", "scaling", "startup", "explore")}
     if by["main"]:
         _main_table(tr, by["main"])
     if by["small"]:
@@ -349,6 +388,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
         _scaling_table(tr, by["scaling"])
     if by["startup"]:
         _startup_lines(tr, by["startup"])
+    if by["explore"]:
+        _explore_table(tr, by["explore"])
     targets = _targets(rows)
     if targets:
         _targets_lines(tr, targets)
@@ -358,6 +399,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
                         "numba_threads": numba.config.NUMBA_NUM_THREADS,
                         "threading_layer": _threading_layer()},
                "rows": by["main"], "small_calls": by["small"], "scaling": by["scaling"], "startup": by["startup"],
-               "targets": targets}
+               "explore": by["explore"], "targets": targets}
     RESULTS.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     tr.write_line(f"written to {RESULTS}")

@@ -145,16 +145,17 @@ class Estimate:
 
 
 @njit(cache=True, host=True)
-def _replay(f, plan, base, n_slots, part, start, free):
+def _replay(f, plan, base, cache, n_slots, part, start, free):
     """:func:`tilesim.schedule.step` over one core's logged instructions of a phase (``part``), from state ``f``;
     each one's start and the moment it frees its pipe into ``start`` and ``free``."""
     for i in range(part.shape[0]):
         g = part[i, L_GM]
         start[i], free[i] = step(f, part[i, L_PIPE], min(max(part[i, L_CLASS] - VEC_BINARY, 0), N_VEC - 1),
-                                 part[i, L_AMOUNT], part[i, L_BURSTS], slot_of(plan, base, n_slots, part[i, L_WRITE]),
-                                 slot_of(plan, base, n_slots, part[i, L_READ0]),
-                                 slot_of(plan, base, n_slots, part[i, L_READ1]), g if 0 <= g < MAX_GM_TAGS else -1,
-                                 n_slots)
+                                 part[i, L_AMOUNT], part[i, L_BURSTS],
+                                 slot_of(plan, base, cache, n_slots, part[i, L_WRITE]),
+                                 slot_of(plan, base, cache, n_slots, part[i, L_READ0]),
+                                 slot_of(plan, base, cache, n_slots, part[i, L_READ1]),
+                                 g if 0 <= g < MAX_GM_TAGS else -1, n_slots)
 
 
 def _replay_log(report: RunReport, p: CostParams,
@@ -164,6 +165,7 @@ def _replay_log(report: RunReport, p: CostParams,
     releases (cycles from the phase's start)."""
     plan = report.ub_plan.as_array()
     base, n_slots = schedule.slot_bases(plan)
+    cache = schedule.new_slot_cache()
     f = np.zeros(schedule.state_words(n_slots, MAX_GM_TAGS))
     schedule.set_params(f, p)
     ends, bd = report.phase_ends, report.block_dim
@@ -181,7 +183,7 @@ def _replay_log(report: RunReport, p: CostParams,
             f[schedule.F_RATE2], f[schedule.F_RATE3] = schedule.mte_rates(
                 int(moved[c][PIPE_MTE2]), int(moved[c][PIPE_MTE3]), movers, p)
             start, free = np.empty(part.shape[0]), np.empty(part.shape[0])
-            _replay(f, plan, base, n_slots, part, start, free)
+            _replay(f, plan, base, cache, n_slots, part, start, free)
             out[ph, c] = f[schedule.SPAN_AND_BUSY]
             if stages:
                 kept.append((c, ph, part, start, free))

@@ -18,7 +18,7 @@ from numba.extending import overload
 
 from .intrinsics import address_as_pointer, copy_bytes
 from .jit import DEVICE_OPTIONS, njit
-from .schedule import F_TABLES, N_VEC, PIPE_MTE2, PIPE_MTE3, PIPE_SCALAR, PIPE_VECTOR, slot_of, step
+from .schedule import F_TABLES, N_VEC, PIPE_MTE2, PIPE_MTE3, PIPE_SCALAR, PIPE_VECTOR, SLOT_CACHE, slot_of, step
 from .ub import LocalTensor
 
 # A core: its index, the block's core count, checked mode, and where its memory lies: the UB (``base``, ``ub_size``
@@ -62,14 +62,16 @@ COUNTER_NAMES = ["mte2_bytes", "mte2_transfers", "mte2_pad_bytes", "mte3_bytes",
 # none) and where: the byte offset of its first row, the bytes of a row and the bytes from one row's start to the
 # next. The cost model replays this log and checked mode looks in it for races between cores.
 # The schedule (:mod:`tilesim.schedule`) is, from REC_AT, the number of queue slots (SCHED_SLOTS), of GM tensors
-# (SCHED_GMS), each plan buffer's first slot id (SCHED_BASE, a word per plan row), then the float64 state
-# :func:`tilesim.schedule.step` advances with every instruction the core issues.
+# (SCHED_GMS), the slot cache of :func:`tilesim.schedule.slot_of` (SCHED_CACHE, 2 * SLOT_CACHE words), each plan
+# buffer's first slot id (SCHED_BASE, a word per plan row), then the float64 state :func:`tilesim.schedule.step`
+# advances with every instruction the core issues.
 # Recording costs one test per instruction when off.
 LOG_COUNT = N_COUNTERS
 REC_MODE = LOG_COUNT + 1
 REC_AT = REC_MODE + 1
 REC_LOG, REC_SCHEDULE = 0, 1
-SCHED_SLOTS, SCHED_GMS, SCHED_BASE = 0, 1, 2
+SCHED_SLOTS, SCHED_GMS, SCHED_CACHE = 0, 1, 2
+SCHED_BASE = SCHED_CACHE + 2 * SLOT_CACHE
 LOG_FIELDS = 11
 L_PIPE, L_CLASS, L_AMOUNT, L_BURSTS, L_WRITE, L_READ0, L_READ1, L_GM, L_GM_OFF, L_GM_ROW, L_GM_STRIDE = \
     range(LOG_FIELDS)
@@ -229,13 +231,15 @@ def _log(core, pipe, cls, amount, bursts, w, r0, r1, gm, gm_off, gm_row, gm_stri
 def _schedule(core, c, pipe, cls, amount, bursts, w, r0, r1, gm):
     """:func:`tilesim.schedule.step` of one instruction on the core's schedule (a launch that schedules itself)."""
     n_slots, n_gm = c[REC_AT + SCHED_SLOTS], c[REC_AT + SCHED_GMS]
+    cache = carray(address_as_pointer(core.cnt_at + (REC_AT + SCHED_CACHE) * 8, np.int64), 2 * SLOT_CACHE)
     at = core.cnt_at + (REC_AT + SCHED_BASE) * 8
     base = carray(address_as_pointer(at, np.int64), core.plan_rows)
     f = carray(address_as_pointer(at + core.plan_rows * 8, np.float64), F_TABLES + 2 * n_slots + n_gm)
     plan = plan_of(core)
     vcls = min(max(cls - VEC_BINARY, 0), N_VEC - 1)
-    step(f, pipe, vcls, amount, bursts, slot_of(plan, base, n_slots, w), slot_of(plan, base, n_slots, r0),
-         slot_of(plan, base, n_slots, r1), gm if 0 <= gm < n_gm else -1, n_slots)
+    step(f, pipe, vcls, amount, bursts, slot_of(plan, base, cache, n_slots, w),
+         slot_of(plan, base, cache, n_slots, r0), slot_of(plan, base, cache, n_slots, r1),
+         gm if 0 <= gm < n_gm else -1, n_slots)
 
 
 NO_TENSOR = LocalTensor(-1, 0, -1)

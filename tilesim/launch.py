@@ -37,6 +37,7 @@ from .device import (
     REC_MODE,
     REC_SCHEDULE,
     SCHED_BASE,
+    SCHED_CACHE,
     SCHED_GMS,
     SCHED_SLOTS,
     SHADOW_COL,
@@ -174,6 +175,7 @@ class Launch:
         self.counters[:, REC_MODE] = REC_SCHEDULE
         self.counters[:, REC_AT + SCHED_SLOTS] = n_slots
         self.counters[:, REC_AT + SCHED_GMS] = MAX_GM_TAGS
+        self.counters[:, REC_AT + SCHED_CACHE:REC_AT + SCHED_BASE] = schedule.new_slot_cache()
         self.counters[:, REC_AT + SCHED_BASE:head] = base
         self.state = self.counters[:, head:].view(np.float64)
         self.params = cost_params(self.soc)

@@ -43,6 +43,7 @@ F_REPEAT = F_CLOCK + 1  # N_VEC words: cycles per 256 B repeat, by vector class
 F_STARTUP = F_REPEAT + N_VEC  # N_VEC words: start-up delay, by vector class
 F_TABLES = F_STARTUP + N_VEC  # then: write end and read end of each slot, last write end of each GM tensor
 SPAN_AND_BUSY = slice(F_BUSY, F_SPAN + 1)  # what a phase leaves: busy per pipe, then the span
+SLOT_CACHE = 64  # refs whose queue slot a core remembers (a kernel's tiles reuse a few dozen UB addresses)
 
 
 def state_words(n_slots: int, n_gm: int) -> int:
@@ -83,13 +84,24 @@ def mte_rates(b2: float, b3: float, movers: int, p: CostParams) -> tuple[float, 
     return min(p.mte2_core_gbs, share * max(b2, 1) / moved), min(p.mte3_core_gbs, share * max(b3, 1) / moved)
 
 
+def new_slot_cache() -> np.ndarray:
+    """An empty cache for :func:`slot_of`: SLOT_CACHE refs (none yet: -2 matches no ref), then their slots."""
+    cache = np.zeros(2 * SLOT_CACHE, np.int64)
+    cache[:SLOT_CACHE] = -2
+    return cache
+
+
 @njit(cache=True, inline="always")
-def slot_of(plan, base, n_slots, ref):
+def slot_of(plan, base, cache, n_slots, ref):
     """The queue slot id of a logged UB tensor ``ref`` (``buffer << 32 | address``; -1 for none): the buffer's
     first slot's id plus the slot the address lies in (the first or the last one for an address outside the
-    buffer, which checked mode reports)."""
+    buffer, which checked mode reports). Remembered in ``cache`` (:func:`new_slot_cache`, direct-mapped by the
+    address's 32 B block and the buffer): working it out took three quarters of a scheduled instruction's cost."""
     if ref < 0:
         return np.int64(-1)
+    h = ((ref >> 5) ^ (ref >> 32)) & (SLOT_CACHE - 1)
+    if cache[h] == ref:
+        return cache[SLOT_CACHE + h]
     buf = ref >> 32
     if buf >= plan.shape[0]:
         return np.int64(n_slots - 1)
@@ -99,7 +111,15 @@ def slot_of(plan, base, n_slots, ref):
     if size > 0:
         while k + 1 < n and addr >= off + (k + 1) * size:  # buffer_num slots: one or two steps, no division
             k += 1
+    cache[h] = ref
+    cache[SLOT_CACHE + h] = base[buf] + k
     return base[buf] + k
+
+
+@njit(cache=True, inline="always")
+def _later(a, b):
+    """max(a, b) as one select: Numba's max() tests for NaN first, and the schedule has none."""
+    return a if a >= b else b
 
 
 @njit(cache=True)
@@ -126,27 +146,27 @@ def step(f, pipe, vcls, amount, bursts, w, r0, r1, gm, n_slots):
         lat = occ
     w_end, r_end, gm_w = F_TABLES, F_TABLES + n_slots, F_TABLES + 2 * n_slots
     issued = f[F_ISSUED] + f[F_ISSUE]
-    t = max(issued, f[F_FREE + pipe])
+    t = _later(issued, f[F_FREE + pipe])
     if r0 >= 0:
-        t = max(t, f[w_end + r0])
+        t = _later(t, f[w_end + r0])
     if r1 >= 0:
-        t = max(t, f[w_end + r1])
+        t = _later(t, f[w_end + r1])
     if w >= 0:
-        t = max(t, f[w_end + w], f[r_end + w])
+        t = _later(t, _later(f[w_end + w], f[r_end + w]))
     if gm >= 0 and pipe == PIPE_MTE2:
-        t = max(t, f[gm_w + gm])
+        t = _later(t, f[gm_w + gm])
     e = t + lat
     f[F_FREE + pipe] = t + occ
     f[F_BUSY + pipe] += occ
     if r0 >= 0:
-        f[r_end + r0] = max(f[r_end + r0], e)
+        f[r_end + r0] = _later(f[r_end + r0], e)
     if r1 >= 0:
-        f[r_end + r1] = max(f[r_end + r1], e)
+        f[r_end + r1] = _later(f[r_end + r1], e)
     if w >= 0:
         f[w_end + w] = e
         f[r_end + w] = e
     if gm >= 0 and pipe == PIPE_MTE3:
         f[gm_w + gm] = e
     f[F_ISSUED] = e if pipe == PIPE_SCALAR else issued
-    f[F_SPAN] = max(f[F_SPAN], e)
+    f[F_SPAN] = _later(f[F_SPAN], e)
     return t, t + occ
