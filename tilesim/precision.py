@@ -99,11 +99,15 @@ class ErrorBound:
         the float64 ``golden`` rounded to ``dtype`` (as :func:`compare` rounds it): γ_k·magnitude, the kernel's
         final rounding and the golden's, each half a unit in the last place, the smallest subnormal for a result
         at zero, all times BOUND_SAFETY."""
+        from .launch import run_cores  # the launch's host threads; tilesim.launch imports nothing from here
+
         k, u = self.roundings, UNIT_ROUNDOFF["float32"]
-        b = np.asarray(self.magnitude, np.float64).reshape(-1) * (k * u / (1.0 - k * u))  # fp32's error
-        b += 2.0 * UNIT_ROUNDOFF[dtype] * (np.abs(np.asarray(golden).reshape(-1)) + b) + SPACING[dtype]
-        b *= BOUND_SAFETY * (1.0 + 2.0 ** -20)  # and float32's rounding cannot bring it below the bound
-        return b.astype(np.float32)
+        m = np.ascontiguousarray(self.magnitude, np.float64).reshape(-1)
+        g = np.ascontiguousarray(golden, np.float64).reshape(-1)
+        out = np.empty(m.size, np.float32)
+        run_cores(_absolute, -(-m.size // JUDGE_CHUNK), m, g, k * u / (1.0 - k * u), UNIT_ROUNDOFF[dtype],
+                  SPACING[dtype], BOUND_SAFETY * (1.0 + 2.0 ** -20), out)  # float32's rounding cannot go below
+        return out
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,15 @@ def _value_of(bits):  # type: ignore[no-untyped-def]
     if bits == types.int16:
         return lambda bits: np.float64(u32_as_f32(fp16_to_f32_bits(np.uint16(bits))))
     return None
+
+
+@njit(cache=True, nogil=True, host=True)
+def _absolute(first, last, m, g, gamma, u_out, spacing, scale, out):
+    """Chunks ``first`` to ``last`` of :meth:`ErrorBound.absolute`, in one pass."""
+    for c in range(first, last):
+        for i in range(c * JUDGE_CHUNK, min(m.size, (c + 1) * JUDGE_CHUNK)):
+            fp32 = gamma * m[i]
+            out[i] = np.float32((fp32 + 2.0 * u_out * (abs(g[i]) + fp32) + spacing) * scale)
 
 
 @njit(cache=True, inline="always")
