@@ -160,14 +160,15 @@ def _cores(first, last, block_dim, arena, plan, cnt, err, checks, t, dy, x, out,
     every order gives the NPU's bits and counters. A fast launch goes step by step, the k-th tile of each core in
     turn, then the (k + 1)-th: it reads GM as the cores together do on the NPU, consecutive tiles side by side in
     x and y_grad, where core after core read pieces of one row (512 B in bf16) 16 KiB apart, a stream the host's
-    prefetchers could not follow; its cores share the thread's one UB (phase_local_ub). A checked launch goes
-    core after core: each core has a UB and a shadow of its own, which stay in the host's L2 over its tiles."""
+    prefetchers could not follow; its cores share the thread's one UB (phase_local_ub), and so does a launch that
+    records. A checked launch goes core after core: each core has a UB and a shadow of its own, which stay in the
+    host's L2 over its tiles."""
     t = DeviceTiling(*t)  # a plain tuple from the host: see tiling.common.device_form
     col_tiles = (t.col_len + t.base_col_len - 1) // t.base_col_len
     total = (t.row_len + t.base_row_len - 1) // t.base_row_len * col_tiles
     steps, cores = (total + block_dim - 1) // block_dim, last - first
     for i in range(steps * cores):  # one call site of the inlined tile for both orders
-        if checks is None:
+        if not checks:  # the fast and the record build (None, 0); the checked build (a bool) when it checks
             k, c = i // cores, first + i % cores
         else:
             k, c = i % steps, first + i // steps

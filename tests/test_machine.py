@@ -608,9 +608,10 @@ def _fast_build_probe(arena_, plan, cnt, err, checks):
     return reduce_sum(core, t, t, t, 64)
 
 
-def test_fast_build_compiles_checked_mode_out():
-    """make_core with checks None is the fast build: no check of checked mode is compiled into it; with a bool
-    the checked build has them (and still honours False)."""
+def test_fast_build_compiles_checked_mode_and_recording_out():
+    """make_core with checks None is the fast build: neither checked mode's checks nor the recording of
+    instructions is compiled into it; with an int (a launch that records) the record build has the recording but
+    not the checks; with a bool the checked build has both (and still honours False)."""
     plan = UbPlan(SOC.ub_size)
     plan.add("row", 256)
     for checks in (False, True):
@@ -618,10 +619,16 @@ def test_fast_build_compiles_checked_mode_out():
         assert launch.core_checks is (True if checks else None)
         _fast_build_probe(launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks)
         _fast_build_probe(launch.arena, launch.plan_array, launch.counters, launch.err, checks)
+    with tilesim.capture(log=True):
+        launch = prepare("probe", SOC, None, plan.check(), 1, False, [])
+        assert launch.core_checks == 0 and launch.core_checks is not False
+        _fast_build_probe(launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks)
+        finish(launch)
     irs = {str(sig[-1]): ir for sig, ir in _fast_build_probe.inspect_llvm().items()}
-    assert set(irs) == {"none", "bool"}
+    assert set(irs) == {"none", "int64", "bool"}
     for name in ("_ub_check", "_align_check", "_read_check", "flow1"):
-        assert name not in irs["none"] and name in irs["bool"], name
+        assert name not in irs["none"] and name not in irs["int64"] and name in irs["bool"], name
+    assert "_log" not in irs["none"] and "_log" in irs["int64"] and "_log" in irs["bool"]
 
 
 # --- run reports ------------------------------------------------------------------------------------------------

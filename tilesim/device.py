@@ -65,7 +65,7 @@ COUNTER_NAMES = ["mte2_bytes", "mte2_transfers", "mte2_pad_bytes", "mte3_bytes",
 # (SCHED_GMS), the slot cache of :func:`tilesim.schedule.slot_of` (SCHED_CACHE, 2 * SLOT_CACHE words), each plan
 # buffer's first slot id (SCHED_BASE, a word per plan row), then the float64 state :func:`tilesim.schedule.step`
 # advances with every instruction the core issues.
-# Recording costs one test per instruction when off.
+# Only the record and checked builds have the recording (:func:`recorded_only`): the fast build pays nothing.
 LOG_COUNT = N_COUNTERS
 REC_MODE = LOG_COUNT + 1
 REC_AT = REC_MODE + 1
@@ -106,51 +106,79 @@ def err_width(checks: bool, ub_size: int) -> int:
     return SHADOW_COL + ub_size // 8 if checks else GEN_COL
 
 
-def _fast_build(core: Any) -> bool:
-    """At typing time: ``core`` is the Core of a fast build (made with ``checks`` None)."""
-    return isinstance(core, types.BaseNamedTuple) and "checks" in core.fields and \
-        isinstance(core.types[core.fields.index("checks")], types.NoneType)
+# A kernel compiles in up to three builds, told apart by the type of Core.checks, which the launch chooses
+# (:attr:`tilesim.launch.Launch.core_checks`): the fast build (None) has neither checked mode's code nor the
+# recording of instructions; the record build (an int) records (an instruction log, or the launch's own schedule on
+# the cost model) without checked mode's code; the checked build (a bool) has both and checks when it is True.
+# Code that a build does not have costs it nothing: not even a test per instruction.
+FAST_BUILD, RECORD_BUILD, CHECKED_BUILD = "fast", "record", "checked"
 
 
-def checked_only(fast_result: bool | None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator of a device function ``f(core, ...)`` whose work is checked mode's alone (a check, a shadow
-    update): for the Core of a fast build it compiles to ``return fast_result`` (True for a check, None for an
-    update), so that a fast kernel neither types nor links checked mode's code (it made every kernel's compile
-    40 % longer and its code larger). For a checked build's Core the function runs, and its body still tests
-    ``core.checks``, which then holds the launch's flag."""
+def build_of(core: Any) -> str | None:
+    """At typing time: which build ``core`` (a Core's Numba type) belongs to (None for what is not a Core)."""
+    if not (isinstance(core, types.BaseNamedTuple) and "checks" in core.fields):
+        return None
+    checks = core.types[core.fields.index("checks")]
+    if isinstance(checks, types.NoneType):
+        return FAST_BUILD
+    return CHECKED_BUILD if isinstance(checks, types.Boolean) else RECORD_BUILD
+
+
+def _only_in(builds: tuple[str, ...], absent: bool | None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator of a device function ``f(core, ...)`` compiled only into ``builds``: in any other build it
+    compiles to ``return absent``, so that the build neither types nor links it."""
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        checked = njit(cache=True)(fn)
+        compiled = njit(cache=True)(fn)
 
         def device_function(core, *args):  # type: ignore[no-untyped-def]  # Python: the device code's TypeError
-            return checked(core, *args)
+            return compiled(core, *args)
 
         @overload(device_function, jit_options=DEVICE_OPTIONS)
         def _select(core, *args):  # type: ignore[no-untyped-def]
-            if _fast_build(core):
-                return (lambda core, *args: True) if fast_result else (lambda core, *args: None)
-            return lambda core, *args: checked(core, *args)
+            if build_of(core) in builds:
+                return lambda core, *args: compiled(core, *args)
+            return (lambda core, *args: True) if absent else (lambda core, *args: None)
 
         return functools.update_wrapper(device_function, fn)
     return decorate
 
 
+def checked_only(fast_result: bool | None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator of a device function ``f(core, ...)`` whose work is checked mode's alone (a check, a shadow
+    update): outside the checked build it compiles to ``return fast_result`` (True for a check, None for an
+    update), so that a fast kernel neither types nor links checked mode's code (it made every kernel's compile
+    40 % longer and its code larger). In the checked build the function runs, and its body still tests
+    ``core.checks``, which then holds the launch's flag."""
+    return _only_in((CHECKED_BUILD,), fast_result)
+
+
+def recorded_only(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator of a device function ``f(core, ...)`` that records an instruction: compiled out of the fast
+    build (it returns None there), so that recording costs fast mode nothing. Its body still tests whether the
+    launch records (``core.cnt_size > LOG_COUNT``): a checked build's launch may not."""
+    return _only_in((RECORD_BUILD, CHECKED_BUILD), None)(fn)
+
+
 def _checks_field(checks):  # type: ignore[no-untyped-def]
-    return None if checks is None else bool(checks)
+    return checks
 
 
 @overload(_checks_field, jit_options=DEVICE_OPTIONS)
 def _checks_field_typed(checks):  # type: ignore[no-untyped-def]
-    """Core.checks: None for the fast build (``checks`` None: checked mode's code compiled out), else the flag."""
+    """Core.checks: None for the fast build, an int64 for the record build, the flag for the checked build."""
     if isinstance(checks, types.NoneType):
         return lambda checks: None
+    if isinstance(checks, types.Integer) and not isinstance(checks, types.Boolean):
+        return lambda checks: np.int64(checks)
     return lambda checks: bool(checks)
 
 
 @njit(cache=True)
 def make_core(idx, block_num, arena, plan, cnt, err, checks):
-    """The context of core ``idx``. ``checks`` None makes the Core of a fast build (checked mode's code compiled
-    out: :func:`checked_only`); a bool makes that of a checked build, which checks when it is True (the launch
-    passes :attr:`tilesim.launch.Launch.core_checks`). The other fields get one type whatever the caller passes
+    """The context of core ``idx``. ``checks`` None makes the Core of the fast build (checked mode's code and the
+    recording compiled out: :func:`checked_only`, :func:`recorded_only`), an int that of the record build, a bool
+    that of the checked build, which checks when it is True (the launch passes
+    :attr:`tilesim.launch.Launch.core_checks`). The other fields get one type whatever the caller passes
     (a prange index is unsigned, a range index signed), so every primitive compiles once per build. Core i's UB
     is row i of ``arena``, found by the row stride: a launch hands a view with stride 0 to give every core on a
     host thread the same UB (:attr:`tilesim.launch.Launch.phase_local_ub`)."""
@@ -204,8 +232,10 @@ def _ref(t):
     return np.int64(-1) if t.buf < 0 else (np.int64(t.buf) << 32) | np.int64(t.addr)
 
 
-@njit(cache=True)
+@recorded_only
 def _log(core, pipe, cls, amount, bursts, w, r0, r1, gm, gm_off, gm_row, gm_stride):
+    if core.cnt_size <= LOG_COUNT:  # a checked build's launch that does not record
+        return
     c = counters_of(core)
     k = c[LOG_COUNT]
     c[LOG_COUNT] = k + 1
@@ -251,25 +281,22 @@ def count_vector(core, cls, nbytes, dst, a, b):
     ``a`` and ``b`` (pass ``dst`` again where it has fewer sources)."""
     n = repeats(nbytes)
     counters_of(core)[cls] += n
-    if core.cnt_size > LOG_COUNT:
-        _log(core, PIPE_VECTOR, cls, n, 1, _ref(dst), _ref(a), _ref(b), -1, 0, 0, 0)
+    _log(core, PIPE_VECTOR, cls, n, 1, _ref(dst), _ref(a), _ref(b), -1, 0, 0, 0)
 
 
 @njit(cache=True)
 def count_scalar(core, t, write):
     """GetValue (``write`` False) or SetValue of one element of UB tensor ``t``."""
     counters_of(core)[SCALAR_ACCESS] += 1
-    if core.cnt_size > LOG_COUNT:
-        r = _ref(t)
-        _log(core, PIPE_SCALAR, SCALAR_ACCESS, 1, 1, r if write else -1, -1 if write else r, -1, -1, 0, 0, 0)
+    r = _ref(t)
+    _log(core, PIPE_SCALAR, SCALAR_ACCESS, 1, 1, r if write else -1, -1 if write else r, -1, -1, 0, 0, 0)
 
 
 @njit(cache=True)
 def count_gm_scalar(core, g, i):
     """GlobalTensor.GetValue(i): a scalar read of element ``i`` of GM tensor ``g``."""
     counters_of(core)[SCALAR_ACCESS] += 1
-    if core.cnt_size > LOG_COUNT:
-        _log(core, PIPE_SCALAR, SCALAR_ACCESS, 1, 1, -1, -1, -1, g.tag, i * g.isz, g.isz, g.isz)
+    _log(core, PIPE_SCALAR, SCALAR_ACCESS, 1, 1, -1, -1, -1, g.tag, i * g.isz, g.isz, g.isz)
 
 
 @njit(cache=True)
@@ -282,9 +309,7 @@ def count_mte2(core, dst, g, off, rows, row_len, stride, pad_bytes):
     c[MTE2_BYTES] += nbytes
     c[MTE2_PAD_BYTES] += pad_bytes
     c[MTE2_XFERS] += 1
-    if core.cnt_size > LOG_COUNT:
-        _log(core, PIPE_MTE2, MTE2_BYTES, nbytes, rows, _ref(dst), -1, -1, g.tag, off * isz, row_len * isz,
-             stride * isz)
+    _log(core, PIPE_MTE2, MTE2_BYTES, nbytes, rows, _ref(dst), -1, -1, g.tag, off * isz, row_len * isz, stride * isz)
 
 
 @njit(cache=True)
@@ -298,9 +323,8 @@ def count_mte3(core, g, src, off, rows, row_len, stride, atomic):
     c[MTE3_XFERS] += 1
     if atomic:
         c[ATOMIC_BYTES] += nbytes
-    if core.cnt_size > LOG_COUNT:
-        _log(core, PIPE_MTE3, ATOMIC_BYTES if atomic else MTE3_BYTES, nbytes, rows, -1, _ref(src), -1, g.tag,
-             off * isz, row_len * isz, stride * isz)
+    _log(core, PIPE_MTE3, ATOMIC_BYTES if atomic else MTE3_BYTES, nbytes, rows, -1, _ref(src), -1, g.tag, off * isz,
+         row_len * isz, stride * isz)
 
 
 # slot, at and f32 are called from about a hundred places each. They are plain functions, not inline="always":

@@ -190,10 +190,11 @@ class Launch:
             self.state[:, schedule.F_RATE3] = self.rates[self.calls, :, 1]
 
     @property
-    def core_checks(self) -> bool | None:
-        """What the kernel hands :func:`tilesim.device.make_core`: True in checked mode; None otherwise, which
-        selects the fast build, compiled without checked mode's code."""
-        return True if self.checks else None
+    def core_checks(self) -> bool | int | None:
+        """What the kernel hands :func:`tilesim.device.make_core`, which selects the build it runs: True in checked
+        mode (the checked build); 0 for a launch that records without checks (a log, or its own schedule: the
+        record build, compiled without checked mode's code); None otherwise (the fast build, with neither)."""
+        return True if self.checks else 0 if self.recording else None
 
     def end_phase(self) -> None:
         """SyncAll: note where each core's instruction count and violations stand (when recording, a phase in
