@@ -1,11 +1,11 @@
 """The NPU cost model: estimated AI Core time of a launch, scheduled from the instructions the emulation recorded.
 
-The schedule is made one instruction at a time (:func:`tilesim.schedule.step`), per core in issue order: every
-DataCopy, vector instruction and scalar access with its bytes or 256 B repeats and the UB queue slots it writes
-and reads. Either while the kernel runs (:func:`estimated`: no instruction log, so it costs about one more run and
-no memory per instruction), or afterwards from a recorded log (:func:`estimate` of a ``tilesim.recorded(...)``
-report, which also places each instruction for a trace). Both give the same estimate. Nothing here knows an op's
-formulas.
+The schedule is made per core in issue order (:func:`tilesim.schedule.run`): every DataCopy, vector instruction
+and scalar access with its bytes or 256 B repeats and the UB queue slots it writes and reads. Either while the
+kernel runs (:func:`estimated`: each core queues a few dozen instructions at a time, no log, so it costs about one
+more run and no memory per instruction), or afterwards from a recorded log (:func:`estimate` of a
+``tilesim.recorded(...)`` report, which also places each instruction for a trace). Both give the same estimate.
+Nothing here knows an op's formulas.
 
 The model, per core and per SyncAll phase:
 
@@ -46,19 +46,13 @@ from . import schedule
 from .cost_params import CostParams, cost_params
 from .device import (
     L_AMOUNT,
-    L_BURSTS,
-    L_CLASS,
     L_GM,
     L_PIPE,
-    L_READ0,
-    L_READ1,
-    L_WRITE,
     MTE2_PAD_BYTES,
     VEC_BINARY,
 )
-from .jit import njit
 from .launch import MAX_GM_TAGS, RunReport, capture, scheduled
-from .schedule import N_PIPES, N_VEC, PIPE_MTE2, PIPE_MTE3, PIPE_NAMES, PIPE_SCALAR, PIPE_VECTOR, slot_of, step
+from .schedule import N_PIPES, PIPE_MTE2, PIPE_MTE3, PIPE_NAMES, PIPE_SCALAR, PIPE_VECTOR
 from .soc import get_soc
 
 
@@ -144,20 +138,6 @@ class Estimate:
                 f"padding {self.pad_bytes} B of {self.gm_bytes} B moved")
 
 
-@njit(cache=True, host=True)
-def _replay(f, plan, base, cache, n_slots, part, start, free):
-    """:func:`tilesim.schedule.step` over one core's logged instructions of a phase (``part``), from state ``f``;
-    each one's start and the moment it frees its pipe into ``start`` and ``free``."""
-    for i in range(part.shape[0]):
-        g = part[i, L_GM]
-        start[i], free[i] = step(f, part[i, L_PIPE], min(max(part[i, L_CLASS] - VEC_BINARY, 0), N_VEC - 1),
-                                 part[i, L_AMOUNT], part[i, L_BURSTS],
-                                 slot_of(plan, base, cache, n_slots, part[i, L_WRITE]),
-                                 slot_of(plan, base, cache, n_slots, part[i, L_READ0]),
-                                 slot_of(plan, base, cache, n_slots, part[i, L_READ1]),
-                                 g if 0 <= g < MAX_GM_TAGS else -1, n_slots)
-
-
 def _replay_log(report: RunReport, p: CostParams,
                 stages: bool) -> tuple[np.ndarray, list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]]:
     """Schedule a recorded launch's log: ``[phases, block_dim, N_PIPES + 1]`` (each pipe's busy cycles, then the
@@ -182,8 +162,8 @@ def _replay_log(report: RunReport, p: CostParams,
             schedule.reset(f)
             f[schedule.F_RATE2], f[schedule.F_RATE3] = schedule.mte_rates(
                 int(moved[c][PIPE_MTE2]), int(moved[c][PIPE_MTE3]), movers, p)
-            start, free = np.empty(part.shape[0]), np.empty(part.shape[0])
-            _replay(f, plan, base, cache, n_slots, part, start, free)
+            start, free = (np.empty(part.shape[0]), np.empty(part.shape[0])) if stages else (np.empty(0),) * 2
+            schedule.run(f, plan, base, cache, n_slots, MAX_GM_TAGS, part, part.shape[0], VEC_BINARY, start, free)
             out[ph, c] = f[schedule.SPAN_AND_BUSY]
             if stages:
                 kept.append((c, ph, part, start, free))

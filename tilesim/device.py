@@ -18,7 +18,29 @@ from numba.extending import overload
 
 from .intrinsics import address_as_pointer, copy_bytes
 from .jit import DEVICE_OPTIONS, njit
-from .schedule import F_TABLES, N_VEC, PIPE_MTE2, PIPE_MTE3, PIPE_SCALAR, PIPE_VECTOR, SLOT_CACHE, slot_of, step
+from .schedule import (
+    L_AMOUNT,
+    L_BURSTS,
+    L_CLASS,
+    L_GM,
+    L_GM_OFF,
+    L_GM_ROW,
+    L_GM_STRIDE,
+    L_PIPE,
+    L_READ0,
+    L_READ1,
+    L_WRITE,
+    LOG_FIELDS,
+    N_VEC,
+    PIPE_MTE2,
+    PIPE_MTE3,
+    PIPE_SCALAR,
+    PIPE_VECTOR,
+    QUEUE,
+    SLOT_CACHE,
+    run,
+    state_words,
+)
 from .ub import LocalTensor
 
 # A core: its index, the block's core count, checked mode, and where its memory lies: the UB (``base``, ``ub_size``
@@ -62,19 +84,17 @@ COUNTER_NAMES = ["mte2_bytes", "mte2_transfers", "mte2_pad_bytes", "mte3_bytes",
 # none) and where: the byte offset of its first row, the bytes of a row and the bytes from one row's start to the
 # next. The cost model replays this log and checked mode looks in it for races between cores.
 # The schedule (:mod:`tilesim.schedule`) is, from REC_AT, the number of queue slots (SCHED_SLOTS), of GM tensors
-# (SCHED_GMS), the slot cache of :func:`tilesim.schedule.slot_of` (SCHED_CACHE, 2 * SLOT_CACHE words), each plan
-# buffer's first slot id (SCHED_BASE, a word per plan row), then the float64 state :func:`tilesim.schedule.step`
-# advances with every instruction the core issues.
+# (SCHED_GMS), the instructions queued (SCHED_PENDING) and where the queue starts in the row (SCHED_QUEUE), the slot
+# cache of :func:`tilesim.schedule.slot_of` (SCHED_CACHE, 2 * SLOT_CACHE words), each plan buffer's first slot id
+# (SCHED_BASE, a word per plan row), the float64 state of :func:`tilesim.schedule.run`, then the queue: QUEUE
+# entries in the log's layout, scheduled whenever it is full (:func:`schedule_queue`).
 # Only the record and checked builds have the recording (:func:`recorded_only`): the fast build pays nothing.
 LOG_COUNT = N_COUNTERS
 REC_MODE = LOG_COUNT + 1
 REC_AT = REC_MODE + 1
 REC_LOG, REC_SCHEDULE = 0, 1
-SCHED_SLOTS, SCHED_GMS, SCHED_CACHE = 0, 1, 2
+SCHED_SLOTS, SCHED_GMS, SCHED_PENDING, SCHED_QUEUE, SCHED_CACHE = range(5)
 SCHED_BASE = SCHED_CACHE + 2 * SLOT_CACHE
-LOG_FIELDS = 11
-L_PIPE, L_CLASS, L_AMOUNT, L_BURSTS, L_WRITE, L_READ0, L_READ1, L_GM, L_GM_OFF, L_GM_ROW, L_GM_STRIDE = \
-    range(LOG_FIELDS)
 
 # Violations. A core's err row: the number of violations it found, then the first MAX_REPORTS of them, ERR_FIELDS
 # each: kind, buffer or GM tag, byte offset, bytes, extra (kind-dependent), the index of the instruction (in the
@@ -239,37 +259,49 @@ def _log(core, pipe, cls, amount, bursts, w, r0, r1, gm, gm_off, gm_row, gm_stri
     c = counters_of(core)
     k = c[LOG_COUNT]
     c[LOG_COUNT] = k + 1
-    if c[REC_MODE] == REC_SCHEDULE:
-        _schedule(core, c, pipe, cls, amount, bursts, w, r0, r1, gm)
+    queued = c[REC_MODE] == REC_SCHEDULE
+    if queued:  # its place in the core's queue
+        k = c[REC_AT + SCHED_PENDING]
+        o = c[REC_AT + SCHED_QUEUE] + k * LOG_FIELDS
+    else:
+        o = REC_AT + k * LOG_FIELDS
+        if o + LOG_FIELDS > c.size:  # a full log counts on; the host reruns with room for all (tilesim.launch)
+            return
+    c[o + L_PIPE] = pipe
+    c[o + L_CLASS] = cls
+    c[o + L_AMOUNT] = amount
+    c[o + L_BURSTS] = bursts
+    c[o + L_WRITE] = w
+    c[o + L_READ0] = r0
+    c[o + L_READ1] = r1
+    c[o + L_GM] = gm
+    c[o + L_GM_OFF] = gm_off
+    c[o + L_GM_ROW] = gm_row
+    c[o + L_GM_STRIDE] = gm_stride
+    if queued:
+        c[REC_AT + SCHED_PENDING] = k + 1
+        if k + 1 == QUEUE:
+            schedule_queue(core.cnt_at, plan_of(core))
+
+
+@njit(cache=True, host=True)
+def schedule_queue(row_at, plan):
+    """Schedule the instructions a core has queued (its counter row at address ``row_at``, in a launch that
+    schedules itself; ``plan``: the UB plan's rows) with :func:`tilesim.schedule.run`, and empty its queue. The
+    core calls it when its queue is full, the launch at the end of each phase. Its arrays are built from the row's
+    address: slices, views and reshapes of the row cost a call 0.6 µs, ten times the work of a queue."""
+    head = carray(address_as_pointer(row_at + REC_AT * 8, np.int64), SCHED_BASE)
+    n = head[SCHED_PENDING]
+    if n == 0:
         return
-    o = REC_AT + k * LOG_FIELDS
-    if o + LOG_FIELDS <= c.size:  # a full log counts on; the host reruns with room for all (tilesim.launch)
-        c[o + L_PIPE] = pipe
-        c[o + L_CLASS] = cls
-        c[o + L_AMOUNT] = amount
-        c[o + L_BURSTS] = bursts
-        c[o + L_WRITE] = w
-        c[o + L_READ0] = r0
-        c[o + L_READ1] = r1
-        c[o + L_GM] = gm
-        c[o + L_GM_OFF] = gm_off
-        c[o + L_GM_ROW] = gm_row
-        c[o + L_GM_STRIDE] = gm_stride
-
-
-@njit(cache=True)
-def _schedule(core, c, pipe, cls, amount, bursts, w, r0, r1, gm):
-    """:func:`tilesim.schedule.step` of one instruction on the core's schedule (a launch that schedules itself)."""
-    n_slots, n_gm = c[REC_AT + SCHED_SLOTS], c[REC_AT + SCHED_GMS]
-    cache = carray(address_as_pointer(core.cnt_at + (REC_AT + SCHED_CACHE) * 8, np.int64), 2 * SLOT_CACHE)
-    at = core.cnt_at + (REC_AT + SCHED_BASE) * 8
-    base = carray(address_as_pointer(at, np.int64), core.plan_rows)
-    f = carray(address_as_pointer(at + core.plan_rows * 8, np.float64), F_TABLES + 2 * n_slots + n_gm)
-    plan = plan_of(core)
-    vcls = min(max(cls - VEC_BINARY, 0), N_VEC - 1)
-    step(f, pipe, vcls, amount, bursts, slot_of(plan, base, cache, n_slots, w),
-         slot_of(plan, base, cache, n_slots, r0), slot_of(plan, base, cache, n_slots, r1),
-         gm if 0 <= gm < n_gm else -1, n_slots)
+    n_slots, n_gm, rows = head[SCHED_SLOTS], head[SCHED_GMS], plan.shape[0]
+    base_at = row_at + (REC_AT + SCHED_BASE) * 8
+    f = carray(address_as_pointer(base_at + rows * 8, np.float64), state_words(n_slots, n_gm))
+    run(f, plan, carray(address_as_pointer(base_at, np.int64), rows),
+        carray(address_as_pointer(row_at + (REC_AT + SCHED_CACHE) * 8, np.int64), 2 * SLOT_CACHE), n_slots, n_gm,
+        carray(address_as_pointer(row_at + head[SCHED_QUEUE] * 8, np.int64), (QUEUE, LOG_FIELDS)), n, VEC_BINARY,
+        f[:0], f[:0])  # no times kept
+    head[SCHED_PENDING] = 0
 
 
 NO_TENSOR = LocalTensor(-1, 0, -1)

@@ -39,10 +39,12 @@ from .device import (
     SCHED_BASE,
     SCHED_CACHE,
     SCHED_GMS,
+    SCHED_QUEUE,
     SCHED_SLOTS,
     SHADOW_COL,
     UNWRITTEN,
     err_width,
+    schedule_queue,
 )
 from .errors import CheckError
 from .intrinsics import store_fence
@@ -171,13 +173,15 @@ class Launch:
         snapshots (the same launch run before under :func:`capture`): the counter rows get each core's state."""
         base, n_slots = schedule.slot_bases(self.plan_array)
         head = REC_AT + SCHED_BASE + len(base)
-        self.counters = np.zeros((self.block_dim, head + schedule.state_words(n_slots, MAX_GM_TAGS)), np.int64)
+        queue = head + schedule.state_words(n_slots, MAX_GM_TAGS)
+        self.counters = np.zeros((self.block_dim, queue + schedule.QUEUE * schedule.LOG_FIELDS), np.int64)
         self.counters[:, REC_MODE] = REC_SCHEDULE
         self.counters[:, REC_AT + SCHED_SLOTS] = n_slots
         self.counters[:, REC_AT + SCHED_GMS] = MAX_GM_TAGS
+        self.counters[:, REC_AT + SCHED_QUEUE] = queue
         self.counters[:, REC_AT + SCHED_CACHE:REC_AT + SCHED_BASE] = schedule.new_slot_cache()
         self.counters[:, REC_AT + SCHED_BASE:head] = base
-        self.state = self.counters[:, head:].view(np.float64)
+        self.state = self.counters[:, head:queue].view(np.float64)
         self.params = cost_params(self.soc)
         schedule.set_params(self.state[0], self.params)
         self.state[1:, schedule.F_LAT2:schedule.F_TABLES] = self.state[0, schedule.F_LAT2:schedule.F_TABLES]
@@ -212,6 +216,7 @@ class Launch:
                 self.phase_ends.append(ends)
             self.err_ends.append(errs)
             if self.state is not None:
+                _schedule_queues(self.counters, self.plan_array)
                 self.schedule.append(self.state[:, schedule.SPAN_AND_BUSY].copy())
         if self.state is not None:
             schedule.reset(self.state)
@@ -242,13 +247,15 @@ def phase_rates(snapshots: np.ndarray, p: CostParams) -> np.ndarray:
     from the counters ``snapshots`` taken at the end of each (:attr:`RunReport.phase_counters`):
     :func:`tilesim.schedule.mte_rates` of its bytes in and out, shared with the cores that moved data."""
     delta = np.diff(snapshots, axis=0, prepend=np.zeros_like(snapshots[:1]))
-    movers = ((delta[:, :, MTE2_XFERS] + delta[:, :, MTE3_XFERS]) > 0).sum(axis=1).tolist()
-    b2, b3 = delta[:, :, MTE2_BYTES].tolist(), delta[:, :, MTE3_BYTES].tolist()
-    rates = np.empty(delta.shape[:2] + (2,))
-    for i, m in enumerate(movers):
-        for c in range(delta.shape[1]):
-            rates[i, c] = schedule.mte_rates(b2[i][c], b3[i][c], m, p)
-    return rates
+    movers = ((delta[:, :, MTE2_XFERS] + delta[:, :, MTE3_XFERS]) > 0).sum(axis=1, keepdims=True)
+    return np.stack(schedule.mte_rates(delta[:, :, MTE2_BYTES], delta[:, :, MTE3_BYTES], movers, p), axis=-1)
+
+
+@njit(cache=True, host=True)
+def _schedule_queues(counters, plan):
+    """The end of a phase: every core's queued instructions scheduled (:func:`tilesim.device.schedule_queue`)."""
+    for c in range(counters.shape[0]):
+        schedule_queue(counters.ctypes.data + c * counters.strides[0], plan)
 
 
 def _next_fast_report(op: str, block_dim: int) -> RunReport:

@@ -166,7 +166,6 @@ _BITS = {"float32": np.uint32, "float16": np.int16, "bfloat16": np.uint16}
 JUDGE_CHUNK = 1 << 15  # elements a task judges: its partial sums are added in task order, whatever the threads
 BLOCK = 256  # elements a task's loops take at a time
 _SUM, _MARE, _NANS, _EXCESS, _AT, _WRONG = range(6)
-WRONG_UNIT = float(1 << 26)  # a block's NaN count and wrong count share one float: nans + wrong * WRONG_UNIT
 
 
 def _value(bits):  # type: ignore[no-untyped-def]  # compiled code only: the overload below
@@ -206,6 +205,11 @@ def _halve_max(v, h):
         v[j] = v[j] if v[j] >= v[j + h] else v[j + h]
 
 
+@njit(cache=True, inline="always")
+def _excess(err, b):
+    return err / b if err == err else np.inf  # a NaN error is outside any bound
+
+
 @njit(cache=True, nogil=True, host=True, error_model="numpy")
 def _judge_chunks(first, last, a, g, bound, floor, out):
     """Tasks ``first`` to ``last`` of :func:`judge`: each chunk's sum and maximum of relative errors, its NaN
@@ -213,13 +217,15 @@ def _judge_chunks(first, last, a, g, bound, floor, out):
 
     By blocks of BLOCK elements: a block whose bits all agree is skipped (most of a b16 output); otherwise every
     element's ratios go into small buffers without branches, and the buffers are reduced by halving. Both loops
-    vectorise (slices, not offset indices: LLVM gives up on the latter), and the sum's order is fixed."""
+    vectorise (slices, not offset indices: LLVM gives up on the latter), and the sum's order is fixed. The rare
+    block whose sum is NaN (a NaN on either side, an infinite golden) is judged again element by element, and only a
+    block whose largest ratio to its bound is news is scanned for where it is and how many exceed their bounds."""
     n = a.size
     has_bound = bound.size > 0
-    buf = np.zeros((5, BLOCK))
-    rs, rm, cnt, xs, xm = buf[0], buf[1], buf[2], buf[3], buf[4]
+    buf = np.zeros((3, BLOCK))
+    rs, rm, xm = buf[0], buf[1], buf[2]
     for c in range(first, last):
-        total, mare, counts, excess, at = 0.0, 0.0, 0.0, 0.0, -1
+        total, mare, nans, excess, at, wrong = 0.0, 0.0, 0, 0.0, -1, 0
         for b0 in range(c * JUDGE_CHUNK, min(n, (c + 1) * JUDGE_CHUNK), BLOCK):
             m = min(BLOCK, n - b0)
             ab, gb = a[b0:b0 + m], g[b0:b0 + m]
@@ -231,37 +237,43 @@ def _judge_chunks(first, last, a, g, bound, floor, out):
             bb = bound[b0:b0 + m] if has_bound else bound
             for j in range(m):
                 av, gv = _value(ab[j]), _value(gb[j])
-                err = abs(av - gv)
-                same = (av == gv) | ((av != av) & (gv != gv))
+                err = 0.0 if av == gv else abs(av - gv)
                 r = err / (abs(gv) + floor)
-                nan = (r != r) & ~same
-                rs[j] = 0.0 if same | nan else r
-                x = 0.0
-                if has_bound:
-                    x = 0.0 if same else (np.inf if nan else err / bb[j])
-                xs[j] = x
-                cnt[j] = (1.0 if nan else 0.0) + (WRONG_UNIT if x > 1.0 else 0.0)
+                rs[j] = r
+                rm[j] = r
+                xm[j] = err / bb[j] if has_bound else 0.0
             buf[:, m:] = 0.0
-            rm[:] = rs
-            xm[:] = xs
             h = BLOCK // 2
             while h:
                 _halve_sum(rs, h)
                 _halve_max(rm, h)
-                _halve_sum(cnt, h)
                 _halve_max(xm, h)
                 h //= 2
-            total += rs[0]
-            mare = max(mare, rm[0])
-            counts += cnt[0]
-            if has_bound and (xm[0] > excess or at < 0):
-                excess = xm[0]
-                for j in range(m):
-                    if xs[j] == excess:
-                        at = b0 + j
-                        break
+            if rs[0] == rs[0]:
+                total += rs[0]
+                mare = max(mare, rm[0])
+                news = xm[0] > excess or at < 0
+                if not (has_bound and (news or xm[0] > 1.0)):
+                    continue
+            for j in range(m):  # the rare block: element by element
+                av, gv = _value(ab[j]), _value(gb[j])
+                if av == gv or (av != av and gv != gv):
+                    continue
+                err = abs(av - gv)
+                r = err / (abs(gv) + floor)
+                if rs[0] != rs[0]:
+                    if r != r:
+                        nans += 1
+                    else:
+                        total += r
+                        mare = max(mare, r)
+                if has_bound:
+                    x = _excess(err, bb[j]) if r == r else np.inf
+                    wrong += x > 1.0
+                    if x > excess or at < 0:
+                        excess, at = x, b0 + j
         o = out[c]
-        o[_SUM], o[_MARE], o[_NANS], o[_WRONG] = total, mare, counts % WRONG_UNIT, counts // WRONG_UNIT
+        o[_SUM], o[_MARE], o[_NANS], o[_WRONG] = total, mare, nans, wrong
         o[_EXCESS], o[_AT] = excess, at
 
 

@@ -1,10 +1,11 @@
-"""The cost model's schedule of one core, one instruction at a time.
+"""The cost model's schedule of one core, in issue order.
 
-One function, :func:`step`, places an instruction on its pipe's timeline. Two callers use it:
+One function, :func:`run`, places instructions in the instruction log's layout on their pipes' timelines. Two
+callers use it:
 
-- a launch that schedules itself while it runs (``tilesim.cost.estimated``): the device code calls ``step`` for
-  each instruction a core issues, so the estimate needs no instruction log and its memory does not grow with the
-  number of instructions;
+- a launch that schedules itself while it runs (``tilesim.cost.estimated``): each core writes the instructions it
+  issues into a queue of QUEUE entries and schedules the queue whenever it is full (and the launch at the end of
+  each phase), so the estimate needs no log and its memory does not grow with the number of instructions;
 - the replay of a recorded log (``tilesim.cost.estimate`` of a ``tilesim.recorded`` report), which also gives
   each instruction's start and end for a trace.
 
@@ -16,6 +17,8 @@ flags synchronise on) and by GM tensor tag.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .cost_params import VEC_CLASSES, CostParams
@@ -25,6 +28,12 @@ PIPE_MTE2, PIPE_VECTOR, PIPE_MTE3, PIPE_SCALAR = 0, 1, 2, 3
 PIPE_NAMES = ["MTE2", "VECTOR", "MTE3", "SCALAR"]  # msprof's lane names
 N_PIPES = len(PIPE_NAMES)
 N_VEC = len(VEC_CLASSES)
+QUEUE = 64  # instructions a core queues before it schedules them (5.5 KiB a core; 16 to 2048 cost the same)
+
+# The instruction log: LOG_FIELDS int64 per instruction (tilesim.device writes it; its comment says what each is).
+LOG_FIELDS = 11
+L_PIPE, L_CLASS, L_AMOUNT, L_BURSTS, L_WRITE, L_READ0, L_READ1, L_GM, L_GM_OFF, L_GM_ROW, L_GM_STRIDE = \
+    range(LOG_FIELDS)
 
 # A core's state (float64 words). Cycles of the SoC's clock from the phase's start.
 F_ISSUED = 0  # when the scalar unit issued the last instruction
@@ -41,14 +50,18 @@ F_ISSUE = F_GET_VALUE + 1
 F_CLOCK = F_ISSUE + 1
 F_REPEAT = F_CLOCK + 1  # N_VEC words: cycles per 256 B repeat, by vector class
 F_STARTUP = F_REPEAT + N_VEC  # N_VEC words: start-up delay, by vector class
-F_TABLES = F_STARTUP + N_VEC  # then: write end and read end of each slot, last write end of each GM tensor
+# Then the tables: the write end and the read end of each queue slot, the last write end of each GM tensor. Each
+# table starts with an entry for "none", which stays 0: an instruction without an operand reads and writes it
+# like any other, so that scheduling it takes no branch that depends on the instruction.
+F_TABLES = F_STARTUP + N_VEC
 SPAN_AND_BUSY = slice(F_BUSY, F_SPAN + 1)  # what a phase leaves: busy per pipe, then the span
 SLOT_CACHE = 64  # refs whose queue slot a core remembers (a kernel's tiles reuse a few dozen UB addresses)
 
 
-def state_words(n_slots: int, n_gm: int) -> int:
+@njit(cache=True, host=True)
+def state_words(n_slots, n_gm):
     """Words of a core's state with ``n_slots`` queue slots and ``n_gm`` GM tensors."""
-    return F_TABLES + 2 * n_slots + n_gm
+    return F_TABLES + 2 * (n_slots + 1) + n_gm + 1
 
 
 def slot_bases(plan: np.ndarray) -> tuple[np.ndarray, int]:
@@ -75,13 +88,15 @@ def reset(f: np.ndarray) -> None:
     f[..., F_TABLES:] = 0.0
 
 
-def mte_rates(b2: float, b3: float, movers: int, p: CostParams) -> tuple[float, float]:
+def mte_rates(b2: Any, b3: Any, movers: Any, p: CostParams) -> tuple[Any, Any]:
     """A core's MTE2 and MTE3 rates (GB/s) in a phase in which it moves ``b2`` bytes in and ``b3`` out and
     ``movers`` cores move data: the chip's GM bandwidth shared by those cores, the core's share split between its
-    MTE2 and MTE3 in proportion to their bytes (they draw on the same bandwidth), each within its per-core limit."""
-    share = p.gm_bandwidth_gbs / max(movers, 1)
-    moved = max(b2 + b3, 1)
-    return min(p.mte2_core_gbs, share * max(b2, 1) / moved), min(p.mte3_core_gbs, share * max(b3, 1) / moved)
+    MTE2 and MTE3 in proportion to their bytes (they draw on the same bandwidth), each within its per-core limit.
+    Numbers or numpy arrays (elementwise), the same float64 operations either way."""
+    share = p.gm_bandwidth_gbs / np.maximum(movers, 1)
+    moved = np.maximum(b2 + b3, 1)
+    return (np.minimum(p.mte2_core_gbs, share * np.maximum(b2, 1) / moved),
+            np.minimum(p.mte3_core_gbs, share * np.maximum(b3, 1) / moved))
 
 
 def new_slot_cache() -> np.ndarray:
@@ -122,51 +137,74 @@ def _later(a, b):
     return a if a >= b else b
 
 
-@njit(cache=True)
-def step(f, pipe, vcls, amount, bursts, w, r0, r1, gm, n_slots):
-    """Schedule one instruction of a core (state ``f``): ``pipe``, its vector class ``vcls`` (an index into
-    VEC_CLASSES), ``amount`` (bytes for MTE2/MTE3, 256 B repeats for VECTOR), ``bursts`` (rows of a transfer), the
-    queue slots it writes (``w``) and reads (``r0``, ``r1``) and the GM tensor it moves (``gm``), -1 for none.
-    Returns when it starts and when it frees its pipe, in cycles from the phase's start.
+@njit(cache=True, host=True)
+def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, start, free):
+    """Schedule the first ``n`` instructions of ``log`` (rows in the log's layout) after those already on a core's
+    state ``f``, with ``plan``, ``base`` and ``cache`` for :func:`slot_of` and ``vec_column`` the counter column
+    of the first vector class. With ``start`` and ``free`` as long as the log, each instruction's start and the
+    moment it frees its pipe go there (cycles from the phase's start); pass empty arrays for none.
 
-    It starts when the scalar unit has issued it, its pipe is free, the slots it reads have been written (RAW),
-    the slot it writes has been written and read (WAW, WAR), and, for an MTE2 read of GM, this core's last MTE3
-    write of that tensor has landed. It holds its pipe for its occupancy and its result comes a start-up later
-    (vector instructions only). A scalar access stalls issue until its value is there."""
-    if pipe == PIPE_VECTOR:
-        occ = amount * f[F_REPEAT + vcls]
-        lat = occ + f[F_STARTUP + vcls]
-    elif pipe == PIPE_SCALAR:
-        occ = f[F_GET_VALUE]
-        lat = occ
-    else:
-        mte2 = pipe == PIPE_MTE2
-        occ = ((f[F_LAT2] if mte2 else f[F_LAT3]) + max(bursts - 1, 0) * f[F_BURST]
-               + amount / (f[F_RATE2] if mte2 else f[F_RATE3]) * f[F_CLOCK])
-        lat = occ
-    w_end, r_end, gm_w = F_TABLES, F_TABLES + n_slots, F_TABLES + 2 * n_slots
-    issued = f[F_ISSUED] + f[F_ISSUE]
-    t = _later(issued, f[F_FREE + pipe])
-    if r0 >= 0:
+    An instruction starts when the scalar unit has issued it, its pipe is free, the slots it reads have been
+    written (RAW), the slot it writes has been written and read (WAW, WAR), and, for an MTE2 read of GM, this
+    core's last MTE3 write of that tensor has landed. It holds its pipe for its occupancy (MTE: a latency, a cost
+    per further row and its bytes at the phase's rate; VECTOR: its repeats at its class's cycles; SCALAR: a fixed
+    cost) and its result comes a start-up later (vector instructions only). A scalar access stalls issue until its
+    value is there.
+
+    The issue time, the pipes' free and busy times and the span are locals over the loop, and no branch depends on
+    the instruction: every duration is worked out and the instruction's selected, and an absent operand reads and
+    writes its table's entry for "none", which stays 0. About 11 ns an instruction on its own (this project's
+    2-core VM); queued inside a running kernel, about 22."""
+    lat2, lat3, burst, get_value, issue, clock = f[F_LAT2], f[F_LAT3], f[F_BURST], f[F_GET_VALUE], f[F_ISSUE], \
+        f[F_CLOCK]
+    rate2, rate3 = f[F_RATE2], f[F_RATE3]
+    issued, span = f[F_ISSUED], f[F_SPAN]
+    free0, free1, free2, free3 = f[F_FREE], f[F_FREE + 1], f[F_FREE + 2], f[F_FREE + 3]
+    busy0, busy1, busy2, busy3 = f[F_BUSY], f[F_BUSY + 1], f[F_BUSY + 2], f[F_BUSY + 3]
+    w_end, r_end, gm_w = F_TABLES + 1, F_TABLES + n_slots + 2, F_TABLES + 2 * n_slots + 3  # each past its "none"
+    times = start.size > 0
+    for i in range(n):
+        pipe, amount = log[i, L_PIPE], log[i, L_AMOUNT]
+        vcls = min(max(log[i, L_CLASS] - vec_column, 0), N_VEC - 1)
+        w = slot_of(plan, base, cache, n_slots, log[i, L_WRITE])
+        r0 = slot_of(plan, base, cache, n_slots, log[i, L_READ0])
+        r1 = slot_of(plan, base, cache, n_slots, log[i, L_READ1])
+        g = log[i, L_GM]
+        g = g if 0 <= g < n_gm else -1
+        vector, scalar, mte2, mte3 = pipe == PIPE_VECTOR, pipe == PIPE_SCALAR, pipe == PIPE_MTE2, pipe == PIPE_MTE3
+        mte = ((lat2 if mte2 else lat3) + max(log[i, L_BURSTS] - 1, 0) * burst
+               + amount / (rate2 if mte2 else rate3) * clock)
+        occ = amount * f[F_REPEAT + vcls] if vector else get_value if scalar else mte
+        lat = occ + (f[F_STARTUP + vcls] if vector else 0.0)
+        g_read = g if mte2 else -1
+        g_write = g if mte3 else -1
+        issued += issue
+        free_now = free0 if mte2 else free1 if vector else free2 if mte3 else free3
+        t = _later(issued, free_now)
         t = _later(t, f[w_end + r0])
-    if r1 >= 0:
         t = _later(t, f[w_end + r1])
-    if w >= 0:
         t = _later(t, _later(f[w_end + w], f[r_end + w]))
-    if gm >= 0 and pipe == PIPE_MTE2:
-        t = _later(t, f[gm_w + gm])
-    e = t + lat
-    f[F_FREE + pipe] = t + occ
-    f[F_BUSY + pipe] += occ
-    if r0 >= 0:
-        f[r_end + r0] = _later(f[r_end + r0], e)
-    if r1 >= 0:
-        f[r_end + r1] = _later(f[r_end + r1], e)
-    if w >= 0:
-        f[w_end + w] = e
-        f[r_end + w] = e
-    if gm >= 0 and pipe == PIPE_MTE3:
-        f[gm_w + gm] = e
-    f[F_ISSUED] = e if pipe == PIPE_SCALAR else issued
-    f[F_SPAN] = _later(f[F_SPAN], e)
-    return t, t + occ
+        t = _later(t, f[gm_w + g_read])
+        e = t + lat
+        after = t + occ
+        free0 = after if mte2 else free0
+        free1 = after if vector else free1
+        free2 = after if mte3 else free2
+        free3 = after if scalar else free3
+        busy0 += occ if mte2 else 0.0
+        busy1 += occ if vector else 0.0
+        busy2 += occ if mte3 else 0.0
+        busy3 += occ if scalar else 0.0
+        f[r_end + r0] = _later(f[r_end + r0], e if r0 >= 0 else 0.0)
+        f[r_end + r1] = _later(f[r_end + r1], e if r1 >= 0 else 0.0)
+        f[w_end + w] = e if w >= 0 else 0.0
+        f[r_end + w] = e if w >= 0 else 0.0
+        f[gm_w + g_write] = e if g_write >= 0 else 0.0
+        issued = e if scalar else issued
+        span = _later(span, e)
+        if times:
+            start[i] = t
+            free[i] = after
+    f[F_ISSUED], f[F_SPAN] = issued, span
+    f[F_FREE], f[F_FREE + 1], f[F_FREE + 2], f[F_FREE + 3] = free0, free1, free2, free3
+    f[F_BUSY], f[F_BUSY + 1], f[F_BUSY + 2], f[F_BUSY + 3] = busy0, busy1, busy2, busy3
