@@ -26,6 +26,7 @@ from numba.extending import overload
 from .cast import bf16_to_f32_bits, fp16_to_f32_bits, narrow, widen
 from .intrinsics import u32_as_f32
 from .jit import DEVICE_OPTIONS, njit
+from .launch import host_threads, run_cores  # the launch's host threads
 
 THRESHOLD = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -13}
 SMALL_VALUE = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": 2.0 ** -14}
@@ -99,8 +100,6 @@ class ErrorBound:
         the float64 ``golden`` rounded to ``dtype`` (as :func:`compare` rounds it): γ_k·magnitude, the kernel's
         final rounding and the golden's, each half a unit in the last place, the smallest subnormal for a result
         at zero, all times BOUND_SAFETY."""
-        from .launch import run_cores  # the launch's host threads; tilesim.launch imports nothing from here
-
         k, u = self.roundings, UNIT_ROUNDOFF["float32"]
         m = np.ascontiguousarray(self.magnitude, np.float64).reshape(-1)
         g = np.ascontiguousarray(golden, np.float64).reshape(-1)
@@ -280,8 +279,6 @@ def _judge_chunks(first, last, a, g, bound, floor, out):
 def judge(actual: np.ndarray, expected: Expected) -> Judgement:
     """``actual`` (a kernel's output) against ``expected``: Ascend's standard as :func:`compare` computes it (the
     sum in a fixed order; without the strict MARE) and the rounding bound, in one pass over the host threads."""
-    from .launch import run_cores  # the launch's host threads; tilesim.launch imports nothing from here
-
     dt = expected.dtype
     a = np.ascontiguousarray(actual).reshape(-1)
     if a.dtype != _DTYPES[dt] or a.size != expected.rounded.size:
@@ -291,7 +288,8 @@ def judge(actual: np.ndarray, expected: Expected) -> Judgement:
     chunks = -(-a.size // JUDGE_CHUNK)
     out = np.zeros((max(chunks, 1), 6))
     bound = expected.bound if expected.bound is not None else np.zeros(0, np.float32)
-    run_cores(_judge_chunks, chunks, a.view(bits), expected.rounded.view(bits), bound, expected.floor, out)
+    with host_threads(a, expected.rounded, bound):  # a small output stays on this thread: waking another costs more
+        run_cores(_judge_chunks, chunks, a.view(bits), expected.rounded.view(bits), bound, expected.floor, out)
     nan = bool(out[:, _NANS].any())
     mere = math.fsum(out[:, _SUM].tolist()) / a.size if a.size else 0.0
     p = Precision(dt, math.nan if nan else mere, math.nan if nan else float(out[:, _MARE].max()), None,
