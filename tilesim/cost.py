@@ -2,8 +2,8 @@
 
 The schedule is made per core in issue order (:func:`tilesim.schedule.run`): every DataCopy, vector instruction
 and scalar access with its bytes or 256 B repeats and the UB queue slots it writes and reads. Either while the
-kernel runs (:func:`estimated`: each core queues a few dozen instructions at a time, no log, so it costs about one
-more run and no memory per instruction), or afterwards from a recorded log (:func:`estimate` of a
+kernel runs (:func:`estimated`: each core queues a few dozen instructions at a time, no log, so it costs one more
+run of the call and no memory per instruction), or afterwards from a recorded log (:func:`estimate` of a
 ``tilesim.recorded(...)`` report, which also places each instruction for a trace). Both give the same estimate.
 Nothing here knows an op's formulas.
 
@@ -248,7 +248,8 @@ def estimate_all(reports: list[RunReport], params: CostParams | None = None,
 
 def estimated(call: Callable[[], Any], fast: Sequence[RunReport] | None = None) -> tuple[Any, list[Estimate]]:
     """``call()``'s result and the estimated NPU time of each of its launches, scheduled while the call runs (no
-    instruction log: memory does not grow with the instructions, and the estimate costs about one fast run more).
+    instruction log: memory does not grow with the instructions; the scheduled run costs a little more than a fast
+    one, up to about twice it for tilings of many tiny instructions).
     The model needs each phase's MTE bytes before it schedules the phase: ``fast`` are the reports of the same call
     made under :func:`tilesim.capture` (the explorer times that run); without them the call runs once more first.
     No stages: a trace needs the log of :func:`tilesim.recorded`."""

@@ -175,9 +175,9 @@ def evaluate(spec: OpSpec, inputs: Inputs, candidate: Candidate, soc: str | SocS
             outputs = call()
         t1 = time.perf_counter()
         _, estimates = estimated(call, fast)
+        t2 = time.perf_counter()
         if expected is None:
             expected = expectations(spec, inputs, spec.reference(inputs), outputs)
-        t2 = time.perf_counter()
         row.update(_combined(estimates))
         row.update(_judged(spec, outputs, expected, candidate.tiling, official.tiling if official else None))
         t3 = time.perf_counter()
@@ -241,7 +241,7 @@ class Sweep:
                                f"{dict(job.params)} where the sweep was planned: candidates must be deterministic")
         try:
             expected = self.expected(job.soc)
-        except Exception:  # the official tiling fails to run: each candidate's row says why it cannot be judged
+        except Exception:  # the official tiling fails to run: evaluate prepares the goldens from its own outputs
             expected = None
         official = next((c for c in cands if c.official), None)
         return {"cand": job.cand, **evaluate(self.spec, self.inputs, cand, job.soc, expected, official)}
