@@ -111,6 +111,7 @@ ERR_VEC_ALIGN = 7  # a vector instruction's operand not 32 B aligned
 ERR_STALE = 8  # a LocalTensor used after its queue slot went to a later tile
 ERR_UNINIT = 9  # a read of UB never written
 ERR_CLOBBERED = 10  # a read of a source an API with isReuseSource used as scratch
+ERR_VEC_PARAM = 11  # a level-0 instruction's repeat_times above 255 or below 0, or a dst block stride of 0
 ERR_FIELDS = 7
 E_KIND, E_TAG, E_OFFSET, E_BYTES, E_EXTRA, E_INSTR, E_PHASE = range(ERR_FIELDS)
 MAX_REPORTS = 32

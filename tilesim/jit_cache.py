@@ -26,10 +26,11 @@ HOST_ONLY = frozenset({"__main__.py", "cli.py", "cost.py", "cost_params.py", "ex
 
 def _sources_hash() -> str:
     h = hashlib.sha256()
-    for p in sorted(Path(__file__).parent.glob("*.py")):
-        if p.name in HOST_ONLY:
+    root = Path(__file__).parent
+    for p in sorted(root.rglob("*.py")):
+        if p.name in HOST_ONLY and p.parent == root:
             continue
-        h.update(p.name.encode())
+        h.update(str(p.relative_to(root)).encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
 

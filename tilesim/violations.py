@@ -29,6 +29,7 @@ from .device import (
     ERR_UB_OOB,
     ERR_UNINIT,
     ERR_VEC_ALIGN,
+    ERR_VEC_PARAM,
     MAX_REPORTS,
 )
 
@@ -36,7 +37,8 @@ KIND_NAMES = {ERR_DATACOPY_LEN: "misaligned DataCopy length", ERR_UB_OOB: "UB ou
               ERR_GM_OOB: "GM out of bounds", ERR_UB_ALIGN: "misaligned DataCopy address",
               ERR_DATACOPY_GAP: "misaligned DataCopy stride", ERR_API_TMP: "temporary buffer too small",
               ERR_VEC_ALIGN: "misaligned vector operand", ERR_STALE: "use after free",
-              ERR_UNINIT: "uninitialised read", ERR_CLOBBERED: "read of a reused source"}
+              ERR_UNINIT: "uninitialised read", ERR_CLOBBERED: "read of a reused source",
+              ERR_VEC_PARAM: "invalid repeat parameters"}
 _GM_KINDS = {ERR_GM_OOB}
 
 
@@ -83,6 +85,9 @@ def _detail(kind: int, nbytes: int, extra: int, stack: bool) -> str:
             return (f"the framework's temporary needs {extra} B, more than the {nbytes} B of UB the plan leaves "
                     f"free")
         return f"the sharedTmpBuffer holds {nbytes} B, less than the {extra} B the API's tiling (stackBufferSize) uses"
+    if kind == ERR_VEC_PARAM:
+        return (f"repeat_times {nbytes} (it must be in [0, 255]) with dst block stride {extra} (0 is undefined on "
+                f"the NPU)")
     if kind == ERR_UB_OOB:
         return f"the access leaves the LocalTensor (slot of {extra} B)"
     if kind == ERR_GM_OOB:

@@ -1,0 +1,245 @@
+"""One way to launch a kernel: ``@tilesim.kernel`` on a per-core function, then
+``tilesim.launch(kernel, tiling, x, y, z, block_dim=n)``.
+
+A kernel is ``def my_kernel(ctx, t, x, y, z)``: ``ctx`` its core's :class:`KernelContext` (GetBlockIdx, the TPipe),
+``t`` the tiling (the dataclass's numeric fields, as a namedtuple), then one typed GlobalTensor per GM array in
+the launch's order. The launch does the rest: the cores' UBs, counters and context blocks, checked mode and its
+records, recording for the cost model, the host threads, and the report (:class:`tilesim.RunReport`).
+
+The loop over a launch's cores is generated per kernel and tiling class into a small module in the user's cache
+directory (``TILESIM_CACHE``, else ``~/.cache/tilesim``): Numba caches the compiled code of a function in a file,
+which a closure over the kernel would not have.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import importlib.util
+import inspect
+import os
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import launch as _launch
+from .device import _checks_field
+from .errors import UbOverflowError
+from .jit import njit
+from .machine import dtypes
+from .machine.pipe import FAULT_TEXT, FAULT_UB_OVERFLOW
+from .machine.tensor import (
+    CTX_WORDS,
+    X_BASE,
+    X_BLOCK_NUM,
+    X_CNT_AT,
+    X_CNT_SIZE,
+    X_COUNTER_MODE,
+    X_ERR_AT,
+    X_ERR_SIZE,
+    X_EVENT_IDS,
+    X_FAULT,
+    X_FLAGS,
+    X_IDX,
+    X_MASK_HI,
+    X_MASK_LO,
+    X_PLAN,
+    X_PLAN_AT,
+    X_PLAN_ROWS,
+    X_POOL,
+    X_UB_SIZE,
+    X_WS_AT,
+    X_WS_SIZE,
+    make_context,
+)
+from .soc import DEFAULT_SOC, SocSpec, get_soc
+from .ub import UbPlan
+
+
+class KernelError(RuntimeError):
+    """A kernel stopped by a call that would hang the NPU or trip CPU-debug's asserts (a queue misused)."""
+
+
+@njit(cache=True)
+def enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws):
+    """Core ``c``'s context block, filled in, and the KernelContext the kernel receives."""
+    i = np.int64(c)
+    w = ctx[i]
+    w[X_IDX] = i
+    w[X_BLOCK_NUM] = block_dim
+    w[X_BASE] = np.int64(arena.ctypes.data) + i * np.int64(arena.strides[0])
+    w[X_UB_SIZE] = arena.shape[1]
+    w[X_PLAN_AT] = np.int64(ctx.ctypes.data) + i * np.int64(ctx.strides[0]) + X_PLAN * 8
+    w[X_PLAN_ROWS] = 0
+    w[X_CNT_SIZE] = cnt.shape[1]
+    w[X_CNT_AT] = np.int64(cnt.ctypes.data) + i * cnt.shape[1] * 8
+    w[X_ERR_SIZE] = err.shape[1]
+    w[X_ERR_AT] = np.int64(err.ctypes.data) + i * err.shape[1] * 8
+    w[X_POOL] = 0
+    w[X_WS_AT] = ws.ctypes.data
+    w[X_WS_SIZE] = ws.size
+    w[X_MASK_LO] = -1
+    w[X_MASK_HI] = -1
+    w[X_COUNTER_MODE] = 0
+    w[X_FAULT] = 0
+    w[X_EVENT_IDS:X_FLAGS + 16] = 0
+    return make_context((np.int64(ctx.ctypes.data) + i * np.int64(ctx.strides[0]), _checks_field(checks)), None)
+
+
+@dataclasses.dataclass
+class Kernel:
+    """A per-core kernel function, compiled as device code, and the names of its buffers (the targets of its
+    ``init_buffer`` calls, in source order, for reports)."""
+
+    fn: Any
+    py_func: Any
+    buffer_names: list[str]
+
+    @property
+    def name(self) -> str:
+        return self.py_func.__name__
+
+
+def _buffer_names(fn: Any) -> list[str]:
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    names = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "init_buffer"):
+            target = node.targets[0]
+            names.append((node.lineno, target.id if isinstance(target, ast.Name) else ast.unparse(target)))
+    return [n for _, n in sorted(names)]
+
+
+def kernel(fn: Any) -> Kernel:
+    """Decorator: ``fn(ctx, t, *gm)`` is a kernel, one call per core."""
+    return Kernel(njit(cache=True)(fn), fn, _buffer_names(fn))
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("TILESIM_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tilesim")
+    d = Path(root) / "launchers"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+_TILING_TYPES: dict[type, Any] = {}
+_CORE_LOOPS: dict[tuple[Any, ...], Any] = {}
+
+
+def _tiling_fields(cls: type, t: Any) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls) if isinstance(getattr(t, f.name), (int, float, bool, np.number))]
+
+
+def _core_loop(k: Kernel, t: Any, n_gm: int) -> Any:
+    """The generated ``cores(first, last, ...)`` of kernel ``k`` for tilings of ``type(t)``."""
+    key = (k.py_func, type(t), n_gm)
+    loop = _CORE_LOOPS.get(key)
+    if loop is not None:
+        return loop
+    mod = sys.modules[k.py_func.__module__]
+    src_file = getattr(mod, "__file__", None) or ""
+    names = _tiling_fields(type(t), t)
+    digest = hashlib.sha256(repr((k.py_func.__module__, k.py_func.__qualname__, src_file, type(t).__qualname__,
+                                  names, n_gm)).encode()).hexdigest()[:16]
+    kernel_hash = hashlib.sha256(Path(src_file).read_bytes()).hexdigest()[:16] if os.path.exists(src_file) else ""
+    gm = ", ".join(f"g{i}, d{i}" for i in range(n_gm))
+    tensors = ", ".join(f"make_global((kc.ctx, kc.checks, np.int64({i}), np.int64(g{i}.ctypes.data), "
+                        f"np.int64(g{i}.size), np.int64(0)), d{i})" for i in range(n_gm))
+    src = f'''# generated by tilesim.launcher: the core loop of {k.py_func.__module__}.{k.py_func.__qualname__}
+# kernel source {kernel_hash}
+import sys
+import numpy as np
+from tilesim.jit import njit
+from tilesim.launcher import enter_core
+from tilesim.machine.tensor import make_global
+
+Tiling = namedtuple("Tiling", {names!r})
+kernel = sys.modules[{k.py_func.__module__!r}].{k.py_func.__qualname__}.fn
+
+
+@njit(cache=True, nogil=True, host=True)
+def cores(first, last, block_dim, arena, cnt, err, checks, ctx, ws, t{", " + gm if gm else ""}):
+    t = Tiling(*t)
+    for c in range(first, last):
+        kc = enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws)
+        kernel(kc, t{", " + tensors if tensors else ""})
+'''
+    path = _cache_dir() / f"launch_{digest}.py"
+    if not path.exists() or path.read_text() != src:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(src)
+        os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(f"tilesim_launch_{digest}", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = module  # type: ignore[union-attr]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    loop = _CORE_LOOPS[key] = (module.cores, names)
+    return loop
+
+
+def _plan_of(ctx_row: np.ndarray, names: list[str], soc: SocSpec) -> UbPlan:
+    plan = UbPlan(soc.ub_size)
+    for b in range(int(ctx_row[X_PLAN_ROWS])):
+        off, size, num = (int(v) for v in ctx_row[X_PLAN + 3 * b:X_PLAN + 3 * b + 3])
+        plan.add(names[b] if b < len(names) else f"buf{b}", size, num)
+        plan.buffers[-1].offset = off
+    return plan
+
+
+def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec) -> None:
+    for c in range(ctx.shape[0]):
+        kind = int(ctx[c, X_FAULT])
+        if kind:
+            buf, detail = int(ctx[c, X_FAULT + 1]), int(ctx[c, X_FAULT + 2])
+            plan = _plan_of(ctx[c], k.buffer_names, soc)
+            name = plan.buffers[buf].name if buf < len(plan.buffers) else f"buffer {buf}"
+            text = FAULT_TEXT[kind].format(detail=detail)
+            if kind == FAULT_UB_OVERFLOW:
+                raise UbOverflowError(f"{k.name}, core {c}: {text} ({soc.ub_size} B): {plan.table()}")
+            raise KernelError(f"{k.name}, core {c}, {name}: {text}")
+
+
+def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, soc: str | SocSpec = DEFAULT_SOC,
+           checks: bool = False, workspace: np.ndarray | None = None, op: str | None = None,
+           gm_names: list[str] | None = None) -> _launch.RunReport:
+    """Run kernel ``k`` on ``block_dim`` cores over the GM arrays ``gm`` (C-contiguous numpy arrays, inputs and
+    outputs alike: the kernel writes the outputs in place) with tiling ``tiling`` (a dataclass); returns the
+    launch's report. ``checks`` runs checked mode (a violation raises :class:`tilesim.CheckError` after the
+    launch; the outputs may be written by then: pass scratch arrays). ``gm_names`` name the arrays in reports
+    (the kernel's parameter names by default)."""
+    spec = get_soc(soc)
+    cores, fields = _core_loop(k, tiling, len(gm))
+    names = gm_names or list(inspect.signature(k.py_func).parameters)[2:2 + len(gm)]
+    flat = []
+    for a in gm:
+        if not a.flags.c_contiguous:
+            raise ValueError("tilesim.launch: GM arrays must be C-contiguous")
+        flat += [a.reshape(-1).view(np.uint8), dtypes.dtype_of(a.dtype)]
+    ws = workspace if workspace is not None else np.zeros(0, np.uint8)
+    t = tuple(getattr(tiling, f) for f in fields)
+
+    def run() -> _launch.RunReport:
+        ln = _launch.prepare(op or k.name, spec, tiling, UbPlan(spec.ub_size), block_dim, checks, names)
+        ctx = _launch._reused("ctx", block_dim * CTX_WORDS * 8).view(np.int64)[:block_dim * CTX_WORDS]
+        ctx = ctx.reshape(block_dim, CTX_WORDS)
+        try:
+            with _launch.host_threads(*gm):
+                _launch.run_cores(cores, block_dim, block_dim, ln.arena, ln.counters, ln.err, ln.core_checks, ctx,
+                                  ws.reshape(-1).view(np.uint8), t, *flat)
+        except Exception:
+            _launch._local.launch = None
+            _raise_fault(ctx, k, spec)
+            raise
+        ln.plan = _plan_of(ctx[0], k.buffer_names, spec)
+        ln.plan_array = ln.plan.as_array()
+        return _launch.finish(ln, int(ws.nbytes))
+
+    return _launch.run_checked(run)

@@ -1,0 +1,317 @@
+"""TPipe, TQue and TBuf: the UB's buffers and the queues that hand them between the pipes.
+
+In a kernel::
+
+    pipe = TPipe(ctx)
+    in_x = pipe.init_buffer(TQue(VECIN, 1), BUFFER_NUM, tile_len * 4)   # InitBuffer(inQueueX, BUFFER_NUM, len)
+    tmp = pipe.init_buffer(TBuf(VECCALC), tile_len * 4)                # InitBuffer(tmpBuf, len)
+    x = in_x.alloc_tensor(float32)                                     # AllocTensor<float>()
+    data_copy(x, gx[off], tile_len); in_x.enque(x)                     # CopyIn
+    x = in_x.deque(float32); ...; in_x.free_tensor(x)                  # Compute
+    t = tmp.get(float32)                                               # Get<float>()
+
+InitBuffer places ``num`` buffers of ``len`` bytes (rounded up to 32 B) back to back from the end of the ones
+placed before, in call order, as TPipe does; a pipe that outgrows the UB stops the kernel with
+:class:`tilesim.UbOverflowError` naming every buffer. The queue calls keep the real rules: AllocTensor takes the
+next free buffer round-robin; EnQue at most ``depth`` tensors before a DeQue; DeQue the oldest; FreeTensor only of
+a tensor in use. A call that would hang the NPU or trip CPU-debug's asserts (AllocTensor with every buffer in use,
+EnQue past depth, DeQue of an empty queue, FreeTensor of a free buffer) stops the kernel with a
+:class:`tilesim.KernelError` that names the core, the buffer and the rule. In checked mode a tensor used after its
+FreeTensor is reported (use after free).
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+from numba import types
+from numba.extending import overload, overload_method
+
+from ..device import GEN_COL, MAX_SLOTS, checked_only, errs_of
+from ..jit import DEVICE_OPTIONS, njit
+from .dtypes import ElemType
+from .structs import StructType, constructor, struct_type
+from .tensor import (
+    ALLOCATED,
+    DEQUEUED,
+    ENQUEUED,
+    FREE,
+    MAX_BUFS,
+    MAX_QUE_SLOTS,
+    Q_COUNT,
+    Q_DEPTH,
+    Q_FIFO,
+    Q_HEAD,
+    Q_NEXT,
+    Q_POS,
+    Q_STATE,
+    Q_WORDS,
+    X_FAULT,
+    X_PLAN,
+    X_PLAN_ROWS,
+    X_POOL,
+    X_QUE,
+    X_UB_SIZE,
+    KernelContextType,
+    _checks_type,
+    core_of,
+    ctx_words,
+    make_local,
+)
+
+VECIN, VECOUT, VECCALC = 1, 2, 3  # TPosition
+POSITION_NAMES = {VECIN: "VECIN", VECOUT: "VECOUT", VECCALC: "VECCALC"}
+
+# What stopped a kernel (a context's X_FAULT word; the next words: the buffer, then a detail).
+FAULT_UB_OVERFLOW = 1
+FAULT_ALLOC_NONE_FREE = 2
+FAULT_ENQUE_FULL = 3
+FAULT_DEQUE_EMPTY = 4
+FAULT_FREE_FREE = 5
+FAULT_BAD_QUEUE = 6  # InitBuffer of a TQue at VECCALC, of depth or num out of range, past 64 buffers
+FAULT_BAD_GET = 7  # TBuf.Get past the buffer
+
+TQue = namedtuple("TQue", ["pos", "depth"])
+TQue.__doc__ = """TQue<pos, depth>: a queue to be placed by :meth:`TPipe.init_buffer`. ``pos`` VECIN (GM to UB:
+MTE2 produces, V consumes) or VECOUT (V produces, MTE3 consumes); ``depth`` the EnQues allowed before a DeQue."""
+TBuf = namedtuple("TBuf", ["pos"])
+TBuf.__doc__ = "TBuf<pos>: a buffer outside any queue (VECCALC), to be placed by :meth:`TPipe.init_buffer`."
+
+
+@struct_type
+class TPipeType(StructType):
+    PARAMS = ("checks",)
+    FIELDS = (("ctx", types.int64), ("checks", "checks"))
+
+
+@struct_type
+class QueueType(StructType):
+    """A placed TQue."""
+    PARAMS = ("checks",)
+    FIELDS = (("ctx", types.int64), ("checks", "checks"), ("buf", types.int64))
+
+
+@struct_type
+class BufferType(StructType):
+    """A placed TBuf."""
+    PARAMS = ("checks",)
+    FIELDS = (("ctx", types.int64), ("checks", "checks"), ("buf", types.int64))
+
+
+_make_pipe = constructor(TPipeType, lambda f, m: (_checks_type(f[1]),))
+_make_queue = constructor(QueueType, lambda f, m: (_checks_type(f[1]),))
+_make_buffer = constructor(BufferType, lambda f, m: (_checks_type(f[1]),))
+
+
+@njit(cache=True)
+def fault(w, kind, buf, detail):
+    """Stop the kernel: the context records what happened, for the host's message
+    (:func:`tilesim.machine.launch` raises the KernelError)."""
+    w[X_FAULT] = kind
+    w[X_FAULT + 1] = buf
+    w[X_FAULT + 2] = detail
+    raise RuntimeError("tilesim kernel fault")
+
+
+def TPipe(ctx):  # type: ignore[no-untyped-def]  # noqa: N802  (Ascend C's class name)
+    """TPipe: a pool of UB buffers, empty (a kernel makes one, in its Init)."""
+
+
+@overload(TPipe, jit_options=DEVICE_OPTIONS)
+def _tpipe(ctx):  # type: ignore[no-untyped-def]
+    if not isinstance(ctx, KernelContextType):
+        return None
+
+    def make(ctx):  # type: ignore[no-untyped-def]
+        w = ctx_words(ctx.ctx)
+        w[X_POOL] = 0
+        w[X_PLAN_ROWS] = 0
+        return _make_pipe((ctx.ctx, ctx.checks), None)
+    return make
+
+
+@njit(cache=True)
+def _place(w, nbytes, num, pos, depth):
+    """InitBuffer: ``num`` buffers of ``nbytes`` (rounded up to 32 B) after the last one placed; the buffer's id."""
+    b = w[X_PLAN_ROWS]
+    if b >= MAX_BUFS:
+        fault(w, FAULT_BAD_QUEUE, b, 0)
+    slot = (nbytes + 31) // 32 * 32
+    off = w[X_POOL]
+    row = X_PLAN + 3 * b
+    w[row] = off
+    w[row + 1] = slot
+    w[row + 2] = num
+    w[X_PLAN_ROWS] = b + 1
+    if nbytes < 0 or off + slot * num > w[X_UB_SIZE]:
+        fault(w, FAULT_UB_OVERFLOW, b, off + slot * num)
+    w[X_POOL] = off + slot * num
+    q = X_QUE + Q_WORDS * b
+    w[q + Q_POS] = pos
+    w[q + Q_DEPTH] = depth
+    w[q + Q_NEXT] = 0
+    w[q + Q_COUNT] = 0
+    w[q + Q_HEAD] = 0
+    for k in range(MAX_QUE_SLOTS):
+        w[q + Q_STATE + k] = FREE
+    return b
+
+
+@overload_method(TPipeType, "init_buffer", jit_options=DEVICE_OPTIONS)
+def _init_buffer(pipe, spec, a, b=None):  # type: ignore[no-untyped-def]
+    """InitBuffer(que, num, len) of a :class:`TQue`, InitBuffer(buf, len) of a :class:`TBuf`; ``len`` in bytes.
+    Returns the placed queue or buffer."""
+    if not isinstance(spec, types.BaseNamedTuple):
+        return None
+    if spec.instance_class is TQue:
+        def init_queue(pipe, spec, a, b=None):  # type: ignore[no-untyped-def]
+            w = ctx_words(pipe.ctx)
+            if spec.pos not in (VECIN, VECOUT) or not 1 <= a <= MAX_QUE_SLOTS or spec.depth < 1:
+                fault(w, FAULT_BAD_QUEUE, w[X_PLAN_ROWS], spec.pos * 1000000 + a * 1000 + spec.depth)
+            return _make_queue((pipe.ctx, pipe.checks, _place(w, np.int64(b), np.int64(a), spec.pos, spec.depth)),
+                               None)
+        return init_queue
+    if spec.instance_class is TBuf:
+        def init_tbuf(pipe, spec, a, b=None):  # type: ignore[no-untyped-def]
+            w = ctx_words(pipe.ctx)
+            return _make_buffer((pipe.ctx, pipe.checks, _place(w, np.int64(a), np.int64(1), spec.pos, 0)), None)
+        return init_tbuf
+    return None
+
+
+@njit(cache=True, inline="always")
+def _queue_at(q):
+    return X_QUE + Q_WORDS * q.buf
+
+
+@checked_only(None)
+def _track(core, buf, slot, gen):
+    """Checked mode: slot ``slot`` of ``buf`` now belongs to allocation ``gen`` (-2: freed, every tensor of it
+    dead)."""
+    if core.checks and buf < MAX_BUFS and slot < MAX_SLOTS:
+        errs_of(core)[GEN_COL + buf * MAX_SLOTS + slot] = gen
+
+
+@overload_method(QueueType, "alloc_tensor", jit_options=DEVICE_OPTIONS)
+def _alloc_tensor(q, dtype):  # type: ignore[no-untyped-def]
+    """AllocTensor<T>(): the next free buffer, round-robin, as a LocalTensor of ``dtype`` (contents as the last
+    user left them: uninitialised)."""
+    if not isinstance(dtype, ElemType):
+        return None
+    dt = dtype.dt
+
+    def alloc_tensor(q, dtype):  # type: ignore[no-untyped-def]
+        w = ctx_words(q.ctx)
+        a = _queue_at(q)
+        row = X_PLAN + 3 * q.buf
+        num = w[row + 2]
+        k = w[a + Q_NEXT]
+        while w[a + Q_STATE + k % num] != FREE:
+            k += 1
+            if k - w[a + Q_NEXT] >= num:
+                fault(w, FAULT_ALLOC_NONE_FREE, q.buf, num)
+        slot = k % num
+        w[a + Q_NEXT] = k + 1
+        w[a + Q_STATE + slot] = ALLOCATED
+        _track(core_of(q), q.buf, slot, k)
+        return make_local((q.ctx, q.checks, q.buf, w[row] + slot * w[row + 1], w[row + 1], k), dt)
+    return alloc_tensor
+
+
+@njit(cache=True, inline="always")
+def _slot_of(w, t):
+    row = X_PLAN + 3 * t.buf
+    return (t.addr - w[row]) // w[row + 1]
+
+
+@overload_method(QueueType, "enque", jit_options=DEVICE_OPTIONS)
+def _enque(q, t):  # type: ignore[no-untyped-def]
+    """EnQue(t): hand the tensor to the queue's consumer (VECIN: the vector unit; VECOUT: MTE3)."""
+    def enque(q, t):  # type: ignore[no-untyped-def]
+        w = ctx_words(q.ctx)
+        a = _queue_at(q)
+        n = w[a + Q_COUNT]
+        if n >= w[a + Q_DEPTH]:
+            fault(w, FAULT_ENQUE_FULL, q.buf, w[a + Q_DEPTH])
+        slot = _slot_of(w, t)
+        w[a + Q_FIFO + (w[a + Q_HEAD] + n) % MAX_QUE_SLOTS] = slot
+        w[a + Q_COUNT] = n + 1
+        w[a + Q_STATE + slot] = ENQUEUED
+    return enque
+
+
+@overload_method(QueueType, "deque", jit_options=DEVICE_OPTIONS)
+def _deque(q, dtype):  # type: ignore[no-untyped-def]
+    """DeQue<T>(): the oldest tensor enqueued, as a LocalTensor of ``dtype``."""
+    if not isinstance(dtype, ElemType):
+        return None
+    dt = dtype.dt
+
+    def deque(q, dtype):  # type: ignore[no-untyped-def]
+        w = ctx_words(q.ctx)
+        a = _queue_at(q)
+        n = w[a + Q_COUNT]
+        if n == 0:
+            fault(w, FAULT_DEQUE_EMPTY, q.buf, 0)
+        h = w[a + Q_HEAD]
+        slot = w[a + Q_FIFO + h]
+        w[a + Q_HEAD] = (h + 1) % MAX_QUE_SLOTS
+        w[a + Q_COUNT] = n - 1
+        w[a + Q_STATE + slot] = DEQUEUED
+        row = X_PLAN + 3 * q.buf
+        num = w[row + 2]
+        # the allocation this slot last went to: the latest k < Q_NEXT with k % num == slot
+        nxt = w[a + Q_NEXT]
+        gen = nxt - 1 - ((nxt - 1 - slot) % num)
+        _track(core_of(q), q.buf, slot, gen)
+        return make_local((q.ctx, q.checks, q.buf, w[row] + slot * w[row + 1], w[row + 1], gen), dt)
+    return deque
+
+
+@overload_method(QueueType, "free_tensor", jit_options=DEVICE_OPTIONS)
+def _free_tensor(q, t):  # type: ignore[no-untyped-def]
+    """FreeTensor(t): the buffer goes back to the queue's producer; the tensor is dead."""
+    def free_tensor(q, t):  # type: ignore[no-untyped-def]
+        w = ctx_words(q.ctx)
+        a = _queue_at(q)
+        slot = _slot_of(w, t)
+        if w[a + Q_STATE + slot] == FREE:
+            fault(w, FAULT_FREE_FREE, q.buf, slot)
+        w[a + Q_STATE + slot] = FREE
+        _track(core_of(q), q.buf, slot, -2)
+    return free_tensor
+
+
+@overload_method(BufferType, "get", jit_options=DEVICE_OPTIONS)
+def _get(b, dtype, n=None):  # type: ignore[no-untyped-def]
+    """Get<T>() / Get<T>(len): the buffer from its start as a LocalTensor of ``dtype`` (all of it, or ``n``
+    elements: a multiple of 32 B, no more than the buffer)."""
+    if not isinstance(dtype, ElemType):
+        return None
+    dt, sz = dtype.dt, dtype.dt.size
+
+    def get(b, dtype, n=None):  # type: ignore[no-untyped-def]
+        w = ctx_words(b.ctx)
+        row = X_PLAN + 3 * b.buf
+        size = w[row + 1]
+        if n is not None:
+            want = np.int64(n) * sz
+            if want % 32 or want > size or want < 0:
+                fault(w, FAULT_BAD_GET, b.buf, want)
+            size = want
+        return make_local((b.ctx, b.checks, b.buf, w[row], size, np.int64(-1)), dt)
+    return get
+
+
+FAULT_TEXT = {
+    FAULT_UB_OVERFLOW: "InitBuffer: the buffers need {detail} B, more than the core's UB",
+    FAULT_ALLOC_NONE_FREE: "AllocTensor with all {detail} buffers of the queue in use (the NPU waits for ever; "
+                           "FreeTensor one first)",
+    FAULT_ENQUE_FULL: "EnQue past the queue's depth {detail} (DeQue first, or give the TQue a larger depth)",
+    FAULT_DEQUE_EMPTY: "DeQue of an empty queue (the NPU waits for ever: EnQue first)",
+    FAULT_FREE_FREE: "FreeTensor of buffer {detail}, which is free already",
+    FAULT_BAD_QUEUE: "InitBuffer: a TQue must be at VECIN or VECOUT, with depth >= 1 and 1 to 8 buffers, and a "
+                     "TPipe holds at most 64 buffers (pos * 10^6 + num * 10^3 + depth = {detail})",
+    FAULT_BAD_GET: "TBuf.Get of {detail} B: the length must be a multiple of 32 B and fit the buffer",
+}

@@ -1,0 +1,253 @@
+"""The kernel's context, LocalTensor and GlobalTensor.
+
+A kernel receives a :class:`KernelContext`: the address of its core's context block (the core's place in the
+launch, where its UB, counters and checked-mode records are, the TPipe's buffers and queue states, the vector
+mask register and the event ids) and the build it runs in (``checks``: None fast, an int recording, a bool
+checked; see :mod:`tilesim.device`). Every tensor carries both, so that an instruction needs nothing but its
+operands, as in Ascend C: ``add(z, x, y, n)``.
+
+A LocalTensor is ``(ctx, checks, buf, addr, nbytes, gen)`` with its element type in its Numba type: the UB plan
+row (TPipe buffer) it lies in, its byte offset in the core's UB, its length in bytes, and for a queue tensor the
+allocation it came from (checked mode tells a tensor used after its slot was freed or reallocated). ``t[k]`` is
+the sub-tensor k elements on (``operator[]``), ``t.reinterpret_cast(uint32)`` the same bytes as another type.
+
+A GlobalTensor is ``(ctx, checks, tag, base, size, off)`` with its element type: the GM tensor's tag (its index
+among the launch's GM arguments, for reports), the host address and size in bytes of the whole tensor, and the
+byte offset of this (sub-)tensor's element 0 in it (``gm[k]``).
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+from numba import carray, types
+from numba.extending import overload, overload_attribute, overload_method
+
+from ..device import Core, GlobalTensor, count_gm_scalar, count_scalar, gm_ok, ub_in, ub_out
+from ..intrinsics import address_as_pointer
+from ..jit import DEVICE_OPTIONS, njit
+from ..ub import LocalTensor as PlanTensor
+from .dtypes import ElemType, uint8
+from .structs import StructType, constructor, struct_type
+
+# The context block of a core: int64 words.
+X_IDX, X_BLOCK_NUM, X_BASE, X_UB_SIZE, X_PLAN_AT, X_PLAN_ROWS, X_CNT_AT, X_CNT_SIZE, X_ERR_AT, X_ERR_SIZE = range(10)
+X_POOL = 10  # TPipe: the end of the buffers placed so far, in bytes
+X_WS_AT, X_WS_SIZE = 11, 12  # GetUserWorkspace: address and bytes
+X_MASK_LO, X_MASK_HI, X_COUNTER_MODE = 13, 14, 15  # the vector mask register, and SetMaskCount / SetMaskNorm
+X_EVENT_IDS = 16  # 16 words: per HardEvent, the ids AllocEventID has taken (a bit each)
+X_FLAGS = 32  # 16 words: per HardEvent, the ids set by SetFlag and not yet waited for (checked mode)
+X_FAULT = 48  # 4 words: what stopped the kernel (tilesim.machine.pipe FAULT_*), the buffer, a detail
+MAX_BUFS = 64  # buffers per TPipe
+X_PLAN = 52  # MAX_BUFS rows of (offset, slot bytes, slots): the UB plan as InitBuffer placed it
+X_QUE = X_PLAN + 3 * MAX_BUFS  # MAX_BUFS rows of Q_WORDS: each buffer's queue state
+Q_POS, Q_DEPTH, Q_NEXT, Q_COUNT, Q_HEAD = range(5)
+MAX_QUE_SLOTS = 8  # buffers of one queue (TQue: at most 8 per TPosition on A2)
+Q_FIFO = 5  # MAX_QUE_SLOTS: the slots enqueued, oldest at Q_HEAD
+Q_STATE = Q_FIFO + MAX_QUE_SLOTS  # MAX_QUE_SLOTS: each slot's state (FREE ...)
+Q_WORDS = Q_STATE + MAX_QUE_SLOTS
+CTX_WORDS = X_QUE + MAX_BUFS * Q_WORDS
+FREE, ALLOCATED, ENQUEUED, DEQUEUED = 0, 1, 2, 3  # a queue slot's state
+
+
+@struct_type
+class KernelContextType(StructType):
+    PARAMS = ("checks",)
+    FIELDS = (("ctx", types.int64), ("checks", "checks"))
+
+
+@struct_type
+class LocalTensorType(StructType):
+    PARAMS = ("dtype", "checks")
+    FIELDS = (("ctx", types.int64), ("checks", "checks"), ("buf", types.int64), ("addr", types.int64),
+              ("nbytes", types.int64), ("gen", types.int64))
+
+
+@struct_type
+class GlobalTensorType(StructType):
+    PARAMS = ("dtype", "checks")
+    FIELDS = (("ctx", types.int64), ("checks", "checks"), ("tag", types.int64), ("base", types.int64),
+              ("size", types.int64), ("off", types.int64))
+
+
+def _checks_type(t):  # type: ignore[no-untyped-def]
+    """Core.checks' type in a build: None, an int64 or a bool (see :func:`tilesim.device.build_of`)."""
+    if isinstance(t, types.NoneType):
+        return t
+    return types.boolean if isinstance(t, types.Boolean) else types.int64
+
+
+def _elem_or_none(m):  # type: ignore[no-untyped-def]
+    return m if isinstance(m, ElemType) else None
+
+
+make_context = constructor(KernelContextType, lambda f, m: (_checks_type(f[1]),))
+make_local = constructor(LocalTensorType, lambda f, m: None if _elem_or_none(m) is None else (m, _checks_type(f[1])))
+make_global = constructor(GlobalTensorType,
+                          lambda f, m: None if _elem_or_none(m) is None else (m, _checks_type(f[1])))
+
+
+@njit(cache=True, inline="always")
+def ctx_words(at):
+    """A core's context block, at address ``at``."""
+    return carray(address_as_pointer(at, np.int64), CTX_WORDS)
+
+
+@njit(cache=True, inline="always")
+def core_of(x):
+    """The :class:`tilesim.device.Core` of a context, tensor or queue: what the machine's primitives take."""
+    w = ctx_words(x.ctx)
+    return Core(w[X_IDX], w[X_BLOCK_NUM], x.checks, w[X_BASE], w[X_UB_SIZE], w[X_PLAN_AT], w[X_PLAN_ROWS],
+                w[X_CNT_AT], w[X_CNT_SIZE], w[X_ERR_AT], w[X_ERR_SIZE])
+
+
+@njit(cache=True, inline="always")
+def plan_tensor(t):
+    """The machine's name of a LocalTensor: (buffer, address, generation)."""
+    return PlanTensor(t.buf, t.addr, t.gen)
+
+
+@overload_attribute(LocalTensorType, "dtype", jit_options=DEVICE_OPTIONS)
+@overload_attribute(GlobalTensorType, "dtype", jit_options=DEVICE_OPTIONS)
+def _dtype(t):  # type: ignore[no-untyped-def]
+    dt = t.dtype.dt
+    return lambda t: dt
+
+
+@overload(operator.getitem, jit_options=DEVICE_OPTIONS)
+def _offset(t, k):  # type: ignore[no-untyped-def]
+    """``tensor[k]``: the sub-tensor from element ``k`` (Ascend C's ``operator[]``)."""
+    if not isinstance(k, types.Integer):
+        return None
+    if isinstance(t, LocalTensorType):
+        dt, sz = t.dtype.dt, t.dtype.dt.size
+        return lambda t, k: make_local((t.ctx, t.checks, t.buf, t.addr + k * sz, t.nbytes - k * sz, t.gen), dt)
+    if isinstance(t, GlobalTensorType):
+        dt, sz = t.dtype.dt, t.dtype.dt.size
+        return lambda t, k: make_global((t.ctx, t.checks, t.tag, t.base, t.size, t.off + k * sz), dt)
+    return None
+
+
+@overload_method(LocalTensorType, "get_size", jit_options=DEVICE_OPTIONS)
+def _get_size(t):  # type: ignore[no-untyped-def]
+    """GetSize: the elements from this (sub-)tensor's start to its end."""
+    sz = t.dtype.dt.size
+    return lambda t: t.nbytes // sz
+
+
+@overload_method(GlobalTensorType, "get_size", jit_options=DEVICE_OPTIONS)
+def _gm_get_size(t):  # type: ignore[no-untyped-def]
+    sz = t.dtype.dt.size
+    return lambda t: (t.size - t.off) // sz
+
+
+@overload_method(LocalTensorType, "reinterpret_cast", jit_options=DEVICE_OPTIONS)
+def _reinterpret(t, dtype):  # type: ignore[no-untyped-def]
+    """ReinterpretCast<U>: the same bytes as elements of ``dtype``."""
+    if not isinstance(dtype, ElemType):
+        return None
+    dt = dtype.dt
+    return lambda t, dtype: make_local((t.ctx, t.checks, t.buf, t.addr, t.nbytes, t.gen), dt)
+
+
+@overload_method(GlobalTensorType, "reinterpret_cast", jit_options=DEVICE_OPTIONS)
+def _reinterpret_gm(t, dtype):  # type: ignore[no-untyped-def]
+    if not isinstance(dtype, ElemType):
+        return None
+    dt = dtype.dt
+    return lambda t, dtype: make_global((t.ctx, t.checks, t.tag, t.base, t.size, t.off), dt)
+
+
+@overload_method(LocalTensorType, "get_value", jit_options=DEVICE_OPTIONS)
+def _get_value(t, i):  # type: ignore[no-untyped-def]
+    """GetValue(i): a scalar read of UB (PIPE_S). half and bfloat16 read as their bits (uint16)."""
+    st, sz = t.dtype.dt.storage, t.dtype.dt.size
+
+    def get_value(t, i):  # type: ignore[no-untyped-def]
+        core = core_of(t)
+        if not ub_in(core, PlanTensor(t.buf, t.addr + i * sz, t.gen), sz):
+            return st(0)
+        count_scalar(core, plan_tensor(t), False)
+        return carray(address_as_pointer(core.base + t.addr + i * sz, st), 1)[0]
+    return get_value
+
+
+@overload_method(LocalTensorType, "set_value", jit_options=DEVICE_OPTIONS)
+def _set_value(t, i, v):  # type: ignore[no-untyped-def]
+    """SetValue(i, v): a scalar write of UB (PIPE_S); half and bfloat16 take their bits."""
+    st, sz = t.dtype.dt.storage, t.dtype.dt.size
+
+    def set_value(t, i, v):  # type: ignore[no-untyped-def]
+        core = core_of(t)
+        if not ub_out(core, PlanTensor(t.buf, t.addr + i * sz, t.gen), sz):
+            return
+        count_scalar(core, plan_tensor(t), True)
+        carray(address_as_pointer(core.base + t.addr + i * sz, st), 1)[0] = st(v)
+    return set_value
+
+
+@overload_method(GlobalTensorType, "get_value", jit_options=DEVICE_OPTIONS)
+def _gm_get_value(t, i):  # type: ignore[no-untyped-def]
+    """GlobalTensor.GetValue(i): a scalar read of GM (PIPE_S, through the data cache)."""
+    st, sz = t.dtype.dt.storage, t.dtype.dt.size
+
+    def get_value(t, i):  # type: ignore[no-untyped-def]
+        core = core_of(t)
+        g, k = gm_view(t), t.off // sz + i
+        if not gm_ok(core, g, k, 1):
+            return st(0)
+        count_gm_scalar(core, g, k)
+        return carray(address_as_pointer(t.base + k * sz, st), 1)[0]
+    return get_value
+
+
+@overload_method(GlobalTensorType, "set_value", jit_options=DEVICE_OPTIONS)
+def _gm_set_value(t, i, v):  # type: ignore[no-untyped-def]
+    """GlobalTensor.SetValue(i, v): a scalar write of GM (PIPE_S)."""
+    st, sz = t.dtype.dt.storage, t.dtype.dt.size
+
+    def set_value(t, i, v):  # type: ignore[no-untyped-def]
+        core = core_of(t)
+        g, k = gm_view(t), t.off // sz + i
+        if not gm_ok(core, g, k, 1):
+            return
+        count_gm_scalar(core, g, k)
+        carray(address_as_pointer(t.base + k * sz, st), 1)[0] = st(v)
+    return set_value
+
+
+def gm_view(t):  # type: ignore[no-untyped-def]
+    """The machine's :class:`tilesim.device.GlobalTensor` (tag, address, bytes, element size) of the whole tensor
+    a typed GlobalTensor lies in."""
+
+
+@overload(gm_view, jit_options=DEVICE_OPTIONS)
+def _gm_view(t):  # type: ignore[no-untyped-def]
+    sz = t.dtype.dt.size
+    return lambda t: GlobalTensor(t.tag, t.base, t.size, np.int64(sz))
+
+
+@njit(cache=True)
+def get_block_idx(ctx):
+    """GetBlockIdx: this core's index in the launch."""
+    return ctx_words(ctx.ctx)[X_IDX]
+
+
+@njit(cache=True)
+def get_block_num(ctx):
+    """GetBlockNum: the launch's block_dim."""
+    return ctx_words(ctx.ctx)[X_BLOCK_NUM]
+
+
+def get_user_workspace(ctx):  # type: ignore[no-untyped-def]
+    """GetUserWorkspace: the launch's workspace as a GlobalTensor of uint8 (as under ASCENDC_CPU_DEBUG: the NPU's
+    16 MiB of system workspace in front of it is not emulated)."""
+
+
+@overload(get_user_workspace, jit_options=DEVICE_OPTIONS)
+def _workspace(ctx):  # type: ignore[no-untyped-def]
+    return lambda ctx: make_global((ctx.ctx, ctx.checks, np.int64(-2), ctx_words(ctx.ctx)[X_WS_AT],
+                                    ctx_words(ctx.ctx)[X_WS_SIZE], np.int64(0)), uint8)
+
+

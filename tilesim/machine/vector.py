@@ -1,0 +1,556 @@
+"""The element-wise vector instructions, by family: binary (Add, Sub, Mul, Div, Max, Min), binary with a scalar
+(Adds, Muls, Maxs, Mins), unary (Exp, Ln, Abs, Sqrt, Rsqrt, Reciprocal, Relu) and Duplicate.
+
+Each has the two forms of the Ascend C API (``MV/基础算术/*.md``):
+- count (level-2): ``add(dst, src0, src1, count)``, ``adds(dst, src, scalar, count)``, ``exp(dst, src, count)``,
+  ``duplicate(dst, scalar, count)``: ``count`` contiguous elements; on A2 one instruction in counter mode, which
+  leaves the mask register all ones in normal mode;
+- mask / repeat (level-0): ``add(dst, src0, src1, mask, repeat_times, BinaryRepeatParams(...))``,
+  ``adds(dst, src, scalar, mask, repeat_times, UnaryRepeatParams(...))``, ``exp(dst, src, mask, repeat_times,
+  UnaryRepeatParams(...))``, ``duplicate(dst, scalar, mask, repeat_times, dst_blk_stride, dst_rep_stride)``.
+  A repeat is 8 blocks of 32 B; element e of block b of repeat r is at ``(r * rep_stride + b * blk_stride) * 32 +
+  e * sizeof(T)`` bytes; ``mask`` is a count (the first ``mask`` lanes of each repeat) or a pair ``(mask[0],
+  mask[1])`` of 64-bit patterns (bit i selects lane i), or :data:`MASK_PLACEHOLDER` for the mask register set by
+  :func:`set_vector_mask` (isSetMask = false), which in counter mode (:func:`set_mask_count`) is a total count.
+  Masked-off lanes keep their old values; zero repeats or mask is no instruction.
+
+One piece of code per family walks the repeats and strides, checks the operands (checked mode: 32 B alignment,
+bounds, repeat_times <= 255, a zero dst block stride), counts the 256 B repeats and flows the UB shadow; the
+operation is a type (:class:`VecOp`), so each instruction compiles to its own loops. Types: half, float, and
+int16 / int32 where the API allows them; half computes through fp32 and rounds once (exact for + - * / and
+sqrt). Choices where the documentation is silent: Max and Min propagate NaN; int16 / int32 arithmetic wraps;
+Rsqrt and Reciprocal are exact (the NPU's are approximate on A2, and their error is not modelled).
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+from numba import types
+from numba.core.imputils import lower_constant
+from numba.extending import models, overload, register_model, typeof_impl
+
+from ..device import (
+    ERR_VEC_PARAM,
+    VEC_BINARY,
+    VEC_DIV,
+    VEC_DUP,
+    VEC_SCALAR,
+    VEC_UNARY,
+    checked_only,
+    count_vector,
+    flow1,
+    flow2,
+    report,
+    vec_ok,
+    vec_out,
+)
+from ..expf import exp_f32
+from ..intrinsics import address_as_pointer, f32_as_u32, fp16_nearest_bits, fp16_widen_bits, u32_as_f32
+from ..jit import DEVICE_OPTIONS, njit
+from .dtypes import ElemType
+from .tensor import X_COUNTER_MODE, X_MASK_HI, X_MASK_LO, KernelContextType, core_of, ctx_words, plan_tensor
+
+BinaryRepeatParams = namedtuple("BinaryRepeatParams", ["dst_blk_stride", "src0_blk_stride", "src1_blk_stride",
+                                                       "dst_rep_stride", "src0_rep_stride", "src1_rep_stride"],
+                                defaults=(1, 1, 1, 8, 8, 8))
+UnaryRepeatParams = namedtuple("UnaryRepeatParams", ["dst_blk_stride", "src_blk_stride", "dst_rep_stride",
+                                                     "src_rep_stride"], defaults=(1, 1, 8, 8))
+
+
+class Marker:
+    """A value whose Numba type is itself: an operation, the mask placeholder."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return _marker, (self.name,)
+
+
+class MarkerType(types.Dummy):
+    def __init__(self, m: Marker) -> None:
+        self.marker = m
+        super().__init__(f"Marker({m.name})")
+
+    @property
+    def key(self) -> str:
+        return self.marker.name
+
+
+register_model(MarkerType)(models.OpaqueModel)
+typeof_impl.register(Marker)(lambda val, c: MarkerType(val))
+lower_constant(MarkerType)(lambda context, builder, ty, pyval: context.get_dummy_value())
+
+_MARKERS: dict[str, Marker] = {}
+
+
+def _marker(name: str) -> Marker:
+    return _MARKERS.setdefault(name, Marker(name))
+
+
+MASK_PLACEHOLDER = _marker("MASK_PLACEHOLDER")
+# operation -> (counter class, the dtypes the API allows)
+_B16_32 = ("half", "float", "int16_t", "int32_t")
+_F = ("half", "float")
+OPS = {"Add": (VEC_BINARY, _B16_32), "Sub": (VEC_BINARY, _B16_32), "Mul": (VEC_BINARY, _B16_32),
+       "Div": (VEC_DIV, _F), "Max": (VEC_BINARY, _B16_32), "Min": (VEC_BINARY, _B16_32),
+       "Adds": (VEC_SCALAR, _B16_32), "Muls": (VEC_SCALAR, _B16_32), "Maxs": (VEC_SCALAR, _B16_32),
+       "Mins": (VEC_SCALAR, _B16_32), "Exp": (VEC_UNARY, _F), "Ln": (VEC_UNARY, _F), "Abs": (VEC_UNARY, _F),
+       "Sqrt": (VEC_UNARY, _F), "Rsqrt": (VEC_UNARY, _F), "Reciprocal": (VEC_UNARY, _F),
+       "Relu": (VEC_UNARY, ("half", "float", "int32_t")), "Duplicate": (VEC_DUP, ("half", "bfloat16_t", "float",
+                                                                                 "int16_t", "uint16_t", "int32_t",
+                                                                                 "uint32_t"))}
+for _n in OPS:
+    _marker(_n)
+
+
+def _name(op):  # type: ignore[no-untyped-def]
+    return op.marker.name
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One element
+
+
+def apply(op, a, b):  # type: ignore[no-untyped-def]
+    """The operation ``op`` on one element (compute type: float32 for half and float, the integer for ints);
+    ``b`` is the second source, the scalar, or ignored."""
+
+
+@overload(apply, jit_options=DEVICE_OPTIONS, inline="always")
+def _apply(op, a, b):  # type: ignore[no-untyped-def]
+    n = _name(op)
+    f = isinstance(a, types.Float)
+    if n in ("Add", "Adds"):
+        return lambda op, a, b: a + b
+    if n == "Sub":
+        return lambda op, a, b: a - b
+    if n in ("Mul", "Muls"):
+        return lambda op, a, b: a * b
+    if n == "Div":
+        return lambda op, a, b: a / b
+    if n in ("Max", "Maxs"):
+        return (lambda op, a, b: a if (a > b or a != a) else b) if f else (lambda op, a, b: a if a > b else b)
+    if n in ("Min", "Mins"):
+        return (lambda op, a, b: a if (a < b or a != a) else b) if f else (lambda op, a, b: a if a < b else b)
+    if n == "Exp":
+        return lambda op, a, b: exp_f32(a)
+    if n == "Ln":
+        return lambda op, a, b: np.log(a)
+    if n == "Abs":
+        return lambda op, a, b: abs(a)
+    if n == "Sqrt":
+        return lambda op, a, b: np.sqrt(a)
+    if n == "Rsqrt":
+        return lambda op, a, b: np.float32(1) / np.sqrt(a)
+    if n == "Reciprocal":
+        return lambda op, a, b: np.float32(1) / a
+    if n == "Relu":
+        zero = np.float32(0) if f else 0
+        return (lambda op, a, b: a if (a > zero or a != a) else zero) if f else (lambda op, a, b: a if a > 0 else 0)
+    if n == "Duplicate":
+        return lambda op, a, b: b
+    return None
+
+
+def load(dt, x):  # type: ignore[no-untyped-def]
+    """An element as stored (half: its bits) to its compute type."""
+
+
+@overload(load, jit_options=DEVICE_OPTIONS, inline="always")
+def _load(dt, x):  # type: ignore[no-untyped-def]
+    if dt.dt.name == "half":
+        return lambda dt, x: u32_as_f32(fp16_widen_bits(x))
+    return lambda dt, x: x
+
+
+def store(dt, v):  # type: ignore[no-untyped-def]
+    """A computed value to an element as stored (half: rounded to nearest even, its bits)."""
+
+
+@overload(store, jit_options=DEVICE_OPTIONS, inline="always")
+def _store(dt, v):  # type: ignore[no-untyped-def]
+    if dt.dt.name == "half":
+        return lambda dt, v: np.uint16(fp16_nearest_bits(f32_as_u32(np.float32(v)), False))
+    st = dt.dt.storage
+    return lambda dt, v: st(v)
+
+
+def scalar_of(dt, s):  # type: ignore[no-untyped-def]
+    """A scalar operand in the compute type (half: rounded to half first, as the API takes a half scalar)."""
+
+
+@overload(scalar_of, jit_options=DEVICE_OPTIONS, inline="always")
+def _scalar_of(dt, s):  # type: ignore[no-untyped-def]
+    if dt.dt.name == "half":
+        return lambda dt, s: u32_as_f32(fp16_widen_bits(fp16_nearest_bits(f32_as_u32(np.float32(s)), False)))
+    st = dt.dt.storage
+    return lambda dt, s: st(s)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The walks
+
+
+def _elems(core, t, n):  # type: ignore[no-untyped-def]
+    """``n`` elements of LocalTensor ``t`` as stored."""
+
+
+@overload(_elems, jit_options=DEVICE_OPTIONS, inline="always")
+def _elems_impl(core, t, n):  # type: ignore[no-untyped-def]
+    from numba import carray
+    st = t.dtype.dt.storage
+    return lambda core, t, n: carray(address_as_pointer(core.base + t.addr, st), n)
+
+
+def _contiguous(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
+    """``dst[i] = op(a[i], b[i] or s)`` for i < n; b is None for the one-source families. One loop per aliasing
+    case, so that each vectorises (LLVM's runtime overlap check would send an in-place loop down its scalar
+    path)."""
+
+
+@overload(_contiguous, jit_options=DEVICE_OPTIONS)
+def _contiguous_impl(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
+    dt = dst.dtype.dt
+    if b is None or isinstance(b, types.NoneType):
+        def one(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
+            core = core_of(dst)
+            d = _elems(core, dst, n)
+            v = scalar_of(dt, s)
+            if a.addr == dst.addr:
+                for i in range(n):
+                    d[i] = store(dt, apply(op, load(dt, d[i]), v))
+            else:
+                x = _elems(core, a, n)
+                for i in range(n):
+                    d[i] = store(dt, apply(op, load(dt, x[i]), v))
+        return one
+
+    def two(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
+        core = core_of(dst)
+        d = _elems(core, dst, n)
+        if a.addr == dst.addr and b.addr == dst.addr:
+            for i in range(n):
+                d[i] = store(dt, apply(op, load(dt, d[i]), load(dt, d[i])))
+        elif a.addr == dst.addr:
+            y = _elems(core, b, n)
+            for i in range(n):
+                d[i] = store(dt, apply(op, load(dt, d[i]), load(dt, y[i])))
+        elif b.addr == dst.addr:
+            x = _elems(core, a, n)
+            for i in range(n):
+                d[i] = store(dt, apply(op, load(dt, x[i]), load(dt, d[i])))
+        else:
+            x, y = _elems(core, a, n), _elems(core, b, n)
+            for i in range(n):
+                d[i] = store(dt, apply(op, load(dt, x[i]), load(dt, y[i])))
+    return two
+
+
+@njit(cache=True, inline="always")
+def _lane_on(lo, hi, lane):
+    return ((lo >> np.uint64(lane)) & np.uint64(1)) != 0 if lane < 64 else ((hi >> np.uint64(lane - 64))
+                                                                              & np.uint64(1)) != 0
+
+
+def _strided(op, dst, a, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tail):  # type: ignore[no-untyped-def]
+    """The level-0 walk: ``repeat`` repeats of 8 blocks, lanes selected by the 128-bit mask (lo, hi); block and
+    repeat strides in 32 B blocks for dst, a and b. ``tail`` > 0: the last repeat has only ``tail`` lanes
+    (counter mode)."""
+
+
+@overload(_strided, jit_options=DEVICE_OPTIONS)
+def _strided_impl(op, dst, a, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tail):  # type: ignore[no-untyped-def]
+    dt = dst.dtype.dt
+    st, sz = dt.storage, dt.size
+    epb = 32 // sz
+    two = not (b is None or isinstance(b, types.NoneType))
+
+    def walk(op, dst, a, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tail):  # type: ignore[no-untyped-def]
+        core = core_of(dst)
+        v = scalar_of(dt, s)
+        for r in range(repeat):
+            last = tail if (tail > 0 and r == repeat - 1) else 8 * epb
+            for blk in range(8):
+                do = core.base + dst.addr + (r * dr + blk * ds) * 32
+                ao = core.base + a.addr + (r * ar + blk * as_) * 32
+                d = _carray(do, epb, st)
+                x = _carray(ao, epb, st)
+                if two:
+                    y = _carray(core.base + b.addr + (r * br + blk * bs) * 32, epb, st)
+                for e in range(epb):
+                    lane = blk * epb + e
+                    if lane < last and _lane_on(lo, hi, lane):
+                        if two:
+                            d[e] = store(dt, apply(op, load(dt, x[e]), load(dt, y[e])))
+                        else:
+                            d[e] = store(dt, apply(op, load(dt, x[e]), v))
+    return walk
+
+
+def _carray(addr, n, st):  # type: ignore[no-untyped-def]
+    pass
+
+
+@overload(_carray, jit_options=DEVICE_OPTIONS, inline="always")
+def _carray_impl(addr, n, st):  # type: ignore[no-untyped-def]
+    from numba import carray
+    return lambda addr, n, st: carray(address_as_pointer(addr, st), n)
+
+
+@njit(cache=True)
+def _mask_bits(mask, per):
+    """A contiguous mask (a count) as its 128-bit pattern, clamped to the lanes of a repeat."""
+    m = min(max(np.int64(mask), 0), per)
+    lo = np.uint64(0xFFFFFFFFFFFFFFFF) if m >= 64 else (np.uint64(1) << np.uint64(m)) - np.uint64(1)
+    hi = np.uint64(0)
+    if m > 64:
+        hi = np.uint64(0xFFFFFFFFFFFFFFFF) if m >= 128 else (np.uint64(1) << np.uint64(m - 64)) - np.uint64(1)
+    return lo, hi
+
+
+@checked_only(True)
+def _params_ok(core, t, repeat, blk, rep, per_rep_bytes):
+    """Checked mode: repeat_times in [0, 255], a dst block stride other than 0, and the span the walk touches
+    inside the tensor and 32 B aligned."""
+    if not core.checks:
+        return True
+    if repeat > 255 or repeat < 0 or blk == 0:
+        report(core, ERR_VEC_PARAM, t.buf, t.addr, repeat, blk)
+        return False
+    return True
+
+
+@njit(cache=True, inline="always")
+def _span(repeat, blk, rep):
+    """Bytes from an operand's start to the end of the last block a level-0 walk touches."""
+    return ((repeat - 1) * rep + 7 * blk) * 32 + 32 if repeat > 0 else 0
+
+
+def vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
+    """One instruction of the element-wise families: ``args`` is (count,) or (mask, repeat_times, params)."""
+
+
+@overload(vec_op, jit_options=DEVICE_OPTIONS)
+def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
+    name = _name(op)
+    cls, allowed = OPS[name]
+    dt = dst.dtype.dt
+    if dt.name not in allowed:
+        raise TypeError(f"{name} on {dt.name}: the A2 API takes {', '.join(allowed)}")
+    sz = dt.size
+    per = 256 // sz
+    two = not isinstance(b, types.NoneType)
+    has_src = not isinstance(a, types.NoneType)
+    if len(args) == 1:  # the count form
+        def count_form(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
+            n = np.int64(args[0])
+            core = core_of(dst)
+            nb = n * sz
+            w = ctx_words(dst.ctx)
+            w[X_MASK_LO] = -1  # the call leaves the mask all ones, in normal mode
+            w[X_MASK_HI] = -1
+            w[X_COUNTER_MODE] = 0
+            if n <= 0:
+                return
+            if has_src:
+                if two:
+                    if not (vec_ok(core, plan_tensor(a), nb) and vec_ok(core, plan_tensor(b), nb)
+                            and vec_ok(core, plan_tensor(dst), nb)):
+                        return
+                    flow2(core, plan_tensor(dst), plan_tensor(a), plan_tensor(b), nb)
+                else:
+                    if not (vec_ok(core, plan_tensor(a), nb) and vec_ok(core, plan_tensor(dst), nb)):
+                        return
+                    flow1(core, plan_tensor(dst), plan_tensor(a), nb)
+                _contiguous(op, dst, a, b, s, n)
+                count_vector(core, cls, nb, plan_tensor(dst), plan_tensor(a), plan_tensor(b if two else a))
+            else:
+                if not vec_out(core, plan_tensor(dst), nb):
+                    return
+                _contiguous(op, dst, dst, None, s, n)
+                count_vector(core, cls, nb, plan_tensor(dst), plan_tensor(dst), plan_tensor(dst))
+        return count_form
+    if len(args) != 3:
+        return None
+    mask, _, params = args
+    placeholder = isinstance(mask, MarkerType)
+    pattern = isinstance(mask, types.BaseTuple)
+    unary_params = isinstance(params, types.BaseNamedTuple) and params.instance_class is UnaryRepeatParams
+    dup_params = isinstance(params, types.BaseTuple) and not isinstance(params, types.BaseNamedTuple)
+
+    def level0(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
+        mask, repeat, params = args
+        repeat = np.int64(repeat)
+        core = core_of(dst)
+        tail = np.int64(0)
+        if placeholder:
+            w = ctx_words(dst.ctx)
+            if w[X_COUNTER_MODE]:
+                total = w[X_MASK_LO]
+                repeat = (total + per - 1) // per
+                tail = total - (repeat - 1) * per if total % per else np.int64(0)
+                lo, hi = np.uint64(0xFFFFFFFFFFFFFFFF), np.uint64(0xFFFFFFFFFFFFFFFF)
+            else:
+                lo, hi = np.uint64(w[X_MASK_LO]), np.uint64(w[X_MASK_HI])
+        elif pattern:
+            lo, hi = np.uint64(mask[0]), np.uint64(mask[1])
+        else:
+            lo, hi = _mask_bits(mask, per)
+        if dup_params:  # Duplicate: (dst_blk_stride, dst_rep_stride)
+            ds, dr = np.int64(params[0]), np.int64(params[1])
+            as_, ar, bs, br = ds, dr, ds, dr
+        elif unary_params:
+            ds, as_, dr, ar = (np.int64(params.dst_blk_stride), np.int64(params.src_blk_stride),
+                               np.int64(params.dst_rep_stride), np.int64(params.src_rep_stride))
+            bs, br = as_, ar
+        else:
+            ds, as_, bs = (np.int64(params.dst_blk_stride), np.int64(params.src0_blk_stride),
+                           np.int64(params.src1_blk_stride))
+            dr, ar, br = (np.int64(params.dst_rep_stride), np.int64(params.src0_rep_stride),
+                          np.int64(params.src1_rep_stride))
+        if not _params_ok(core, plan_tensor(dst), repeat, ds, dr, 256):
+            return
+        if repeat <= 0 or (lo == 0 and hi == 0):
+            return  # a NOP on A2: dst is not written
+        pd = plan_tensor(dst)
+        if not vec_ok(core, pd, _span(repeat, ds, dr)):
+            return
+        src = a if has_src else dst
+        if has_src:
+            if not vec_ok(core, plan_tensor(a), _span(repeat, as_, ar)):
+                return
+            if two:
+                if not vec_ok(core, plan_tensor(b), _span(repeat, bs, br)):
+                    return
+                flow2(core, pd, plan_tensor(a), plan_tensor(b), min(_span(repeat, ds, dr), _span(repeat, as_, ar)))
+            else:
+                flow1(core, pd, plan_tensor(a), min(_span(repeat, ds, dr), _span(repeat, as_, ar)))
+        else:
+            vec_out(core, pd, _span(repeat, ds, dr))
+        _strided(op, dst, src, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tail)
+        count_vector(core, cls, repeat * 256, pd, plan_tensor(src), plan_tensor(b if two else src))
+    return level0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The instructions, by family. The public functions are plain Python stubs with an overload each, so that a
+# kernel's call types its arguments (count or level-0 form) at compile time.
+
+def _binary(name):  # type: ignore[no-untyped-def]
+    op = _marker(name)
+
+    def stub(dst, src0, src1, *args):  # type: ignore[no-untyped-def]
+        raise TypeError(f"{name} is device code: call it from a kernel")
+
+    @overload(stub, jit_options=DEVICE_OPTIONS)
+    def _typed(dst, src0, src1, *args):  # type: ignore[no-untyped-def]
+        return lambda dst, src0, src1, *args: vec_op(op, dst, src0, src1, 0, args)
+    stub.__name__ = stub.__qualname__ = name.lower()
+    stub.__doc__ = (f"{name}(dst, src0, src1, count) or {name}(dst, src0, src1, mask, repeat_times, "
+                    f"BinaryRepeatParams): dst = src0 {name} src1, element-wise.")
+    return stub
+
+
+def _with_scalar(name):  # type: ignore[no-untyped-def]
+    op = _marker(name)
+
+    def stub(dst, src, scalar, *args):  # type: ignore[no-untyped-def]
+        raise TypeError(f"{name} is device code: call it from a kernel")
+
+    @overload(stub, jit_options=DEVICE_OPTIONS)
+    def _typed(dst, src, scalar, *args):  # type: ignore[no-untyped-def]
+        return lambda dst, src, scalar, *args: vec_op(op, dst, src, None, scalar, args)
+    stub.__name__ = stub.__qualname__ = name.lower()
+    stub.__doc__ = (f"{name}(dst, src, scalar, count) or {name}(dst, src, scalar, mask, repeat_times, "
+                    f"UnaryRepeatParams): dst = src {name[:-1]} scalar, element-wise.")
+    return stub
+
+
+def _unary(name):  # type: ignore[no-untyped-def]
+    op = _marker(name)
+
+    def stub(dst, src, *args):  # type: ignore[no-untyped-def]
+        raise TypeError(f"{name} is device code: call it from a kernel")
+
+    @overload(stub, jit_options=DEVICE_OPTIONS)
+    def _typed(dst, src, *args):  # type: ignore[no-untyped-def]
+        return lambda dst, src, *args: vec_op(op, dst, src, None, 0, args)
+    stub.__name__ = stub.__qualname__ = name.lower()
+    stub.__doc__ = (f"{name}(dst, src, count) or {name}(dst, src, mask, repeat_times, UnaryRepeatParams): "
+                    f"dst = {name}(src), element-wise.")
+    return stub
+
+
+add, sub, mul, div, max_, min_ = (_binary(n) for n in ("Add", "Sub", "Mul", "Div", "Max", "Min"))
+adds, muls, maxs, mins = (_with_scalar(n) for n in ("Adds", "Muls", "Maxs", "Mins"))
+exp, ln, abs_, sqrt, rsqrt, reciprocal, relu = (_unary(n) for n in ("Exp", "Ln", "Abs", "Sqrt", "Rsqrt",
+                                                                     "Reciprocal", "Relu"))
+_DUP = _marker("Duplicate")
+
+
+def duplicate(dst, scalar, *args):  # type: ignore[no-untyped-def]
+    """Duplicate(dst, scalar, count) or Duplicate(dst, scalar, mask, repeat_times, dst_blk_stride,
+    dst_rep_stride): dst = scalar."""
+    raise TypeError("Duplicate is device code: call it from a kernel")
+
+
+@overload(duplicate, jit_options=DEVICE_OPTIONS)
+def _duplicate(dst, scalar, *args):  # type: ignore[no-untyped-def]
+    if len(args) == 1:
+        return lambda dst, scalar, *args: vec_op(_DUP, dst, None, None, scalar, args)
+    if len(args) == 4:
+        return lambda dst, scalar, *args: vec_op(_DUP, dst, None, None, scalar,
+                                                 (args[0], args[1], (args[2], args[3])))
+    return None
+
+
+def set_vector_mask(ctx, *mask):  # type: ignore[no-untyped-def]
+    """SetVectorMask(maskHigh, maskLow) or SetVectorMask(len): the mask register that level-0 calls with
+    :data:`MASK_PLACEHOLDER` read (in counter mode, ``len`` is the total count)."""
+
+
+@overload(set_vector_mask, jit_options=DEVICE_OPTIONS)
+def _set_vector_mask(ctx, *mask):  # type: ignore[no-untyped-def]
+    if not isinstance(ctx, KernelContextType):
+        return None
+    if len(mask) == 2:
+        def set2(ctx, *mask):  # type: ignore[no-untyped-def]
+            w = ctx_words(ctx.ctx)
+            w[X_MASK_HI] = np.int64(np.uint64(mask[0]))
+            w[X_MASK_LO] = np.int64(np.uint64(mask[1]))
+        return set2
+
+    def set1(ctx, *mask):  # type: ignore[no-untyped-def]
+        w = ctx_words(ctx.ctx)
+        n = np.int64(mask[0])
+        if w[X_COUNTER_MODE]:
+            w[X_MASK_LO] = n
+            w[X_MASK_HI] = 0
+        else:
+            lo, hi = _mask_bits(n, 128)
+            w[X_MASK_LO] = np.int64(lo)
+            w[X_MASK_HI] = np.int64(hi)
+    return set1
+
+
+@njit(cache=True)
+def set_mask_count(ctx):
+    """SetMaskCount: level-0 calls with the mask placeholder take the mask register as a total count."""
+    ctx_words(ctx.ctx)[X_COUNTER_MODE] = 1
+
+
+@njit(cache=True)
+def set_mask_norm(ctx):
+    """SetMaskNorm: the mask register is a lane pattern again."""
+    ctx_words(ctx.ctx)[X_COUNTER_MODE] = 0
+
+
+__all__ = ["MASK_PLACEHOLDER", "BinaryRepeatParams", "UnaryRepeatParams", "ElemType", "abs_", "add", "adds", "div",
+           "duplicate", "exp", "ln", "max_", "maxs", "min_", "mins", "mul", "muls", "reciprocal", "relu", "rsqrt",
+           "set_mask_count", "set_mask_norm", "set_vector_mask", "sqrt", "sub"]
