@@ -71,6 +71,8 @@ FAULT_DEQUE_EMPTY = 4
 FAULT_FREE_FREE = 5
 FAULT_BAD_QUEUE = 6  # InitBuffer of a TQue at VECCALC, of depth or num out of range, past 64 buffers
 FAULT_BAD_GET = 7  # TBuf.Get past the buffer
+FAULT_DTYPE = 8  # an instruction on an element type its A2 API does not take (detail: op * 100 + dtype)
+FAULT_CAST = 9  # a Cast between types tilesim does not convert (detail: src * 100 + dst)
 
 TQue = namedtuple("TQue", ["pos", "depth"])
 TQue.__doc__ = """TQue<pos, depth>: a queue to be placed by :meth:`TPipe.init_buffer`. ``pos`` VECIN (GM to UB:
@@ -314,4 +316,6 @@ FAULT_TEXT = {
     FAULT_BAD_QUEUE: "InitBuffer: a TQue must be at VECIN or VECOUT, with depth >= 1 and 1 to 8 buffers, and a "
                      "TPipe holds at most 64 buffers (pos * 10^6 + num * 10^3 + depth = {detail})",
     FAULT_BAD_GET: "TBuf.Get of {detail} B: the length must be a multiple of 32 B and fit the buffer",
+    FAULT_DTYPE: "{detail}: the A2 API does not take this element type",
+    FAULT_CAST: "Cast from {detail}: not a conversion tilesim emulates",
 }

@@ -49,7 +49,8 @@ from ..device import (
 from ..expf import exp_f32
 from ..intrinsics import address_as_pointer, f32_as_u32, fp16_nearest_bits, fp16_widen_bits, u32_as_f32
 from ..jit import DEVICE_OPTIONS, njit
-from .dtypes import ElemType
+from .dtypes import ALL, ElemType
+from .pipe import FAULT_DTYPE, fault
 from .tensor import X_COUNTER_MODE, X_MASK_HI, X_MASK_LO, KernelContextType, core_of, ctx_words, plan_tensor
 
 BinaryRepeatParams = namedtuple("BinaryRepeatParams", ["dst_blk_stride", "src0_blk_stride", "src1_blk_stride",
@@ -341,8 +342,9 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
     name = _name(op)
     cls, allowed = OPS[name]
     dt = dst.dtype.dt
-    if dt.name not in allowed:
-        raise TypeError(f"{name} on {dt.name}: the A2 API takes {', '.join(allowed)}")
+    if dt.name not in allowed:  # a run-time stop, not a compile error, so that a branch not taken may hold it
+        code = list(OPS).index(name) * 100 + [d.name for d in ALL].index(dt.name)
+        return lambda op, dst, a, b, s, args: fault(ctx_words(dst.ctx), FAULT_DTYPE, np.int64(-1), code)
     sz = dt.size
     per = 256 // sz
     two = not isinstance(b, types.NoneType)

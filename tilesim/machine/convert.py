@@ -1,0 +1,43 @@
+"""Cast between element types (``MV/类型转换/Cast.md``): ``cast(dst, src, round_mode, count)``.
+
+The pairs a kernel of this package needs so far: half or bfloat16 to float (exact; CAST_NONE), float to half or
+bfloat16 with any RoundMode (CAST_NONE is RINT; the NPU has no CAST_NONE for float to bfloat16, and ops-nn uses
+CAST_RINT there). Another pair stops the kernel with a KernelError when it runs (not when it compiles, so that a
+branch for another dtype may hold it). The count form only; ``dst`` may overlap ``src`` as the kernels'
+in-place widening and narrowing do (element k is read before any write reaches it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba.extending import overload
+
+from ..cast import CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC, KIND_BF16, KIND_FP16
+from ..jit import DEVICE_OPTIONS
+from ..vector import cast_from_f32, cast_to_f32
+from .dtypes import ALL
+from .pipe import FAULT_CAST, fault
+from .tensor import core_of, ctx_words, plan_tensor
+
+ROUND_MODES = (CAST_NONE, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC, CAST_ODD)
+_KIND = {"half": KIND_FP16, "bfloat16_t": KIND_BF16}
+
+
+def cast(dst, src, round_mode, count):  # type: ignore[no-untyped-def]
+    """Cast(dst, src, roundMode, count): ``count`` elements of ``src`` converted to ``dst``'s type."""
+    raise TypeError("Cast is device code: call it from a kernel")
+
+
+@overload(cast, jit_options=DEVICE_OPTIONS)
+def _cast(dst, src, round_mode, count):  # type: ignore[no-untyped-def]
+    d, s = dst.dtype.dt.name, src.dtype.dt.name
+    if d == "float" and s in _KIND:
+        kind = _KIND[s]
+        return lambda dst, src, round_mode, count: cast_to_f32(core_of(dst), plan_tensor(dst), plan_tensor(src),
+                                                               count, kind)
+    if s == "float" and d in _KIND:
+        kind = _KIND[d]
+        return lambda dst, src, round_mode, count: cast_from_f32(core_of(dst), plan_tensor(dst), plan_tensor(src),
+                                                                 count, kind, round_mode)
+    code = [t.name for t in ALL].index(s) * 100 + [t.name for t in ALL].index(d)
+    return lambda dst, src, round_mode, count: fault(ctx_words(dst.ctx), FAULT_CAST, np.int64(-1), code)
