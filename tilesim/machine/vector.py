@@ -88,6 +88,9 @@ typeof_impl.register(Marker)(lambda val, c: MarkerType(val))
 lower_constant(MarkerType)(lambda context, builder, ty, pyval: context.get_dummy_value())
 
 _MARKERS: dict[str, Marker] = {}
+# The loops: IEEE division and square root (x/0 is ±inf or NaN, as on the NPU), where Numba's default error model
+# would test every divisor and raise, which also keeps the loop from vectorising
+LOOP_OPTIONS = {**DEVICE_OPTIONS, "error_model": "numpy"}
 
 
 def _marker(name: str) -> Marker:
@@ -215,7 +218,7 @@ def _contiguous(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
     path)."""
 
 
-@overload(_contiguous, jit_options=DEVICE_OPTIONS)
+@overload(_contiguous, jit_options=LOOP_OPTIONS)
 def _contiguous_impl(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
     dt = dst.dtype.dt
     if b is None or isinstance(b, types.NoneType):
@@ -265,7 +268,7 @@ def _strided(op, dst, a, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tail):  
     (counter mode)."""
 
 
-@overload(_strided, jit_options=DEVICE_OPTIONS)
+@overload(_strided, jit_options=LOOP_OPTIONS)
 def _strided_impl(op, dst, a, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tail):  # type: ignore[no-untyped-def]
     dt = dst.dtype.dt
     st, sz = dt.storage, dt.size
@@ -421,20 +424,14 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
         if repeat <= 0 or (lo == 0 and hi == 0):
             return  # a NOP on A2: dst is not written
         pd = plan_tensor(dst)
-        if not vec_ok(core, pd, _span(repeat, ds, dr)):
-            return
         src = a if has_src else dst
-        if has_src:
-            if not vec_ok(core, plan_tensor(a), _span(repeat, as_, ar)):
-                return
-            if two:
-                if not vec_ok(core, plan_tensor(b), _span(repeat, bs, br)):
-                    return
-                flow2(core, pd, plan_tensor(a), plan_tensor(b), min(_span(repeat, ds, dr), _span(repeat, as_, ar)))
-            else:
-                flow1(core, pd, plan_tensor(a), min(_span(repeat, ds, dr), _span(repeat, as_, ar)))
-        else:
-            vec_out(core, pd, _span(repeat, ds, dr))
+        if has_src and not vec_ok(core, plan_tensor(a), _span(repeat, as_, ar)):
+            return
+        if two and not vec_ok(core, plan_tensor(b), _span(repeat, bs, br)):
+            return
+        # the shadow: the strided walk's span counts as written (its lanes' own states are not followed yet)
+        if not vec_out(core, pd, _span(repeat, ds, dr)):
+            return
         _strided(op, dst, src, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tail)
         count_vector(core, cls, repeat * 256, pd, plan_tensor(src), plan_tensor(b if two else src))
     return level0

@@ -1,0 +1,208 @@
+"""The programming model (tilesim.machine, tilesim.launcher): the element-wise families against numpy statements
+of their documented semantics, special values included; level-0 masks and strides; the queue rules and what
+breaks them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tilesim import CheckError, UbOverflowError
+from tilesim.launcher import KernelError, kernel, launch
+from tilesim.machine import (
+    VECCALC,
+    VECIN,
+    VECOUT,
+    BinaryRepeatParams,
+    TBuf,
+    TPipe,
+    TQue,
+    abs_,
+    add,
+    adds,
+    data_copy,
+    div,
+    duplicate,
+    exp,
+    max_,
+    maxs,
+    min_,
+    mul,
+    muls,
+    relu,
+    sqrt,
+    sub,
+)
+
+N = 256  # elements per operand (1 KiB of fp32, 512 B of half)
+SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-40, 65504.0, 3.0, -2.5], np.float32)
+
+
+@dataclass(frozen=True)
+class Rows:
+    n: int
+
+
+@kernel
+def count_forms(ctx, t, a, b, out):
+    """Row k of ``out`` = the k-th count-form instruction on a and b (in the order of COUNT_OPS)."""
+    pipe = TPipe(ctx)
+    q = pipe.init_buffer(TQue(VECIN, 1), 2, t.n * 4)
+    tmp = pipe.init_buffer(TBuf(VECCALC), t.n * 4)
+    qo = pipe.init_buffer(TQue(VECOUT, 1), 1, t.n * 4)
+    x, y = q.alloc_tensor(a.dtype), q.alloc_tensor(a.dtype)
+    data_copy(x, a, t.n)
+    data_copy(y, b, t.n)
+    q.enque(x)
+    x = q.deque(a.dtype)
+    z = tmp.get(a.dtype)
+    for k in range(12):
+        o = qo.alloc_tensor(a.dtype)
+        if k == 0:
+            add(o, x, y, t.n)
+        elif k == 1:
+            sub(o, x, y, t.n)
+        elif k == 2:
+            mul(o, x, y, t.n)
+        elif k == 3:
+            div(o, x, y, t.n)
+        elif k == 4:
+            max_(o, x, y, t.n)
+        elif k == 5:
+            min_(o, x, y, t.n)
+        elif k == 6:
+            adds(o, x, 1.5, t.n)
+        elif k == 7:
+            muls(o, x, -2.0, t.n)
+        elif k == 8:
+            maxs(o, x, 0.5, t.n)
+        elif k == 9:
+            abs_(o, x, t.n)
+        elif k == 10:
+            sqrt(o, x, t.n)
+        else:
+            relu(z, x, t.n)
+            exp(o, z, t.n)
+        qo.enque(o)
+        o = qo.deque(a.dtype)
+        data_copy(out[k * t.n], o, t.n)
+        qo.free_tensor(o)
+    q.free_tensor(x)
+    q.free_tensor(y)
+
+
+def _expected(x: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
+    with np.errstate(all="ignore"):
+        return [x + y, x - y, x * y, x / y, np.maximum(x, y), np.minimum(x, y), x + np.float32(1.5),
+                x * np.float32(-2), np.maximum(x, np.float32(0.5)), np.abs(x), np.sqrt(x),
+                np.exp(np.where((x > 0) | np.isnan(x), x, np.float32(0)))]  # Relu passes NaN on
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_count_forms_match_numpy(dtype: type) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-3, 3, N).astype(np.float32)
+    y = rng.uniform(0.5, 3, N).astype(np.float32) * rng.choice([-1, 1], N).astype(np.float32)
+    x[:SPECIAL.size], y[:SPECIAL.size] = SPECIAL, SPECIAL[::-1]
+    x, y = x.astype(dtype), y.astype(dtype)
+    out = np.zeros(12 * N, dtype)
+    launch(count_forms, Rows(N), x, y, out, block_dim=1)
+    got = out.reshape(12, N)
+    for k, want in enumerate(_expected(x.astype(np.float32), y.astype(np.float32))):
+        want = want.astype(dtype)  # half: computed in fp32, rounded once
+        if k == 11:  # Exp: within 1 ulp of the correctly rounded value
+            np.testing.assert_allclose(got[k], want, rtol=2e-7 if dtype == np.float32 else 1e-3)
+        else:
+            np.testing.assert_array_equal(got[k], want, err_msg=f"instruction {k}")
+    assert np.isnan(got[4, 0]) and np.isnan(got[5, 0]), "Max and Min propagate NaN"
+
+
+@kernel
+def level0(ctx, t, a, g, out):
+    """out[r, :] = a[r, :] * g for 4 rows of 64 fp32 (src1RepStride 0 re-reads the one gamma row), with the mask
+    pattern selecting the even lanes; the odd lanes keep Duplicate's -1."""
+    pipe = TPipe(ctx)
+    q = pipe.init_buffer(TQue(VECIN, 1), 2, 4 * 64 * 4)
+    qo = pipe.init_buffer(TQue(VECOUT, 1), 1, 4 * 64 * 4)
+    x, gamma = q.alloc_tensor(a.dtype), q.alloc_tensor(a.dtype)
+    data_copy(x, a, 256)
+    data_copy(gamma, g, 64)
+    o = qo.alloc_tensor(a.dtype)
+    duplicate(o, -1.0, 256)
+    mask = (0x5555555555555555, 0)
+    mul(o, x, gamma, mask, 4, BinaryRepeatParams(1, 1, 1, 8, 8, 0))
+    add(o[128], o[128], o[128], 0, 2, BinaryRepeatParams(1, 1, 1, 8, 8, 8))  # mask 0: no instruction
+    data_copy(out, o, 256)
+    q.free_tensor(x)
+    q.free_tensor(gamma)
+    qo.free_tensor(o)
+
+
+def test_level0_mask_and_broadcast_stride() -> None:
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((4, 64)).astype(np.float32)
+    g = rng.standard_normal(64).astype(np.float32)
+    out = np.zeros((4, 64), np.float32)
+    rep = launch(level0, Rows(0), a, g, out, block_dim=1, checks=True)
+    want = np.full((4, 64), -1.0, np.float32)
+    want[:, ::2] = (a * g)[:, ::2]
+    np.testing.assert_array_equal(out, want)
+    assert rep.total("vec_binary") == 4  # the masked-off call is no instruction
+
+
+@kernel
+def misuse(ctx, t, a, out):
+    pipe = TPipe(ctx)
+    q = pipe.init_buffer(TQue(VECIN, 1), 2, 1024)
+    x = q.alloc_tensor(a.dtype)
+    data_copy(x, a, 256)
+    if t.n == 1:  # EnQue past depth 1
+        q.enque(x)
+        q.enque(q.alloc_tensor(a.dtype))
+    elif t.n == 2:  # a third AllocTensor of a queue of two buffers
+        q.alloc_tensor(a.dtype)
+        q.alloc_tensor(a.dtype)
+    elif t.n == 3:  # DeQue of an empty queue
+        q.deque(a.dtype)
+    elif t.n == 4:  # FreeTensor twice
+        q.free_tensor(x)
+        q.free_tensor(x)
+    elif t.n == 5:  # a buffer larger than the UB
+        pipe.init_buffer(TBuf(VECCALC), 1 << 20)
+    elif t.n == 6:  # use after FreeTensor
+        q.free_tensor(x)
+        data_copy(out, x, 256)
+    else:
+        data_copy(out, x, 256)
+
+
+@pytest.mark.parametrize("case,error,words", [
+    (1, KernelError, "EnQue past the queue's depth 1"), (2, KernelError, "AllocTensor with all 2 buffers"),
+    (3, KernelError, "DeQue of an empty queue"), (4, KernelError, "FreeTensor of buffer 0"),
+    (5, UbOverflowError, "more than the core's UB"), (6, CheckError, "use after free")])
+def test_queue_misuse_stops_the_kernel(case: int, error: type, words: str) -> None:
+    a = np.ones(256, np.float32)
+    out = np.zeros(256, np.float32)
+    with pytest.raises(error, match=words) as e:
+        launch(misuse, Rows(case), a, out, block_dim=2, checks=True)
+    if error is KernelError:
+        assert "core 0, q" in str(e.value)
+    launch(misuse, Rows(0), a, out, block_dim=1, checks=True)
+    np.testing.assert_array_equal(out, a)
+
+
+@kernel
+def wrong_type(ctx, t, a, out):
+    pipe = TPipe(ctx)
+    b = pipe.init_buffer(TBuf(VECCALC), 1024)
+    x = b.get(a.dtype)
+    add(x, x, x, 16)
+
+
+def test_an_instruction_on_a_type_its_api_does_not_take() -> None:
+    a = np.zeros(16, ml_dtypes.bfloat16)
+    with pytest.raises(KernelError, match="Add on bfloat16_t: the A2 API does not take"):
+        launch(wrong_type, Rows(0), a, a.copy(), block_dim=1)
