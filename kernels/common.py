@@ -1,9 +1,8 @@
 """Host-side helpers every op API shares: numpy arrays to GM tensors and back, ``out=`` checking, checked mode's
-default."""
+default. Where a launch writes its outputs (:func:`tilesim.launch.write_targets`) is the launch's business."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import ml_dtypes
@@ -11,7 +10,7 @@ import numpy as np
 
 from tilesim.cast import KIND_BF16, KIND_FP16
 from tilesim.errors import invalid
-from tilesim.launch import checks_enabled, scratch
+from tilesim.launch import checks_enabled, copy_back, write_targets  # noqa: F401  (the ops' names for them)
 from tiling.common import BF16, FP16, FP32, dtype_name
 
 NUMPY_DTYPE = {FP32: np.dtype(np.float32), FP16: np.dtype(np.float16), BF16: np.dtype(ml_dtypes.bfloat16)}
@@ -36,43 +35,6 @@ def output(out: Any, index: int, name: str, shape: tuple[int, ...], dtype: str) 
     if not o.flags.c_contiguous or not o.flags.writeable:
         raise invalid(name, "out array must be C-contiguous and writeable")
     return o
-
-
-def write_targets(outs: Sequence[np.ndarray | None], checks: bool,
-                  inputs: Sequence[Any] = ()) -> list[np.ndarray | None]:
-    """Where a launch writes each of ``outs`` (None stays None): the array itself, or this host thread's reused
-    temporary of its shape and dtype when the run is checked (a violation must leave the caller's arrays as they
-    were) or an output overlaps one of ``inputs`` (the kernel would read what it had written). :func:`copy_back`
-    moves the results in."""
-    if not checks and not _overlap(outs, inputs):
-        return list(outs)
-    return [None if o is None else scratch(f"output {k}", o.shape, o.dtype) for k, o in enumerate(outs)]
-
-
-def _owner(a: np.ndarray) -> bool:
-    """``a`` allocated its own memory: two such arrays that are distinct objects share none."""
-    return a.base is None and a.flags.owndata
-
-
-def _overlap(outs: Sequence[np.ndarray | None], inputs: Sequence[Any]) -> bool:
-    """Whether an output may share memory with an input array. Distinct arrays that own their memory (the usual
-    case) are told apart without ``np.may_share_memory``, whose calls (one per pair) a small call paid for."""
-    ins = [(i, _owner(i)) for i in inputs if isinstance(i, np.ndarray)]
-    for o in outs:
-        if o is None:
-            continue
-        own = _owner(o)
-        for i, i_own in ins:
-            if (o is i or not (own and i_own)) and np.may_share_memory(o, i):
-                return True
-    return False
-
-
-def copy_back(outs: Sequence[np.ndarray | None], targets: Sequence[np.ndarray | None]) -> None:
-    """The results of a launch into :func:`write_targets`'s temporaries, into the caller's arrays."""
-    for o, t in zip(outs, targets, strict=True):
-        if o is not None and t is not o:
-            o[...] = t
 
 
 def gm_out(a: np.ndarray) -> np.ndarray:

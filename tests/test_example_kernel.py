@@ -82,7 +82,7 @@ def test_split_covers_the_length(n: int, dtype: str) -> None:
 @pytest.mark.parametrize("buffer_num", [1, 2])
 def test_largest_tile_fills_the_ub(dtype: str, buffer_num: int) -> None:
     x = np.empty(10**6, DT[dtype])
-    top = max_tile_len(np.dtype(DT[dtype]).name, buffer_num, SPEC)
+    top = max_tile_len(x.itemsize, buffer_num, SPEC)
     with tilesim.capture() as runs:  # the kernel's InitBuffer calls place the buffers
         add_tail(x, x, tiling=tiling(x, tile_len=top, buffer_num=buffer_num))
     plan = runs[0].ub_plan

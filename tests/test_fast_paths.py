@@ -545,10 +545,11 @@ def test_cache_stamps_carry_the_machine_hash():
     from tilesim import jit_cache
 
     h = hashlib.sha256()
-    for p in sorted(Path(jit_cache.__file__).parent.glob("*.py")):
-        if p.name in jit_cache.HOST_ONLY:  # modules no kernel inlines
+    root = Path(jit_cache.__file__).parent
+    for p in sorted(root.rglob("*.py")):  # tilesim/machine/ too
+        if p.name in jit_cache.HOST_ONLY and p.parent == root:  # modules no kernel inlines
             continue
-        h.update(p.name.encode())
+        h.update(str(p.relative_to(root)).encode())
         h.update(p.read_bytes())
     assert jit_cache.MACHINE_HASH == h.hexdigest()[:16]
     for fn in (sys.modules["kernels.rms_norm_grad"]._cores, _two_call_sites):

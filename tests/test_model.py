@@ -112,7 +112,8 @@ def test_count_forms_match_numpy(dtype: type) -> None:
     launch(count_forms, Rows(N), x, y, out, block_dim=1)
     got = out.reshape(12, N)
     for k, want in enumerate(_expected(x.astype(np.float32), y.astype(np.float32))):
-        want = want.astype(dtype)  # half: computed in fp32, rounded once
+        with np.errstate(over="ignore"):
+            want = want.astype(dtype)  # half: computed in fp32, rounded once
         if k == 11:  # Exp: within 1 ulp of the correctly rounded value
             np.testing.assert_allclose(got[k], want, rtol=2e-7 if dtype == np.float32 else 1e-3)
         else:

@@ -25,7 +25,6 @@ from .device import (
     report,
     ub_in,
     ub_ok,
-    ub_out,
     ub_rows_in,
     ub_rows_out,
     ub_view,
@@ -113,21 +112,62 @@ def _ub_aligned(core, t, nbytes):
 
 
 @njit(cache=True)
+def gm_to_ub(core, dst, g, off, rows, row_b, gm_pitch, ub_pitch, left_b, filled_b, pad, whole):
+    """The MTE2 mover: ``rows`` rows of ``row_b`` bytes from GM byte ``off`` of ``g`` (``gm_pitch`` apart) to UB
+    rows ``ub_pitch`` apart from ``dst``, each row's data ``left_b`` bytes in and the row filled with ``pad`` to
+    ``filled_b`` bytes. ``whole``: DataCopy (rows and GM gaps in whole 32 B blocks, checked mode enforces it),
+    else DataCopyPad (any lengths; the UB rows start on 32 B)."""
+    isz = g.isz
+    n = row_b // isz
+    if whole and not _datacopy_ok(core, dst, row_b, gm_pitch - row_b):
+        return
+    if not whole and not _ub_aligned(core, dst, rows * ub_pitch):
+        return
+    span = (rows - 1) * ub_pitch + filled_b
+    if rows <= 0 or row_b <= 0:
+        return
+    if not (ub_ok(core, dst, span) and ub_rows_out(core, dst, rows, filled_b, ub_pitch)
+            and gm_ok(core, g, off // isz, n) and gm_ok(core, g, (off + (rows - 1) * gm_pitch) // isz, n)):
+        return
+    for r in range(rows):
+        o = dst.addr + r * ub_pitch
+        copy_bytes(core.base + o + left_b, g.addr + off + r * gm_pitch, row_b)
+        if left_b:
+            _fill(core, o, 0, left_b // isz, isz, pad)
+        if filled_b > left_b + row_b:
+            _fill(core, o, (left_b + row_b) // isz, filled_b // isz, isz, pad)
+    count_mte2(core, dst, g, off // isz, rows, n, gm_pitch // isz, rows * (filled_b - row_b))
+
+
+@njit(cache=True)
+def ub_to_gm(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole):
+    """The MTE3 mover: ``rows`` rows of ``row_b`` bytes from UB rows ``ub_pitch`` apart from ``src`` to GM byte
+    ``off`` of ``g``, ``gm_pitch`` apart (``whole`` as for :func:`gm_to_ub`)."""
+    isz = g.isz
+    n = row_b // isz
+    if whole and not _datacopy_ok(core, src, row_b, gm_pitch - row_b):
+        return
+    if not whole and not _ub_aligned(core, src, rows * ub_pitch):
+        return
+    if rows <= 0 or row_b <= 0:
+        return
+    if not (ub_ok(core, src, (rows - 1) * ub_pitch + row_b) and ub_rows_in(core, src, rows, row_b, ub_pitch)
+            and gm_ok(core, g, off // isz, n) and gm_ok(core, g, (off + (rows - 1) * gm_pitch) // isz, n)):
+        return
+    stream = _streams(g, row_b)
+    for r in range(rows):
+        _write_gm(g.addr + off + r * gm_pitch, core.base + src.addr + r * ub_pitch, row_b, stream)
+    count_mte3(core, g, src, off // isz, rows, n, gm_pitch // isz, False)
+
+
+@njit(cache=True)
 def data_copy_rows(core, dst, src, src_off, rows, row_len, src_stride):
     """DataCopy GM to UB with DataCopyParams: ``rows`` blocks (blockCount) of ``row_len`` elements (blockLen),
     ``src_stride`` elements apart in GM (their starts; srcStride is the gap), packed back to back in UB
     (dstStride 0). Every length, gap and address is a whole number of 32 B blocks (checked mode enforces it)."""
     isz = src.isz
-    row_b = row_len * isz
-    nbytes = rows * row_b
-    if not (_datacopy_ok(core, dst, row_b, (src_stride - row_len) * isz) and ub_out(core, dst, nbytes)):
-        return
-    if not (gm_ok(core, src, src_off, row_len) and gm_ok(core, src, src_off + (rows - 1) * src_stride, row_len)):
-        return
-    base = core.base + dst.addr
-    for r in range(rows):
-        copy_bytes(base + r * row_b, _gm_addr(src, src_off + r * src_stride), row_b)
-    count_mte2(core, dst, src, src_off, rows, row_len, src_stride, 0)
+    gm_to_ub(core, dst, src, src_off * isz, rows, row_len * isz, src_stride * isz, row_len * isz, 0, row_len * isz, 0,
+             True)
 
 
 @njit(cache=True)
@@ -135,17 +175,7 @@ def data_copy_rows_out(core, dst, dst_off, src, rows, row_len, dst_stride):
     """DataCopy UB to GM with DataCopyParams: ``rows`` blocks of ``row_len`` elements read back to back from UB,
     written ``dst_stride`` elements apart in GM (dstStride is the gap); whole 32 B blocks throughout."""
     isz = dst.isz
-    row_b = row_len * isz
-    nbytes = rows * row_b
-    if not (_datacopy_ok(core, src, row_b, (dst_stride - row_len) * isz) and ub_in(core, src, nbytes)):
-        return
-    if not (gm_ok(core, dst, dst_off, row_len) and gm_ok(core, dst, dst_off + (rows - 1) * dst_stride, row_len)):
-        return
-    base = core.base + src.addr
-    stream = _streams(dst, row_b)
-    for r in range(rows):
-        _write_gm(_gm_addr(dst, dst_off + r * dst_stride), base + r * row_b, row_b, stream)
-    count_mte3(core, dst, src, dst_off, rows, row_len, dst_stride, False)
+    ub_to_gm(core, dst, dst_off * isz, src, rows, row_len * isz, dst_stride * isz, row_len * isz, True)
 
 
 @njit(cache=True)
@@ -170,17 +200,9 @@ def data_copy_pad(core, dst, src, src_off, rows, row_len, src_stride, pad_value,
     """
     isz = src.isz
     row_bytes = row_len * isz
-    pitch = (row_bytes + BLOCK - 1) // BLOCK * BLOCK + BLOCK * dst_gap
-    filled = (pitch - BLOCK * dst_gap) // isz
-    if not (_ub_aligned(core, dst, rows * pitch) and ub_ok(core, dst, rows * pitch - BLOCK * dst_gap)
-            and ub_rows_out(core, dst, rows, filled * isz, pitch) and gm_ok(core, src, src_off, row_len)
-            and gm_ok(core, src, src_off + (rows - 1) * src_stride, row_len)):
-        return
-    for r in range(rows):
-        copy_bytes(core.base + dst.addr + r * pitch, _gm_addr(src, src_off + r * src_stride), row_bytes)
-        if filled > row_len:
-            _fill(core, dst.addr + r * pitch, row_len, filled, isz, pad_value)
-    count_mte2(core, dst, src, src_off, rows, row_len, src_stride, rows * (filled * isz - row_bytes))
+    filled = (row_bytes + BLOCK - 1) // BLOCK * BLOCK
+    gm_to_ub(core, dst, src, src_off * isz, rows, row_bytes, src_stride * isz, filled + BLOCK * dst_gap, 0, filled,
+             pad_value, False)
 
 
 @njit(cache=True)
@@ -189,15 +211,8 @@ def data_copy_pad_out(core, dst, dst_off, src, rows, row_len, dst_stride):
     ``row_len`` elements of each row reach GM, ``dst_stride`` elements apart."""
     isz = dst.isz
     row_bytes = row_len * isz
-    pitch = (row_bytes + BLOCK - 1) // BLOCK * BLOCK
-    if not (_ub_aligned(core, src, rows * pitch) and ub_ok(core, src, (rows - 1) * pitch + row_bytes)
-            and ub_rows_in(core, src, rows, row_bytes, pitch) and gm_ok(core, dst, dst_off, row_len)
-            and gm_ok(core, dst, dst_off + (rows - 1) * dst_stride, row_len)):
-        return
-    stream = _streams(dst, row_bytes)
-    for r in range(rows):
-        _write_gm(_gm_addr(dst, dst_off + r * dst_stride), core.base + src.addr + r * pitch, row_bytes, stream)
-    count_mte3(core, dst, src, dst_off, rows, row_len, dst_stride, False)
+    ub_to_gm(core, dst, dst_off * isz, src, rows, row_bytes, dst_stride * isz, (row_bytes + BLOCK - 1) // BLOCK * BLOCK,
+             False)
 
 
 @njit(cache=True)

@@ -180,12 +180,12 @@ def recorded_only(fn: Callable[..., Any]) -> Callable[..., Any]:
     return _only_in((RECORD_BUILD, CHECKED_BUILD), None)(fn)
 
 
-def _checks_field(checks):  # type: ignore[no-untyped-def]
+def checks_field(checks):  # type: ignore[no-untyped-def]
     return checks
 
 
-@overload(_checks_field, jit_options=DEVICE_OPTIONS)
-def _checks_field_typed(checks):  # type: ignore[no-untyped-def]
+@overload(checks_field, jit_options=DEVICE_OPTIONS)
+def checks_field_typed(checks):  # type: ignore[no-untyped-def]
     """Core.checks: None for the fast build, an int64 for the record build, the flag for the checked build."""
     if isinstance(checks, types.NoneType):
         return lambda checks: None
@@ -206,7 +206,7 @@ def make_core(idx, block_num, arena, plan, cnt, err, checks):
     i = np.int64(idx)
     ub_size, cnt_size, err_size = np.int64(arena.shape[1]), np.int64(cnt.shape[1]), np.int64(err.shape[1])
     ub_at = np.int64(arena.ctypes.data) + i * np.int64(arena.strides[0])
-    return Core(i, np.int64(block_num), _checks_field(checks), ub_at, ub_size,
+    return Core(i, np.int64(block_num), checks_field(checks), ub_at, ub_size,
                 np.int64(plan.ctypes.data), np.int64(plan.shape[0]), np.int64(cnt.ctypes.data) + i * cnt_size * 8,
                 cnt_size, np.int64(err.ctypes.data) + i * err_size * 8, err_size)
 
@@ -326,10 +326,12 @@ def count_scalar(core, t, write):
 
 
 @njit(cache=True)
-def count_gm_scalar(core, g, i):
-    """GlobalTensor.GetValue(i): a scalar read of element ``i`` of GM tensor ``g``."""
+def count_gm_scalar(core, g, i, write=False):
+    """GlobalTensor.GetValue(i) (or SetValue, ``write``): a scalar access of element ``i`` of GM tensor ``g``. Its
+    log class is the direction it moves data in (MTE2_BYTES: a read, MTE3_BYTES: a write), which the race check
+    between cores reads."""
     counters_of(core)[SCALAR_ACCESS] += 1
-    _log(core, PIPE_SCALAR, SCALAR_ACCESS, 1, 1, -1, -1, -1, g.tag, i * g.isz, g.isz, g.isz)
+    _log(core, PIPE_SCALAR, MTE3_BYTES if write else MTE2_BYTES, 1, 1, -1, -1, -1, g.tag, i * g.isz, g.isz, g.isz)
 
 
 @njit(cache=True)

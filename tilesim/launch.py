@@ -395,7 +395,7 @@ def host_threads(*gm: np.ndarray) -> _HostThreads:
     return _HostThreads(gm)
 
 
-def _reused(name: str, nbytes: int) -> np.ndarray:
+def thread_buffer(name: str, nbytes: int) -> np.ndarray:
     """This host thread's buffer ``name``, at least ``nbytes`` long, kept across launches: a fresh allocation of
     a large buffer costs a page fault per 4 KiB page the kernel touches (the kernel zeroing each page first),
     which for NsaCompressGrad's 384 MiB of workspace and shadows took longer than the kernel's own work."""
@@ -411,7 +411,7 @@ def _reused(name: str, nbytes: int) -> np.ndarray:
 def workspace(size: int) -> np.ndarray:
     """A GM workspace of ``size`` bytes, with whatever an earlier launch left in it, as on the NPU (kernels
     initialise what they read). One buffer per host thread, reused: see :func:`release_scratch`."""
-    return _reused("workspace", size)
+    return thread_buffer("workspace", size)
 
 
 @njit(cache=True, nogil=True, host=True)
@@ -422,7 +422,7 @@ def _zero(first, last, a):
 def zeros(name: str, n: int, dtype: Any = np.float32) -> np.ndarray:
     """``n`` zeros of ``dtype`` in this host thread's reused buffer ``name`` (for atomic-add shadows), zeroed by
     all the host threads (by this one alone inside a serial :func:`host_threads` block, without a launch)."""
-    buf = _reused(name, n * np.dtype(dtype).itemsize)
+    buf = thread_buffer(name, n * np.dtype(dtype).itemsize)
     if _local.serial:
         buf.fill(0)
     else:
@@ -435,13 +435,50 @@ def scratch(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     use left: for temporaries a launch writes whole (checked mode's outputs), which would otherwise page-fault
     on every 4 KiB, from every host thread at once."""
     dt = np.dtype(dtype)
-    return _reused(name, math.prod(shape) * dt.itemsize).view(dt).reshape(shape)
+    return thread_buffer(name, math.prod(shape) * dt.itemsize).view(dt).reshape(shape)
 
 
 def release_scratch() -> None:
     """Free this host thread's reused workspace, shadow and temporary buffers (they are kept for the next
     launch)."""
     _local.pool = {}
+
+
+def write_targets(outs: Sequence[np.ndarray | None], checks: bool,
+                  inputs: Sequence[Any] = ()) -> list[np.ndarray | None]:
+    """Where a launch writes each of ``outs`` (None stays None): the array itself, or this host thread's reused
+    temporary of its shape and dtype when the run is checked (a violation must leave the caller's arrays as they
+    were) or an output overlaps one of ``inputs`` (the kernel would read what it had written). :func:`copy_back`
+    moves the results in."""
+    if not checks and not _overlap(outs, inputs):
+        return list(outs)
+    return [None if o is None else scratch(f"output {k}", o.shape, o.dtype) for k, o in enumerate(outs)]
+
+
+def _owner(a: np.ndarray) -> bool:
+    """``a`` allocated its own memory: two such arrays that are distinct objects share none."""
+    return a.base is None and a.flags.owndata
+
+
+def _overlap(outs: Sequence[np.ndarray | None], inputs: Sequence[Any]) -> bool:
+    """Whether an output may share memory with an input array. Distinct arrays that own their memory (the usual
+    case) are told apart without ``np.may_share_memory``, whose calls (one per pair) a small call paid for."""
+    ins = [(i, _owner(i)) for i in inputs if isinstance(i, np.ndarray)]
+    for o in outs:
+        if o is None:
+            continue
+        own = _owner(o)
+        for i, i_own in ins:
+            if (o is i or not (own and i_own)) and np.may_share_memory(o, i):
+                return True
+    return False
+
+
+def copy_back(outs: Sequence[np.ndarray | None], targets: Sequence[np.ndarray | None]) -> None:
+    """The results of a launch into :func:`write_targets`'s temporaries, into the caller's arrays."""
+    for o, t in zip(outs, targets, strict=True):
+        if o is not None and t is not o:
+            o[...] = t
 
 
 class AtomicTarget:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from . import launch as _launch
-from .device import _checks_field
+from .device import checks_field
 from .errors import UbOverflowError
 from .jit import njit
 from .machine import dtypes
@@ -89,7 +90,7 @@ def enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws):
     w[X_COUNTER_MODE] = 0
     w[X_FAULT] = 0
     w[X_EVENT_IDS:X_FLAGS + 16] = 0
-    return make_context((np.int64(ctx.ctypes.data) + i * np.int64(ctx.strides[0]), _checks_field(checks)), None)
+    return make_context((np.int64(ctx.ctypes.data) + i * np.int64(ctx.strides[0]), checks_field(checks)), None)
 
 
 @dataclasses.dataclass
@@ -100,6 +101,7 @@ class Kernel:
     fn: Any
     py_func: Any
     buffer_names: list[str]
+    gm_params: list[str]  # the names of its GM parameters (after ctx and the tiling), for reports
 
     @property
     def name(self) -> str:
@@ -122,7 +124,7 @@ def _buffer_names(fn: Any) -> list[str]:
 
 def kernel(fn: Any) -> Kernel:
     """Decorator: ``fn(ctx, t, *gm)`` is a kernel, one call per core."""
-    return Kernel(njit(cache=True)(fn), fn, _buffer_names(fn))
+    return Kernel(njit(cache=True)(fn), fn, _buffer_names(fn), list(inspect.signature(fn).parameters)[2:])
 
 
 def _cache_dir() -> Path:
@@ -132,7 +134,6 @@ def _cache_dir() -> Path:
     return d
 
 
-_TILING_TYPES: dict[type, Any] = {}
 _CORE_LOOPS: dict[tuple[Any, ...], Any] = {}
 
 
@@ -189,12 +190,18 @@ def cores(first, last, block_dim, arena, cnt, err, checks, ctx, ws, t{", " + gm 
 
 
 def _plan_of(ctx_row: np.ndarray, names: list[str], soc: SocSpec) -> UbPlan:
-    plan = UbPlan(soc.ub_size)
-    for b in range(int(ctx_row[X_PLAN_ROWS])):
-        off, size, num = (int(v) for v in ctx_row[X_PLAN + 3 * b:X_PLAN + 3 * b + 3])
+    """The UB plan a core's InitBuffer calls placed (its context block's rows), with the buffers' names."""
+    rows = ctx_row[X_PLAN:X_PLAN + 3 * int(ctx_row[X_PLAN_ROWS])]
+    return _plan(rows.tobytes(), tuple(names), soc.ub_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(rows: bytes, names: tuple[str, ...], capacity: int) -> UbPlan:
+    plan = UbPlan(capacity)
+    for b, (off, size, num) in enumerate(np.frombuffer(rows, np.int64).reshape(-1, 3).tolist()):
         plan.add(names[b] if b < len(names) else f"buf{b}", size, num)
         plan.buffers[-1].offset = off
-    return plan
+    return plan.freeze()
 
 
 def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec) -> None:
@@ -216,40 +223,47 @@ def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec) -> None:
             raise KernelError(f"{k.name}, core {c}, {name}: {text}")
 
 
-def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, soc: str | SocSpec = DEFAULT_SOC,
-           checks: bool = False, workspace: np.ndarray | None = None, op: str | None = None,
-           gm_names: list[str] | None = None) -> _launch.RunReport:
-    """Run kernel ``k`` on ``block_dim`` cores over the GM arrays ``gm`` (C-contiguous numpy arrays, inputs and
-    outputs alike: the kernel writes the outputs in place) with tiling ``tiling`` (a dataclass); returns the
-    launch's report. ``checks`` runs checked mode (a violation raises :class:`tilesim.CheckError` after the
-    launch; the outputs may be written by then: pass scratch arrays). ``gm_names`` name the arrays in reports
-    (the kernel's parameter names by default)."""
+def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int = 1,
+           soc: str | SocSpec = DEFAULT_SOC, checks: bool | None = False, workspace: np.ndarray | None = None,
+           op: str | None = None, gm_names: list[str] | None = None) -> _launch.RunReport:
+    """Run kernel ``k`` on ``block_dim`` cores with tiling ``tiling`` (a dataclass) over the GM arrays ``gm``
+    (C-contiguous numpy arrays; the last ``outputs`` of them are written), and return the launch's report.
+
+    ``checks`` runs checked mode (as :func:`tilesim.launch.checks_enabled` decides: ``pytest --tilesim-checks``
+    forces it, None follows TILESIM_CHECKS). A checked launch, or one whose outputs overlap its inputs, computes
+    into temporaries (:func:`tilesim.launch.write_targets`: their contents are not the outputs') and writes the
+    outputs only when it finished clean: a :class:`tilesim.CheckError` leaves the caller's arrays as they were. A
+    fast kernel that stops (:class:`KernelError`, :class:`tilesim.UbOverflowError`) may have written some.
+    ``gm_names`` name the arrays in reports (the kernel's parameter names by default)."""
     spec = get_soc(soc)
+    checked = _launch.checks_enabled(checks)
     cores, fields = _core_loop(k, tiling, len(gm))
-    names = gm_names or list(inspect.signature(k.py_func).parameters)[2:2 + len(gm)]
+    names = gm_names or k.gm_params[:len(gm)]
+    ins, outs = gm[:len(gm) - outputs], gm[len(gm) - outputs:]
+    arrays = [*ins, *_launch.write_targets(outs, checked, ins)]
     flat = []
-    for a in gm:
+    for a in arrays:
         if not a.flags.c_contiguous:
             raise ValueError("tilesim.launch: GM arrays must be C-contiguous")
         flat += [a.reshape(-1).view(np.uint8), dtypes.dtype_of(a.dtype)]
-    ws = workspace if workspace is not None else np.zeros(0, np.uint8)
+    ws = (workspace if workspace is not None else np.zeros(0, np.uint8)).reshape(-1).view(np.uint8)
     t = tuple(getattr(tiling, f) for f in fields)
 
     def run() -> _launch.RunReport:
-        ln = _launch.prepare(op or k.name, spec, tiling, UbPlan(spec.ub_size), block_dim, checks, names)
-        ctx = _launch._reused("ctx", block_dim * CTX_WORDS * 8).view(np.int64)[:block_dim * CTX_WORDS]
-        ctx = ctx.reshape(block_dim, CTX_WORDS)
+        ln = _launch.prepare(op or k.name, spec, tiling, UbPlan(spec.ub_size), block_dim, checked, names)
+        ctx = _launch.thread_buffer("ctx", block_dim * CTX_WORDS * 8).view(np.int64).reshape(block_dim, CTX_WORDS)
         ctx[:, X_FAULT] = 0  # a core that never ran has no fault
         try:
-            with _launch.host_threads(*gm):
+            with _launch.host_threads(*arrays):
                 _launch.run_cores(cores, block_dim, block_dim, ln.arena, ln.counters, ln.err, ln.core_checks, ctx,
-                                  ws.reshape(-1).view(np.uint8), t, *flat)
+                                  ws, t, *flat)
         except Exception:
-            _launch._local.launch = None
-            _raise_fault(ctx, k, spec)
+            _raise_fault(ctx, k, spec)  # a fault the kernel recorded, else the exception as it is
             raise
         ln.plan = _plan_of(ctx[0], k.buffer_names, spec)
         ln.plan_array = ln.plan.as_array()
         return _launch.finish(ln, int(ws.nbytes))
 
-    return _launch.run_checked(run)
+    report = _launch.run_checked(run)
+    _launch.copy_back(outs, arrays[len(ins):])
+    return report

@@ -8,13 +8,14 @@ and another core's plain write of those bytes is a race (the write may land befo
 an atomic add and another core's read (the read may see a partial sum). A core never races with itself: its
 accesses are ordered by its own pipe barriers, which this detector does not judge.
 
-The log's GM rows (``tilesim.device``: L_GM >= 0) are reads (PIPE_MTE2, and PIPE_SCALAR GetValue), writes
-(PIPE_MTE3 of class MTE3_BYTES) and atomic adds (PIPE_MTE3 of class ATOMIC_BYTES). An access covers L_BURSTS
-rows of L_GM_ROW bytes from byte L_GM_OFF, L_GM_STRIDE bytes from one row's start to the next. The accesses are
-expanded into byte intervals with numpy (an access whose rows touch or overlap is one interval), sorted by
-(phase, tensor, start), and swept once: an interval races with an earlier one of another core, of a conflicting
-class, that ends after it starts. Per class the sweep keeps the two largest ends *from distinct cores*: with
-only the largest, a long interval of the sweeping core itself would hide another core's shorter one.
+The log's GM rows (``tilesim.device``: L_GM >= 0) are reads (PIPE_MTE2, and PIPE_SCALAR GetValue), writes (PIPE_MTE3
+of class MTE3_BYTES, and PIPE_SCALAR SetValue, logged with that class) and atomic adds (PIPE_MTE3 of class
+ATOMIC_BYTES). An access covers L_BURSTS rows of L_GM_ROW bytes from byte L_GM_OFF, L_GM_STRIDE bytes from one row's
+start to the next. The accesses are expanded into byte intervals with numpy (an access whose rows touch or overlap
+is one interval), sorted by (phase, tensor, start), and swept once: an interval races with an earlier one of another
+core, of a conflicting class, that ends after it starts. Per class the sweep keeps the two largest ends *from
+distinct cores*: with only the largest, a long interval of the sweeping core itself would hide another core's
+shorter one.
 
 Each racing interval is reported once per kind, against the conflicting interval of another core that reaches
 furthest; so the total counts racing accesses (rows of strided ones), not pairs.
@@ -138,9 +139,9 @@ def _core_accesses(log, c, ends, out, k):
         if log[i, L_GM] < 0 or log[i, L_BURSTS] <= 0 or log[i, L_GM_ROW] <= 0:
             continue
         pipe, what = log[i, L_PIPE], log[i, L_CLASS]
-        if pipe == PIPE_MTE2 or pipe == PIPE_SCALAR:
+        if pipe == PIPE_MTE2 or (pipe == PIPE_SCALAR and what != MTE3_BYTES):
             cls = READ
-        elif pipe == PIPE_MTE3 and what == MTE3_BYTES:
+        elif (pipe == PIPE_MTE3 or pipe == PIPE_SCALAR) and what == MTE3_BYTES:
             cls = WRITE
         elif pipe == PIPE_MTE3 and what == ATOMIC_BYTES:
             cls = ATOMIC

@@ -1,9 +1,10 @@
 """What a kernel calls: the Ascend C programming model under its own names (snake_case; the Ascend name in each
-docstring). ``from tilesim.machine import *`` in a kernel module reads like ``using namespace AscendC``."""
+docstring). A kernel module imports what it uses from here, as an Ascend C kernel uses ``namespace AscendC``."""
 
-from .convert import ROUND_MODES, cast
+from ..cast import CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC
+from .convert import cast
 from .datacopy import DataCopyExtParams, DataCopyPadExtParams, DataCopyParams, data_copy, data_copy_pad
-from .dtypes import bfloat16, float32, half, int8, int16, int32, int64, uint8, uint16, uint32
+from .dtypes import bfloat16, float32, half, int8, int16, int32, int64, size_of, uint8, uint16, uint32
 from .pipe import VECCALC, VECIN, VECOUT, TBuf, TPipe, TQue
 from .tensor import get_block_idx, get_block_num, get_user_workspace
 from .vector import (
@@ -34,54 +35,11 @@ from .vector import (
 )
 
 __all__ = [
-    "MASK_PLACEHOLDER",
-    "VECCALC",
-    "VECIN",
-    "VECOUT",
-    "BinaryRepeatParams",
-    "DataCopyExtParams",
-    "DataCopyPadExtParams",
-    "DataCopyParams",
-    "TBuf",
-    "TPipe",
-    "TQue",
-    "UnaryRepeatParams",
-    "abs_",
-    "add",
-    "adds",
-    "ROUND_MODES",
-    "bfloat16",
-    "cast",
-    "data_copy",
-    "data_copy_pad",
-    "div",
-    "duplicate",
-    "exp",
-    "float32",
-    "get_block_idx",
-    "get_block_num",
-    "get_user_workspace",
-    "half",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "ln",
-    "max_",
-    "maxs",
-    "min_",
-    "mins",
-    "mul",
-    "muls",
-    "reciprocal",
-    "relu",
-    "rsqrt",
-    "set_mask_count",
-    "set_mask_norm",
-    "set_vector_mask",
-    "sqrt",
-    "sub",
-    "uint8",
-    "uint16",
-    "uint32",
+    "CAST_CEIL", "CAST_FLOOR", "CAST_NONE", "CAST_ODD", "CAST_RINT", "CAST_ROUND", "CAST_TRUNC", "MASK_PLACEHOLDER",
+    "VECCALC", "VECIN", "VECOUT", "BinaryRepeatParams", "DataCopyExtParams", "DataCopyPadExtParams",
+    "DataCopyParams", "TBuf", "TPipe", "TQue", "UnaryRepeatParams", "abs_", "add", "adds", "bfloat16", "cast",
+    "data_copy", "data_copy_pad", "div", "duplicate", "exp", "float32", "get_block_idx", "get_block_num",
+    "get_user_workspace", "half", "int8", "int16", "int32", "int64", "ln", "max_", "maxs", "min_", "mins", "mul",
+    "muls", "reciprocal", "relu", "rsqrt", "set_mask_count", "set_mask_norm", "set_vector_mask", "size_of", "sqrt",
+    "sub", "uint8", "uint16", "uint32",
 ]

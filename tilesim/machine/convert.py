@@ -1,4 +1,5 @@
-"""Cast between element types (``MV/类型转换/Cast.md``): ``cast(dst, src, round_mode, count)``.
+"""Cast between element types (``MV/类型转换/Cast.md``): ``cast(dst, src, round_mode, count)``, ``round_mode``
+one of :mod:`tilesim.cast`'s CAST_NONE ... CAST_ODD (exported by :mod:`tilesim.machine`).
 
 The pairs a kernel of this package needs so far: half or bfloat16 to float (exact; CAST_NONE), float to half or
 bfloat16 with any RoundMode (CAST_NONE is RINT; the NPU has no CAST_NONE for float to bfloat16, and ops-nn uses
@@ -12,14 +13,13 @@ from __future__ import annotations
 import numpy as np
 from numba.extending import overload
 
-from ..cast import CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC, KIND_BF16, KIND_FP16
+from ..cast import KIND_BF16, KIND_FP16
 from ..jit import DEVICE_OPTIONS
 from ..vector import cast_from_f32, cast_to_f32
 from .dtypes import ALL
 from .pipe import FAULT_CAST, fault
 from .tensor import core_of, ctx_words, plan_tensor
 
-ROUND_MODES = (CAST_NONE, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC, CAST_ODD)
 _KIND = {"half": KIND_FP16, "bfloat16_t": KIND_BF16}
 
 

@@ -21,12 +21,11 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
+from numba import types
 from numba.extending import overload
 
-from ..datamove import _datacopy_ok, _fill, _streams, _ub_aligned, _write_gm
-from ..device import count_mte2, count_mte3, gm_ok, ub_ok, ub_rows_in, ub_rows_out
-from ..intrinsics import copy_bytes
-from ..jit import DEVICE_OPTIONS, njit
+from ..datamove import gm_to_ub, ub_to_gm
+from ..jit import DEVICE_OPTIONS
 from .tensor import GlobalTensorType, LocalTensorType, core_of, gm_view, plan_tensor
 
 DataCopyParams = namedtuple("DataCopyParams", ["block_count", "block_len", "src_stride", "dst_stride"],
@@ -36,51 +35,6 @@ DataCopyExtParams = namedtuple("DataCopyExtParams", ["block_count", "block_len",
 DataCopyPadExtParams = namedtuple("DataCopyPadExtParams", ["is_pad", "left_padding", "right_padding",
                                                            "padding_value"], defaults=(False, 0, 0, 0))
 BLOCK = 32
-
-
-@njit(cache=True)
-def _in(core, dst, g, off, rows, row_b, gm_pitch, ub_pitch, left_b, filled_b, pad, isz, whole):
-    """GM to UB: ``rows`` rows of ``row_b`` bytes from GM byte ``off`` (``gm_pitch`` apart) to UB rows
-    ``ub_pitch`` apart, each row's data ``left_b`` bytes in, the row filled with ``pad`` to ``filled_b``."""
-    n = row_b // isz
-    if whole and not _datacopy_ok(core, dst, row_b, gm_pitch - row_b):
-        return
-    if not whole and not _ub_aligned(core, dst, rows * ub_pitch):
-        return
-    span = (rows - 1) * ub_pitch + filled_b
-    if rows <= 0 or row_b <= 0:
-        return
-    if not (ub_ok(core, dst, span) and ub_rows_out(core, dst, rows, filled_b, ub_pitch)
-            and gm_ok(core, g, off // isz, n) and gm_ok(core, g, (off + (rows - 1) * gm_pitch) // isz, n)):
-        return
-    for r in range(rows):
-        o = dst.addr + r * ub_pitch
-        copy_bytes(core.base + o + left_b, g.addr + off + r * gm_pitch, row_b)
-        if left_b:
-            _fill(core, o, 0, left_b // isz, isz, pad)
-        if filled_b > left_b + row_b:
-            _fill(core, o, (left_b + row_b) // isz, filled_b // isz, isz, pad)
-    count_mte2(core, dst, g, off // isz, rows, n, gm_pitch // isz, rows * (filled_b - row_b))
-
-
-@njit(cache=True)
-def _out(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, isz, whole):
-    """UB to GM: ``rows`` rows of ``row_b`` bytes from UB rows ``ub_pitch`` apart to GM byte ``off``,
-    ``gm_pitch`` apart."""
-    n = row_b // isz
-    if whole and not _datacopy_ok(core, src, row_b, gm_pitch - row_b):
-        return
-    if not whole and not _ub_aligned(core, src, rows * ub_pitch):
-        return
-    if rows <= 0 or row_b <= 0:
-        return
-    if not (ub_ok(core, src, (rows - 1) * ub_pitch + row_b) and ub_rows_in(core, src, rows, row_b, ub_pitch)
-            and gm_ok(core, g, off // isz, n) and gm_ok(core, g, (off + (rows - 1) * gm_pitch) // isz, n)):
-        return
-    stream = _streams(g, row_b)
-    for r in range(rows):
-        _write_gm(g.addr + off + r * gm_pitch, core.base + src.addr + r * ub_pitch, row_b, stream)
-    count_mte3(core, g, src, off // isz, rows, n, gm_pitch // isz, False)
 
 
 def data_copy(dst, src, params):  # type: ignore[no-untyped-def]
@@ -94,28 +48,21 @@ def _data_copy(dst, src, params):  # type: ignore[no-untyped-def]
     if not (to_ub or to_gm):
         return None
     sz = dst.dtype.dt.size
-    counted = not hasattr(params, "instance_class") or params.instance_class is not DataCopyParams
-    if to_ub:
-        def copy_in(dst, src, params):  # type: ignore[no-untyped-def]
-            if counted:
-                rows, row_b, gap_src, gap_dst = np.int64(1), np.int64(params) * sz, np.int64(0), np.int64(0)
-            else:
-                rows, row_b = np.int64(params.block_count), np.int64(params.block_len) * BLOCK
-                gap_src, gap_dst = np.int64(params.src_stride) * BLOCK, np.int64(params.dst_stride) * BLOCK
-            g = gm_view(src)
-            _in(core_of(dst), plan_tensor(dst), g, src.off, rows, row_b, row_b + gap_src, row_b + gap_dst,
-                0, row_b, 0, sz, True)
-        return copy_in
+    counted = not (isinstance(params, types.BaseNamedTuple) and params.instance_class is DataCopyParams)
 
-    def copy_out(dst, src, params):  # type: ignore[no-untyped-def]
-        if counted:
+    def copy(dst, src, params):  # type: ignore[no-untyped-def]
+        if counted:  # count elements, contiguous
             rows, row_b, gap_src, gap_dst = np.int64(1), np.int64(params) * sz, np.int64(0), np.int64(0)
         else:
             rows, row_b = np.int64(params.block_count), np.int64(params.block_len) * BLOCK
             gap_src, gap_dst = np.int64(params.src_stride) * BLOCK, np.int64(params.dst_stride) * BLOCK
-        _out(core_of(src), gm_view(dst), dst.off, plan_tensor(src), rows, row_b, row_b + gap_dst, row_b + gap_src,
-             sz, True)
-    return copy_out
+        if to_ub:
+            gm_to_ub(core_of(dst), plan_tensor(dst), gm_view(src), src.off, rows, row_b, row_b + gap_src,
+                     row_b + gap_dst, 0, row_b, 0, True)
+        else:
+            ub_to_gm(core_of(src), gm_view(dst), dst.off, plan_tensor(src), rows, row_b, row_b + gap_dst,
+                     row_b + gap_src, True)
+    return copy
 
 
 def data_copy_pad(dst, src, params, pad_params=None):  # type: ignore[no-untyped-def]
@@ -140,14 +87,14 @@ def _data_copy_pad(dst, src, params, pad_params=None):  # type: ignore[no-untype
                 value = pad_params.padding_value
             filled = (left + row_b + right + BLOCK - 1) // BLOCK * BLOCK
             ub_pitch = filled + np.int64(params.dst_stride) * BLOCK
-            _in(core_of(dst), plan_tensor(dst), gm_view(src), src.off, rows, row_b,
-                row_b + np.int64(params.src_stride), ub_pitch, left, filled, value, sz, False)
+            gm_to_ub(core_of(dst), plan_tensor(dst), gm_view(src), src.off, rows, row_b,
+                     row_b + np.int64(params.src_stride), ub_pitch, left, filled, value, False)
         return pad_in
 
     def pad_out(dst, src, params, pad_params=None):  # type: ignore[no-untyped-def]
         rows, row_b = np.int64(params.block_count), np.int64(params.block_len)
         ub_pitch = (row_b + BLOCK - 1) // BLOCK * BLOCK + np.int64(params.src_stride) * BLOCK
-        _out(core_of(src), gm_view(dst), dst.off, plan_tensor(src), rows, row_b, row_b + np.int64(params.dst_stride),
-             ub_pitch, sz, False)
+        ub_to_gm(core_of(src), gm_view(dst), dst.off, plan_tensor(src), rows, row_b,
+                 row_b + np.int64(params.dst_stride), ub_pitch, False)
     return pad_out
 

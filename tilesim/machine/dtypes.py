@@ -14,9 +14,10 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
-from numba import types
-from numba.core.imputils import lower_constant
-from numba.extending import box, models, overload, register_model, typeof_impl, unbox
+from numba.extending import overload
+
+from ..jit import DEVICE_OPTIONS
+from .structs import ConstantType, constant_type
 
 
 class DType:
@@ -55,58 +56,31 @@ def by_name(name: str) -> DType:
 
 def dtype_of(dtype: Any) -> DType:
     """The element type of a numpy dtype (float16 is ``half``, ml_dtypes' bfloat16 ``bfloat16_t``)."""
+    hit = _BY_NUMPY.get(dtype)  # an array's dtype: no np.dtype() call
+    if hit is not None:
+        return hit
     d = np.dtype(dtype)
     if d not in _BY_NUMPY:
         raise TypeError(f"no Ascend C element type for numpy {d}")
     return _BY_NUMPY[d]
 
 
-class ElemType(types.Dummy):
-    """The Numba type of one :class:`DType` value (it carries no data)."""
-
-    def __init__(self, dt: DType) -> None:
-        self.dt = dt
-        super().__init__(f"ElemType({dt.name})")
+class ElemType(ConstantType):
+    """The Numba type of one :class:`DType` value."""
 
     @property
-    def key(self) -> str:
-        return self.dt.name
+    def dt(self) -> DType:
+        return self.value
 
 
-register_model(ElemType)(models.OpaqueModel)
-
-
-@typeof_impl.register(DType)
-def _typeof(val: DType, c: Any) -> ElemType:
-    return ElemType(val)
-
-
-@lower_constant(ElemType)
-def _constant(context, builder, ty, pyval):  # type: ignore[no-untyped-def]
-    return context.get_dummy_value()
-
-
-@unbox(ElemType)
-def _unbox(typ, obj, c):  # type: ignore[no-untyped-def]
-    from numba.core.pythonapi import NativeValue
-    return NativeValue(c.context.get_dummy_value())
-
-
-@box(ElemType)
-def _box(typ, val, c):  # type: ignore[no-untyped-def]
-    return c.pyapi.unserialize(c.pyapi.serialize_object(typ.dt))
-
-
-def elem(t: Any) -> DType:
-    """At typing time: the DType of an ElemType (or of what carries one: a tensor type)."""
-    return t.dt if isinstance(t, ElemType) else t.dtype.dt
+constant_type(DType, ElemType)
 
 
 def size_of(dtype):  # type: ignore[no-untyped-def]
     """``sizeof(T)``: the element type's size in bytes, a compile-time constant."""
 
 
-@overload(size_of, jit_options={"no_cfunc_wrapper": True, "no_cpython_wrapper": True})
+@overload(size_of, jit_options=DEVICE_OPTIONS)
 def _size_of(dtype):  # type: ignore[no-untyped-def]
     if isinstance(dtype, ElemType):
         n = dtype.dt.size

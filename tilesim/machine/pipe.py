@@ -31,7 +31,7 @@ from numba.extending import overload, overload_method
 from ..device import GEN_COL, MAX_SLOTS, checked_only, errs_of
 from ..jit import DEVICE_OPTIONS, njit
 from .dtypes import ElemType
-from .structs import StructType, constructor, struct_type
+from .structs import constructor, struct_type
 from .tensor import (
     ALLOCATED,
     DEQUEUED,
@@ -42,6 +42,7 @@ from .tensor import (
     Q_COUNT,
     Q_DEPTH,
     Q_FIFO,
+    Q_GEN,
     Q_HEAD,
     Q_NEXT,
     Q_POS,
@@ -53,15 +54,15 @@ from .tensor import (
     X_POOL,
     X_QUE,
     X_UB_SIZE,
+    CoreHandle,
     KernelContextType,
-    _checks_type,
+    by_build,
     core_of,
     ctx_words,
     make_local,
 )
 
 VECIN, VECOUT, VECCALC = 1, 2, 3  # TPosition
-POSITION_NAMES = {VECIN: "VECIN", VECOUT: "VECOUT", VECCALC: "VECCALC"}
 
 # What stopped a kernel (a context's X_FAULT word; the next words: the buffer, then a detail).
 FAULT_UB_OVERFLOW = 1
@@ -82,34 +83,31 @@ TBuf.__doc__ = "TBuf<pos>: a buffer outside any queue (VECCALC), to be placed by
 
 
 @struct_type
-class TPipeType(StructType):
-    PARAMS = ("checks",)
-    FIELDS = (("ctx", types.int64), ("checks", "checks"))
+class TPipeType(CoreHandle):
+    """A TPipe."""
 
 
 @struct_type
-class QueueType(StructType):
-    """A placed TQue."""
-    PARAMS = ("checks",)
-    FIELDS = (("ctx", types.int64), ("checks", "checks"), ("buf", types.int64))
+class QueueType(CoreHandle):
+    """A placed TQue: its buffer (a row of the UB plan)."""
+    FIELDS = (*CoreHandle.FIELDS, ("buf", types.int64))
 
 
 @struct_type
-class BufferType(StructType):
-    """A placed TBuf."""
-    PARAMS = ("checks",)
-    FIELDS = (("ctx", types.int64), ("checks", "checks"), ("buf", types.int64))
+class BufferType(CoreHandle):
+    """A placed TBuf: its buffer."""
+    FIELDS = (*CoreHandle.FIELDS, ("buf", types.int64))
 
 
-_make_pipe = constructor(TPipeType, lambda f, m: (_checks_type(f[1]),))
-_make_queue = constructor(QueueType, lambda f, m: (_checks_type(f[1]),))
-_make_buffer = constructor(BufferType, lambda f, m: (_checks_type(f[1]),))
+_make_pipe = constructor(TPipeType, by_build)
+_make_queue = constructor(QueueType, by_build)
+_make_buffer = constructor(BufferType, by_build)
 
 
 @njit(cache=True)
 def fault(w, kind, buf, detail):
     """Stop the kernel: the context records what happened, for the host's message
-    (:func:`tilesim.machine.launch` raises the KernelError)."""
+    (:func:`tilesim.launcher.launch` raises the KernelError)."""
     w[X_FAULT] = kind
     w[X_FAULT + 1] = buf
     w[X_FAULT + 2] = detail
@@ -195,19 +193,25 @@ def _track(core, buf, slot, gen):
         errs_of(core)[GEN_COL + buf * MAX_SLOTS + slot] = gen
 
 
+@njit(cache=True, inline="always")
+def _slot_tensor(q, w, slot, dtype):
+    """Slot ``slot`` of queue ``q`` as a LocalTensor of ``dtype``, of the allocation it last went to."""
+    row = X_PLAN + 3 * q.buf
+    return make_local((q.ctx, q.checks, q.buf, w[row] + slot * w[row + 1], w[row + 1],
+                       w[_queue_at(q) + Q_GEN + slot]), dtype)
+
+
 @overload_method(QueueType, "alloc_tensor", jit_options=DEVICE_OPTIONS)
 def _alloc_tensor(q, dtype):  # type: ignore[no-untyped-def]
     """AllocTensor<T>(): the next free buffer, round-robin, as a LocalTensor of ``dtype`` (contents as the last
     user left them: uninitialised)."""
     if not isinstance(dtype, ElemType):
         return None
-    dt = dtype.dt
 
     def alloc_tensor(q, dtype):  # type: ignore[no-untyped-def]
         w = ctx_words(q.ctx)
         a = _queue_at(q)
-        row = X_PLAN + 3 * q.buf
-        num = w[row + 2]
+        num = w[X_PLAN + 3 * q.buf + 2]
         k = w[a + Q_NEXT]
         while w[a + Q_STATE + k % num] != FREE:
             k += 1
@@ -216,8 +220,9 @@ def _alloc_tensor(q, dtype):  # type: ignore[no-untyped-def]
         slot = k % num
         w[a + Q_NEXT] = k + 1
         w[a + Q_STATE + slot] = ALLOCATED
+        w[a + Q_GEN + slot] = k
         _track(core_of(q), q.buf, slot, k)
-        return make_local((q.ctx, q.checks, q.buf, w[row] + slot * w[row + 1], w[row + 1], k), dt)
+        return _slot_tensor(q, w, slot, dtype)
     return alloc_tensor
 
 
@@ -248,7 +253,6 @@ def _deque(q, dtype):  # type: ignore[no-untyped-def]
     """DeQue<T>(): the oldest tensor enqueued, as a LocalTensor of ``dtype``."""
     if not isinstance(dtype, ElemType):
         return None
-    dt = dtype.dt
 
     def deque(q, dtype):  # type: ignore[no-untyped-def]
         w = ctx_words(q.ctx)
@@ -261,13 +265,7 @@ def _deque(q, dtype):  # type: ignore[no-untyped-def]
         w[a + Q_HEAD] = (h + 1) % MAX_QUE_SLOTS
         w[a + Q_COUNT] = n - 1
         w[a + Q_STATE + slot] = DEQUEUED
-        row = X_PLAN + 3 * q.buf
-        num = w[row + 2]
-        # the allocation this slot last went to: the latest k < Q_NEXT with k % num == slot
-        nxt = w[a + Q_NEXT]
-        gen = nxt - 1 - ((nxt - 1 - slot) % num)
-        _track(core_of(q), q.buf, slot, gen)
-        return make_local((q.ctx, q.checks, q.buf, w[row] + slot * w[row + 1], w[row + 1], gen), dt)
+        return _slot_tensor(q, w, slot, dtype)
     return deque
 
 

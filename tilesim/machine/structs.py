@@ -1,7 +1,10 @@
-"""Small value types for device code: a Numba struct per kernel-facing object (LocalTensor, GlobalTensor, the
-queues), passed by value like a namedtuple, but a type of its own, so that it can have methods and
-``tensor[offset]`` (a namedtuple's ``t[0]`` would be its first field), and type parameters (the element type,
-the build) that select what an instruction compiles to.
+"""Small types for device code.
+
+- A struct per kernel-facing object (LocalTensor, GlobalTensor, the queues), passed by value like a namedtuple,
+  but a type of its own, so that it can have methods and ``tensor[offset]`` (a namedtuple's ``t[0]`` would be its
+  first field), and type parameters (the element type, the build) that select what an instruction compiles to.
+- A constant that is all type (:class:`ConstantType`): an element type, an operation, the mask placeholder. A
+  kernel passes it around at no cost; what it selects is chosen when the kernel compiles.
 """
 
 from __future__ import annotations
@@ -11,7 +14,35 @@ from typing import Any
 
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic, make_attribute_wrapper, models, register_model
+from numba.core.imputils import lower_constant
+from numba.core.pythonapi import NativeValue
+from numba.extending import box, intrinsic, make_attribute_wrapper, models, register_model, typeof_impl, unbox
+
+
+class ConstantType(types.Dummy):
+    """The Numba type of one Python constant (``value``), which carries no data at run time."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        super().__init__(f"{type(self).__name__}({value!r})")
+
+    @property
+    def key(self) -> tuple[str, str]:
+        # .get: a cache index that an older version of the type wrote unpickles without the attribute, and is
+        # hashed before Numba finds its stamp stale and discards it
+        v = self.__dict__.get("value")
+        return type(v).__qualname__, repr(v)
+
+
+def constant_type(pycls: type, cls: type[ConstantType]) -> type[ConstantType]:
+    """Make ``cls`` the Numba type of the instances of ``pycls``: in compiled code (a global or a closure
+    variable), as an argument from Python, and back."""
+    register_model(cls)(models.OpaqueModel)
+    typeof_impl.register(pycls)(lambda val, c: cls(val))
+    lower_constant(cls)(lambda context, builder, ty, pyval: context.get_dummy_value())
+    unbox(cls)(lambda typ, obj, c: NativeValue(c.context.get_dummy_value()))
+    box(cls)(lambda typ, val, c: c.pyapi.unserialize(c.pyapi.serialize_object(typ.value)))
+    return cls
 
 
 class StructType(types.Type):

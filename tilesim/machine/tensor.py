@@ -46,15 +46,21 @@ Q_POS, Q_DEPTH, Q_NEXT, Q_COUNT, Q_HEAD = range(5)
 MAX_QUE_SLOTS = 8  # buffers of one queue (TQue: at most 8 per TPosition on A2)
 Q_FIFO = 5  # MAX_QUE_SLOTS: the slots enqueued, oldest at Q_HEAD
 Q_STATE = Q_FIFO + MAX_QUE_SLOTS  # MAX_QUE_SLOTS: each slot's state (FREE ...)
-Q_WORDS = Q_STATE + MAX_QUE_SLOTS
+Q_GEN = Q_STATE + MAX_QUE_SLOTS  # MAX_QUE_SLOTS: the allocation each slot last went to (a LocalTensor's gen)
+Q_WORDS = Q_GEN + MAX_QUE_SLOTS
 CTX_WORDS = X_QUE + MAX_BUFS * Q_WORDS
 FREE, ALLOCATED, ENQUEUED, DEQUEUED = 0, 1, 2, 3  # a queue slot's state
 
 
-@struct_type
-class KernelContextType(StructType):
+class CoreHandle(StructType):
+    """What every device object starts with: its core's context block and its build."""
     PARAMS = ("checks",)
     FIELDS = (("ctx", types.int64), ("checks", "checks"))
+
+
+@struct_type
+class KernelContextType(CoreHandle):
+    """What a kernel receives: its core."""
 
 
 @struct_type
@@ -78,14 +84,19 @@ def _checks_type(t):  # type: ignore[no-untyped-def]
     return types.boolean if isinstance(t, types.Boolean) else types.int64
 
 
-def _elem_or_none(m):  # type: ignore[no-untyped-def]
-    return m if isinstance(m, ElemType) else None
+def _typed(f, m):  # type: ignore[no-untyped-def]
+    """A tensor's type parameters: its element type (the marker) and its build."""
+    return (m, _checks_type(f[1])) if isinstance(m, ElemType) else None
 
 
-make_context = constructor(KernelContextType, lambda f, m: (_checks_type(f[1]),))
-make_local = constructor(LocalTensorType, lambda f, m: None if _elem_or_none(m) is None else (m, _checks_type(f[1])))
-make_global = constructor(GlobalTensorType,
-                          lambda f, m: None if _elem_or_none(m) is None else (m, _checks_type(f[1])))
+def by_build(f, m):  # type: ignore[no-untyped-def]
+    """A core handle's type parameter: its build."""
+    return (_checks_type(f[1]),)
+
+
+make_context = constructor(KernelContextType, by_build)
+make_local = constructor(LocalTensorType, _typed)
+make_global = constructor(GlobalTensorType, _typed)
 
 
 @njit(cache=True, inline="always")
@@ -143,77 +154,67 @@ def _gm_get_size(t):  # type: ignore[no-untyped-def]
 
 
 @overload_method(LocalTensorType, "reinterpret_cast", jit_options=DEVICE_OPTIONS)
+@overload_method(GlobalTensorType, "reinterpret_cast", jit_options=DEVICE_OPTIONS)
 def _reinterpret(t, dtype):  # type: ignore[no-untyped-def]
     """ReinterpretCast<U>: the same bytes as elements of ``dtype``."""
     if not isinstance(dtype, ElemType):
         return None
     dt = dtype.dt
-    return lambda t, dtype: make_local((t.ctx, t.checks, t.buf, t.addr, t.nbytes, t.gen), dt)
-
-
-@overload_method(GlobalTensorType, "reinterpret_cast", jit_options=DEVICE_OPTIONS)
-def _reinterpret_gm(t, dtype):  # type: ignore[no-untyped-def]
-    if not isinstance(dtype, ElemType):
-        return None
-    dt = dtype.dt
+    if isinstance(t, LocalTensorType):
+        return lambda t, dtype: make_local((t.ctx, t.checks, t.buf, t.addr, t.nbytes, t.gen), dt)
     return lambda t, dtype: make_global((t.ctx, t.checks, t.tag, t.base, t.size, t.off), dt)
 
 
+def _element(t, i, write):  # type: ignore[no-untyped-def]
+    """The host address of element ``i`` of a LocalTensor or GlobalTensor, for a scalar read or write (PIPE_S):
+    checked (GM bounds always, UB bounds and shadow in checked mode) and counted; 0 when the check fails."""
+
+
+@overload(_element, jit_options=DEVICE_OPTIONS)
+def _element_impl(t, i, write):  # type: ignore[no-untyped-def]
+    sz = t.dtype.dt.size
+    if isinstance(t, LocalTensorType):
+        def ub(t, i, write):  # type: ignore[no-untyped-def]
+            core = core_of(t)
+            e = PlanTensor(t.buf, t.addr + i * sz, t.gen)
+            if not (ub_out(core, e, sz) if write else ub_in(core, e, sz)):
+                return np.int64(0)
+            count_scalar(core, plan_tensor(t), write)
+            return core.base + e.addr
+        return ub
+
+    def gm(t, i, write):  # type: ignore[no-untyped-def]
+        core = core_of(t)
+        g, k = gm_view(t), t.off // sz + i
+        if not gm_ok(core, g, k, 1):
+            return np.int64(0)
+        count_gm_scalar(core, g, k, write)
+        return t.base + k * sz
+    return gm
+
+
 @overload_method(LocalTensorType, "get_value", jit_options=DEVICE_OPTIONS)
+@overload_method(GlobalTensorType, "get_value", jit_options=DEVICE_OPTIONS)
 def _get_value(t, i):  # type: ignore[no-untyped-def]
-    """GetValue(i): a scalar read of UB (PIPE_S). half and bfloat16 read as their bits (uint16)."""
-    st, sz = t.dtype.dt.storage, t.dtype.dt.size
+    """GetValue(i): a scalar read (PIPE_S; GM through the data cache). half and bfloat16 read as their bits."""
+    st = t.dtype.dt.storage
 
     def get_value(t, i):  # type: ignore[no-untyped-def]
-        core = core_of(t)
-        if not ub_in(core, PlanTensor(t.buf, t.addr + i * sz, t.gen), sz):
-            return st(0)
-        count_scalar(core, plan_tensor(t), False)
-        return carray(address_as_pointer(core.base + t.addr + i * sz, st), 1)[0]
+        a = _element(t, i, False)
+        return carray(address_as_pointer(a, st), 1)[0] if a else st(0)
     return get_value
 
 
 @overload_method(LocalTensorType, "set_value", jit_options=DEVICE_OPTIONS)
-def _set_value(t, i, v):  # type: ignore[no-untyped-def]
-    """SetValue(i, v): a scalar write of UB (PIPE_S); half and bfloat16 take their bits."""
-    st, sz = t.dtype.dt.storage, t.dtype.dt.size
-
-    def set_value(t, i, v):  # type: ignore[no-untyped-def]
-        core = core_of(t)
-        if not ub_out(core, PlanTensor(t.buf, t.addr + i * sz, t.gen), sz):
-            return
-        count_scalar(core, plan_tensor(t), True)
-        carray(address_as_pointer(core.base + t.addr + i * sz, st), 1)[0] = st(v)
-    return set_value
-
-
-@overload_method(GlobalTensorType, "get_value", jit_options=DEVICE_OPTIONS)
-def _gm_get_value(t, i):  # type: ignore[no-untyped-def]
-    """GlobalTensor.GetValue(i): a scalar read of GM (PIPE_S, through the data cache)."""
-    st, sz = t.dtype.dt.storage, t.dtype.dt.size
-
-    def get_value(t, i):  # type: ignore[no-untyped-def]
-        core = core_of(t)
-        g, k = gm_view(t), t.off // sz + i
-        if not gm_ok(core, g, k, 1):
-            return st(0)
-        count_gm_scalar(core, g, k)
-        return carray(address_as_pointer(t.base + k * sz, st), 1)[0]
-    return get_value
-
-
 @overload_method(GlobalTensorType, "set_value", jit_options=DEVICE_OPTIONS)
-def _gm_set_value(t, i, v):  # type: ignore[no-untyped-def]
-    """GlobalTensor.SetValue(i, v): a scalar write of GM (PIPE_S)."""
-    st, sz = t.dtype.dt.storage, t.dtype.dt.size
+def _set_value(t, i, v):  # type: ignore[no-untyped-def]
+    """SetValue(i, v): a scalar write (PIPE_S); half and bfloat16 take their bits."""
+    st = t.dtype.dt.storage
 
     def set_value(t, i, v):  # type: ignore[no-untyped-def]
-        core = core_of(t)
-        g, k = gm_view(t), t.off // sz + i
-        if not gm_ok(core, g, k, 1):
-            return
-        count_gm_scalar(core, g, k)
-        carray(address_as_pointer(t.base + k * sz, st), 1)[0] = st(v)
+        a = _element(t, i, True)
+        if a:
+            carray(address_as_pointer(a, st), 1)[0] = st(v)
     return set_value
 
 

@@ -27,9 +27,8 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
-from numba import types
-from numba.core.imputils import lower_constant
-from numba.extending import models, overload, register_model, typeof_impl
+from numba import carray, types
+from numba.extending import overload
 
 from ..device import (
     ERR_VEC_PARAM,
@@ -42,6 +41,7 @@ from ..device import (
     count_vector,
     flow1,
     flow2,
+    plan_of,
     report,
     vec_ok,
     vec_out,
@@ -49,8 +49,9 @@ from ..device import (
 from ..expf import exp_f32
 from ..intrinsics import address_as_pointer, f32_as_u32, fp16_nearest_bits, fp16_widen_bits, u32_as_f32
 from ..jit import DEVICE_OPTIONS, njit
-from .dtypes import ALL, ElemType
+from .dtypes import ALL
 from .pipe import FAULT_DTYPE, fault
+from .structs import ConstantType, constant_type
 from .tensor import X_COUNTER_MODE, X_MASK_HI, X_MASK_LO, KernelContextType, core_of, ctx_words, plan_tensor
 
 BinaryRepeatParams = namedtuple("BinaryRepeatParams", ["dst_blk_stride", "src0_blk_stride", "src1_blk_stride",
@@ -61,7 +62,7 @@ UnaryRepeatParams = namedtuple("UnaryRepeatParams", ["dst_blk_stride", "src_blk_
 
 
 class Marker:
-    """A value whose Numba type is itself: an operation, the mask placeholder."""
+    """A constant that is all type: an operation, the mask placeholder."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -73,19 +74,11 @@ class Marker:
         return _marker, (self.name,)
 
 
-class MarkerType(types.Dummy):
-    def __init__(self, m: Marker) -> None:
-        self.marker = m
-        super().__init__(f"Marker({m.name})")
-
-    @property
-    def key(self) -> str:
-        return self.marker.name
+class MarkerType(ConstantType):
+    """The Numba type of one :class:`Marker`."""
 
 
-register_model(MarkerType)(models.OpaqueModel)
-typeof_impl.register(Marker)(lambda val, c: MarkerType(val))
-lower_constant(MarkerType)(lambda context, builder, ty, pyval: context.get_dummy_value())
+constant_type(Marker, MarkerType)
 
 _MARKERS: dict[str, Marker] = {}
 # The loops: IEEE division and square root (x/0 is ±inf or NaN, as on the NPU), where Numba's default error model
@@ -114,7 +107,7 @@ for _n in OPS:
 
 
 def _name(op):  # type: ignore[no-untyped-def]
-    return op.marker.name
+    return op.value.name
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -207,7 +200,6 @@ def _elems(core, t, n):  # type: ignore[no-untyped-def]
 
 @overload(_elems, jit_options=DEVICE_OPTIONS, inline="always")
 def _elems_impl(core, t, n):  # type: ignore[no-untyped-def]
-    from numba import carray
     st = t.dtype.dt.storage
     return lambda core, t, n: carray(address_as_pointer(core.base + t.addr, st), n)
 
@@ -221,7 +213,7 @@ def _contiguous(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
 @overload(_contiguous, jit_options=LOOP_OPTIONS)
 def _contiguous_impl(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
     dt = dst.dtype.dt
-    if b is None or isinstance(b, types.NoneType):
+    if isinstance(b, types.NoneType):
         def one(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
             core = core_of(dst)
             d = _elems(core, dst, n)
@@ -273,7 +265,7 @@ def _strided_impl(op, dst, a, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tai
     dt = dst.dtype.dt
     st, sz = dt.storage, dt.size
     epb = 32 // sz
-    two = not (b is None or isinstance(b, types.NoneType))
+    two = not isinstance(b, types.NoneType)
 
     def walk(op, dst, a, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tail):  # type: ignore[no-untyped-def]
         core = core_of(dst)
@@ -283,10 +275,10 @@ def _strided_impl(op, dst, a, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tai
             for blk in range(8):
                 do = core.base + dst.addr + (r * dr + blk * ds) * 32
                 ao = core.base + a.addr + (r * ar + blk * as_) * 32
-                d = _carray(do, epb, st)
-                x = _carray(ao, epb, st)
+                d = carray(address_as_pointer(do, st), epb)
+                x = carray(address_as_pointer(ao, st), epb)
                 if two:
-                    y = _carray(core.base + b.addr + (r * br + blk * bs) * 32, epb, st)
+                    y = carray(address_as_pointer(core.base + b.addr + (r * br + blk * bs) * 32, st), epb)
                 for e in range(epb):
                     lane = blk * epb + e
                     if lane < last and _lane_on(lo, hi, lane):
@@ -295,16 +287,6 @@ def _strided_impl(op, dst, a, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tai
                         else:
                             d[e] = store(dt, apply(op, load(dt, x[e]), v))
     return walk
-
-
-def _carray(addr, n, st):  # type: ignore[no-untyped-def]
-    pass
-
-
-@overload(_carray, jit_options=DEVICE_OPTIONS, inline="always")
-def _carray_impl(addr, n, st):  # type: ignore[no-untyped-def]
-    from numba import carray
-    return lambda addr, n, st: carray(address_as_pointer(addr, st), n)
 
 
 @njit(cache=True)
@@ -319,13 +301,12 @@ def _mask_bits(mask, per):
 
 
 @checked_only(True)
-def _params_ok(core, t, repeat, blk, rep, per_rep_bytes):
-    """Checked mode: repeat_times in [0, 255], a dst block stride other than 0, and the span the walk touches
-    inside the tensor and 32 B aligned."""
+def _params_ok(core, t, repeat, blk):
+    """Checked mode: repeat_times in [0, 255] and a dst block stride other than 0 (undefined on the NPU)."""
     if not core.checks:
         return True
     if repeat > 255 or repeat < 0 or blk == 0:
-        report(core, ERR_VEC_PARAM, t.buf, t.addr, repeat, blk)
+        report(core, ERR_VEC_PARAM, t.buf, t.addr - plan_of(core)[t.buf, 0], repeat, blk)
         return False
     return True
 
@@ -419,7 +400,7 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
                            np.int64(params.src1_blk_stride))
             dr, ar, br = (np.int64(params.dst_rep_stride), np.int64(params.src0_rep_stride),
                           np.int64(params.src1_rep_stride))
-        if not _params_ok(core, plan_tensor(dst), repeat, ds, dr, 256):
+        if not _params_ok(core, plan_tensor(dst), repeat, ds):
             return
         if repeat <= 0 or (lo == 0 and hi == 0):
             return  # a NOP on A2: dst is not written
@@ -438,75 +419,59 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The instructions, by family. The public functions are plain Python stubs with an overload each, so that a
-# kernel's call types its arguments (count or level-0 form) at compile time.
+# The instructions, by family: each a Python stub with an overload, so that a kernel's call selects its form (count
+# or level-0) by its arguments' types when it compiles.
 
-def _binary(name):  # type: ignore[no-untyped-def]
+_FORMS = {  # family -> (the call's operands before the form's arguments, how they map onto vec_op, the doc)
+    "binary": ("dst, src0, src1", "count or mask, repeat_times, BinaryRepeatParams", "dst = src0 {op} src1"),
+    "scalar": ("dst, src, scalar", "count or mask, repeat_times, UnaryRepeatParams", "dst = src {op} scalar"),
+    "unary": ("dst, src", "count or mask, repeat_times, UnaryRepeatParams", "dst = {op}(src)"),
+    "fill": ("dst, scalar", "count or mask, repeat_times, dst_blk_stride, dst_rep_stride", "dst = scalar"),
+}
+
+
+def _instruction(name: str, family: str, attr: str):  # type: ignore[no-untyped-def]
     op = _marker(name)
+    operands, form, what = _FORMS[family]
 
-    def stub(dst, src0, src1, *args):  # type: ignore[no-untyped-def]
+    def stub(dst, *args):  # type: ignore[no-untyped-def]
         raise TypeError(f"{name} is device code: call it from a kernel")
 
     @overload(stub, jit_options=DEVICE_OPTIONS)
-    def _typed(dst, src0, src1, *args):  # type: ignore[no-untyped-def]
-        return lambda dst, src0, src1, *args: vec_op(op, dst, src0, src1, 0, args)
-    stub.__name__ = stub.__qualname__ = name.lower()
-    stub.__doc__ = (f"{name}(dst, src0, src1, count) or {name}(dst, src0, src1, mask, repeat_times, "
-                    f"BinaryRepeatParams): dst = src0 {name} src1, element-wise.")
+    def _typed(dst, *args):  # type: ignore[no-untyped-def]
+        if family == "binary":
+            return lambda dst, *args: vec_op(op, dst, args[0], args[1], 0, args[2:])
+        if family == "scalar":
+            return lambda dst, *args: vec_op(op, dst, args[0], None, args[1], args[2:])
+        if family == "unary":
+            return lambda dst, *args: vec_op(op, dst, args[0], None, 0, args[1:])
+        if len(args) == 5:  # Duplicate's level-0 form gives its two strides apart
+            return lambda dst, *args: vec_op(op, dst, None, None, args[0], (args[1], args[2], (args[3], args[4])))
+        return lambda dst, *args: vec_op(op, dst, None, None, args[0], args[1:])
+
+    stub.__name__ = stub.__qualname__ = attr
+    stub.__doc__ = f"{name}({operands}, {form}): {what.format(op=name)}, element-wise."
     return stub
 
 
-def _with_scalar(name):  # type: ignore[no-untyped-def]
-    op = _marker(name)
-
-    def stub(dst, src, scalar, *args):  # type: ignore[no-untyped-def]
-        raise TypeError(f"{name} is device code: call it from a kernel")
-
-    @overload(stub, jit_options=DEVICE_OPTIONS)
-    def _typed(dst, src, scalar, *args):  # type: ignore[no-untyped-def]
-        return lambda dst, src, scalar, *args: vec_op(op, dst, src, None, scalar, args)
-    stub.__name__ = stub.__qualname__ = name.lower()
-    stub.__doc__ = (f"{name}(dst, src, scalar, count) or {name}(dst, src, scalar, mask, repeat_times, "
-                    f"UnaryRepeatParams): dst = src {name[:-1]} scalar, element-wise.")
-    return stub
-
-
-def _unary(name):  # type: ignore[no-untyped-def]
-    op = _marker(name)
-
-    def stub(dst, src, *args):  # type: ignore[no-untyped-def]
-        raise TypeError(f"{name} is device code: call it from a kernel")
-
-    @overload(stub, jit_options=DEVICE_OPTIONS)
-    def _typed(dst, src, *args):  # type: ignore[no-untyped-def]
-        return lambda dst, src, *args: vec_op(op, dst, src, None, 0, args)
-    stub.__name__ = stub.__qualname__ = name.lower()
-    stub.__doc__ = (f"{name}(dst, src, count) or {name}(dst, src, mask, repeat_times, UnaryRepeatParams): "
-                    f"dst = {name}(src), element-wise.")
-    return stub
-
-
-add, sub, mul, div, max_, min_ = (_binary(n) for n in ("Add", "Sub", "Mul", "Div", "Max", "Min"))
-adds, muls, maxs, mins = (_with_scalar(n) for n in ("Adds", "Muls", "Maxs", "Mins"))
-exp, ln, abs_, sqrt, rsqrt, reciprocal, relu = (_unary(n) for n in ("Exp", "Ln", "Abs", "Sqrt", "Rsqrt",
-                                                                     "Reciprocal", "Relu"))
-_DUP = _marker("Duplicate")
-
-
-def duplicate(dst, scalar, *args):  # type: ignore[no-untyped-def]
-    """Duplicate(dst, scalar, count) or Duplicate(dst, scalar, mask, repeat_times, dst_blk_stride,
-    dst_rep_stride): dst = scalar."""
-    raise TypeError("Duplicate is device code: call it from a kernel")
-
-
-@overload(duplicate, jit_options=DEVICE_OPTIONS)
-def _duplicate(dst, scalar, *args):  # type: ignore[no-untyped-def]
-    if len(args) == 1:
-        return lambda dst, scalar, *args: vec_op(_DUP, dst, None, None, scalar, args)
-    if len(args) == 4:
-        return lambda dst, scalar, *args: vec_op(_DUP, dst, None, None, scalar,
-                                                 (args[0], args[1], (args[2], args[3])))
-    return None
+add = _instruction("Add", "binary", "add")
+sub = _instruction("Sub", "binary", "sub")
+mul = _instruction("Mul", "binary", "mul")
+div = _instruction("Div", "binary", "div")
+max_ = _instruction("Max", "binary", "max_")
+min_ = _instruction("Min", "binary", "min_")
+adds = _instruction("Adds", "scalar", "adds")
+muls = _instruction("Muls", "scalar", "muls")
+maxs = _instruction("Maxs", "scalar", "maxs")
+mins = _instruction("Mins", "scalar", "mins")
+exp = _instruction("Exp", "unary", "exp")
+ln = _instruction("Ln", "unary", "ln")
+abs_ = _instruction("Abs", "unary", "abs_")
+sqrt = _instruction("Sqrt", "unary", "sqrt")
+rsqrt = _instruction("Rsqrt", "unary", "rsqrt")
+reciprocal = _instruction("Reciprocal", "unary", "reciprocal")
+relu = _instruction("Relu", "unary", "relu")
+duplicate = _instruction("Duplicate", "fill", "duplicate")
 
 
 def set_vector_mask(ctx, *mask):  # type: ignore[no-untyped-def]
@@ -548,8 +513,3 @@ def set_mask_count(ctx):
 def set_mask_norm(ctx):
     """SetMaskNorm: the mask register is a lane pattern again."""
     ctx_words(ctx.ctx)[X_COUNTER_MODE] = 0
-
-
-__all__ = ["MASK_PLACEHOLDER", "BinaryRepeatParams", "UnaryRepeatParams", "ElemType", "abs_", "add", "adds", "div",
-           "duplicate", "exp", "ln", "max_", "maxs", "min_", "mins", "mul", "muls", "reciprocal", "relu", "rsqrt",
-           "set_mask_count", "set_mask_norm", "set_vector_mask", "sqrt", "sub"]
