@@ -248,17 +248,19 @@ def test_the_log_room_is_remembered_per_tiling_not_per_op(rms_inputs, monkeypatc
 # launches that schedule themselves while they run (tilesim.cost.estimated)
 
 SMALL = {"rms_norm_grad": (50, 200), "group_norm_backward": (3, 64, 36), "swiglu_grad": (26, 200),
-         "layer_norm_grad": (50, 200), "nsa_compress_grad": (256, 4, 32)}
+         "layer_norm_grad": (50, 200), "nsa_compress_grad": (256, 4, 32), "add_tail": (999, 7)}
 
 
 @pytest.mark.parametrize("op", sorted(SMALL))
 def test_a_launch_scheduled_while_it_runs_matches_its_recorded_log(op, monkeypatch):
-    """Every candidate of every op: the estimate made while the kernel runs is the log's replay, bit for bit (the
-    same step, the same state, the same MTE rates from the fast run's counters as from the log)."""
+    """Every candidate of every op, and of the example written on the programming model (whose UB plan exists only
+    once its kernel has run): the estimate made while the kernel runs is the log's replay, bit for bit (the same
+    step, the same state, the same MTE rates from the fast run's counters as from the log)."""
     monkeypatch.setattr(launch, "_forced_checks", [False])  # a checked launch logs instead
+    from examples.add_tail import OPS as EXAMPLE
     from kernels.ops import OPS
 
-    spec = OPS[op]
+    spec = {**OPS, **EXAMPLE}[op]
     soc = tilesim.get_soc("Ascend910B1")
     inputs = spec.make_inputs(SMALL[op], spec.dtypes[-1], 0)
     for c in spec.candidates(inputs, soc):

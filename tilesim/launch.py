@@ -170,7 +170,11 @@ class Launch:
 
     def _schedule_like(self, fast: RunReport) -> None:
         """Schedule this launch while it runs, with the MTE rates of each phase worked out from ``fast``'s
-        snapshots (the same launch run before under :func:`capture`): the counter rows get each core's state."""
+        snapshots (the same launch run before under :func:`capture`): the counter rows get each core's state. A
+        kernel whose TPipe places its buffers as it runs (:func:`tilesim.launcher.launch`) has no plan before it
+        runs: it takes ``fast``'s."""
+        if not self.plan.buffers:
+            self.plan, self.plan_array = fast.ub_plan, fast.ub_plan.as_array()
         base, n_slots = schedule.slot_bases(self.plan_array)
         head = REC_AT + SCHED_BASE + len(base)
         queue = head + schedule.state_words(n_slots, MAX_GM_TAGS)
