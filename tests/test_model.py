@@ -183,7 +183,8 @@ def misuse(ctx, t, a, out):
 @pytest.mark.parametrize("case,error,words", [
     (1, KernelError, "EnQue past the queue's depth 1"), (2, KernelError, "AllocTensor with all 2 buffers"),
     (3, KernelError, "DeQue of an empty queue"), (4, KernelError, "FreeTensor of buffer 0"),
-    (5, UbOverflowError, "more than the core's UB"), (6, CheckError, "use after free")])
+    (5, UbOverflowError, "more than the core's UB"),
+    (6, CheckError, "use after free: a LocalTensor of allocation 0 used after its FreeTensor")])
 def test_queue_misuse_stops_the_kernel(case: int, error: type, words: str) -> None:
     a = np.ones(256, np.float32)
     out = np.zeros(256, np.float32)

@@ -19,9 +19,11 @@ import functools
 import hashlib
 import importlib.util
 import inspect
+import operator
 import os
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +44,7 @@ from .machine.tensor import (
     X_COUNTER_MODE,
     X_ERR_AT,
     X_ERR_SIZE,
-    X_EVENT_IDS,
     X_FAULT,
-    X_FLAGS,
     X_IDX,
     X_MASK_HI,
     X_MASK_LO,
@@ -92,7 +92,6 @@ def enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws):
     w[X_MASK_HI] = -1
     w[X_COUNTER_MODE] = 0
     w[X_FAULT] = 0
-    w[X_EVENT_IDS:X_FLAGS + 16] = 0
     return make_context((np.int64(ctx.ctypes.data) + i * np.int64(ctx.strides[0]), checks_field(checks)), None)
 
 
@@ -103,7 +102,7 @@ class Kernel:
 
     fn: Any
     py_func: Any
-    buffer_names: list[str]
+    buffer_names: tuple[str, ...]
     gm_params: list[str]  # the names of its GM parameters (after ctx and the tiling), for reports
 
     @property
@@ -127,7 +126,7 @@ def _buffer_names(fn: Any) -> list[str]:
 
 def kernel(fn: Any) -> Kernel:
     """Decorator: ``fn(ctx, t, *gm)`` is a kernel, one call per core."""
-    return Kernel(njit(cache=True)(fn), fn, _buffer_names(fn), list(inspect.signature(fn).parameters)[2:])
+    return Kernel(njit(cache=True)(fn), fn, tuple(_buffer_names(fn)), list(inspect.signature(fn).parameters)[2:])
 
 
 def _cache_dir() -> Path:
@@ -193,14 +192,14 @@ def cores(first, last, block_dim, arena, cnt, err, checks, ctx, ws, t{", " + gm 
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[spec.name] = module  # type: ignore[union-attr]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
-    loop = _CORE_LOOPS[key] = (module.cores, names)
+    loop = _CORE_LOOPS[key] = (module.cores, operator.attrgetter(*names) if len(names) > 1
+                               else (lambda t: (getattr(t, names[0]),)) if names else (lambda t: ()))
     return loop
 
 
-def _plan_of(ctx_row: np.ndarray, names: list[str], soc: SocSpec) -> UbPlan:
+def _plan_of(ctx_row: np.ndarray, names: tuple[str, ...], soc: SocSpec) -> UbPlan:
     """The UB plan a core's InitBuffer calls placed (its context block's rows), with the buffers' names."""
-    rows = ctx_row[X_PLAN:X_PLAN + 3 * int(ctx_row[X_PLAN_ROWS])]
-    return _plan(rows.tobytes(), tuple(names), soc.ub_size)
+    return _plan(ctx_row[X_PLAN:X_PLAN + 3 * int(ctx_row[X_PLAN_ROWS])].tobytes(), names, soc.ub_size)
 
 
 @functools.lru_cache(maxsize=256)
@@ -212,9 +211,26 @@ def _plan(rows: bytes, names: tuple[str, ...], capacity: int) -> UbPlan:
     return plan.freeze()
 
 
+_threads = threading.local()
+
+
+def _contexts(block_dim: int) -> np.ndarray:
+    """This host thread's context blocks for ``block_dim`` cores, kept across launches (each core fills its own
+    as it starts; a fault word is cleared when it is read)."""
+    pool = getattr(_threads, "contexts", None)
+    if pool is None:
+        pool = _threads.contexts = {}
+    ctx = pool.get(block_dim)
+    if ctx is None:
+        ctx = pool[block_dim] = np.zeros((block_dim, CTX_WORDS), np.int64)
+    return ctx
+
+
 def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec) -> None:
+    """Raise what a core's fault word says stopped it (the first such core), if any."""
     for c in range(ctx.shape[0]):
         kind = int(ctx[c, X_FAULT])
+        ctx[c, X_FAULT] = 0
         if kind:
             buf, detail = int(ctx[c, X_FAULT + 1]), int(ctx[c, X_FAULT + 2])
             plan = _plan_of(ctx[c], k.buffer_names, soc)
@@ -253,12 +269,11 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
         raise ValueError("tilesim.launch: GM arrays must be C-contiguous")
     flat = [a.reshape(-1).view(_BYTES) for a in arrays]
     ws = (workspace if workspace is not None else _NO_WORKSPACE).reshape(-1).view(_BYTES)
-    t = tuple(getattr(tiling, f) for f in fields)
+    t = fields(tiling)
 
     def run() -> _launch.RunReport:
-        ln = _launch.prepare(op or k.name, spec, tiling, UbPlan(spec.ub_size), block_dim, checked, names)
-        ctx = _launch.thread_buffer("ctx", block_dim * CTX_WORDS * 8).view(np.int64).reshape(block_dim, CTX_WORDS)
-        ctx[:, X_FAULT] = 0  # a core that never ran has no fault
+        ln = _launch.prepare(op or k.name, spec, tiling, _plan(b"", (), spec.ub_size), block_dim, checked, names)
+        ctx = _contexts(block_dim)
         try:
             with _launch.host_threads(*arrays):
                 _launch.run_cores(cores, block_dim, block_dim, ln.arena, ln.counters, ln.err, ln.core_checks, ctx,
@@ -266,7 +281,7 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
         except Exception:
             _raise_fault(ctx, k, spec)  # a fault the kernel recorded, else the exception as it is
             raise
-        ln.plan = _plan_of(ctx[0], k.buffer_names, spec)
+        ln.plan = _plan_of(ctx[0], k.buffer_names, spec)  # the plan the kernel placed
         ln.plan_array = ln.plan.as_array()
         return _launch.finish(ln, int(ws.nbytes))
 

@@ -92,6 +92,8 @@ def _detail(kind: int, nbytes: int, extra: int, stack: bool) -> str:
         return f"the access leaves the LocalTensor (slot of {extra} B)"
     if kind == ERR_GM_OOB:
         return f"the access leaves the tensor ({extra} B)"
+    if kind == ERR_STALE and extra & 0xFFFFFFFF == 0xFFFFFFFE:  # the slot's generation -2: freed
+        return f"a LocalTensor of allocation {(extra + 2) >> 32} used after its FreeTensor"
     if kind == ERR_STALE:
         return (f"a LocalTensor of tile {extra >> 32} used after its queue slot was allocated to tile "
                 f"{extra & 0xFFFFFFFF} (FreeTensor, then AllocTensor or DeQue of a later tile)")

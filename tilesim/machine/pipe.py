@@ -153,7 +153,7 @@ def _place(w, nbytes, num, pos, depth):
     w[q + Q_NEXT] = 0
     w[q + Q_COUNT] = 0
     w[q + Q_HEAD] = 0
-    for k in range(MAX_QUE_SLOTS):
+    for k in range(num):
         w[q + Q_STATE + k] = FREE
     return b
 

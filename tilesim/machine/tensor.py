@@ -1,8 +1,8 @@
 """The kernel's context, LocalTensor and GlobalTensor.
 
-A kernel receives a :class:`KernelContext`: the address of its core's context block (the core's place in the
-launch, where its UB, counters and checked-mode records are, the TPipe's buffers and queue states, the vector
-mask register and the event ids) and the build it runs in (``checks``: None fast, an int recording, a bool
+A kernel receives a KernelContext: the address of its core's context block (the core's place in the launch,
+where its UB, counters and checked-mode records are, the TPipe's buffers and queue states, the vector mask
+register) and the build it runs in (``checks``: None fast, an int recording, a bool
 checked; see :mod:`tilesim.device`). Every tensor carries both, so that an instruction needs nothing but its
 operands, as in Ascend C: ``add(z, x, y, n)``.
 
@@ -36,11 +36,9 @@ X_IDX, X_BLOCK_NUM, X_BASE, X_UB_SIZE, X_PLAN_AT, X_PLAN_ROWS, X_CNT_AT, X_CNT_S
 X_POOL = 10  # TPipe: the end of the buffers placed so far, in bytes
 X_WS_AT, X_WS_SIZE = 11, 12  # GetUserWorkspace: address and bytes
 X_MASK_LO, X_MASK_HI, X_COUNTER_MODE = 13, 14, 15  # the vector mask register, and SetMaskCount / SetMaskNorm
-X_EVENT_IDS = 16  # 16 words: per HardEvent, the ids AllocEventID has taken (a bit each)
-X_FLAGS = 32  # 16 words: per HardEvent, the ids set by SetFlag and not yet waited for (checked mode)
-X_FAULT = 48  # 4 words: what stopped the kernel (tilesim.machine.pipe FAULT_*), the buffer, a detail
+X_FAULT = 16  # 4 words: what stopped the kernel (tilesim.machine.pipe FAULT_*), the buffer, a detail
 MAX_BUFS = 64  # buffers per TPipe
-X_PLAN = 52  # MAX_BUFS rows of (offset, slot bytes, slots): the UB plan as InitBuffer placed it
+X_PLAN = 20  # MAX_BUFS rows of (offset, slot bytes, slots): the UB plan as InitBuffer placed it
 X_QUE = X_PLAN + 3 * MAX_BUFS  # MAX_BUFS rows of Q_WORDS: each buffer's queue state
 Q_POS, Q_DEPTH, Q_NEXT, Q_COUNT, Q_HEAD = range(5)
 MAX_QUE_SLOTS = 8  # buffers of one queue (TQue: at most 8 per TPosition on A2)
