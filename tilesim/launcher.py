@@ -22,6 +22,7 @@ import inspect
 import operator
 import os
 import sys
+import tempfile
 import textwrap
 import threading
 from pathlib import Path
@@ -130,10 +131,16 @@ def kernel(fn: Any) -> Kernel:
 
 
 def _cache_dir() -> Path:
+    """Where the generated core loops go: ``$TILESIM_CACHE/launchers``, else ``~/.cache/tilesim/launchers``, else
+    (a home that cannot be written) the temporary directory's."""
     root = os.environ.get("TILESIM_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tilesim")
-    d = Path(root) / "launchers"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    for d in (Path(root) / "launchers", Path(tempfile.gettempdir()) / "tilesim-launchers"):
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            return d
+        except OSError:
+            continue
+    raise OSError("tilesim.launcher: no writable directory for the generated core loops (set TILESIM_CACHE)")
 
 
 _CORE_LOOPS: dict[tuple[Any, ...], Any] = {}
