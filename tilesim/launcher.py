@@ -1,14 +1,14 @@
-"""One way to launch a kernel: ``@tilesim.kernel`` on a per-core function, then
-``tilesim.launch(kernel, tiling, x, y, z, block_dim=n)``.
+"""One way to launch a kernel: :func:`kernel` on a per-core function, then
+``launch(my_kernel, tiling, x, y, z, block_dim=n)``.
 
-A kernel is ``def my_kernel(ctx, t, x, y, z)``: ``ctx`` its core's :class:`KernelContext` (GetBlockIdx, the TPipe),
-``t`` the tiling (the dataclass's numeric fields, as a namedtuple), then one typed GlobalTensor per GM array in
-the launch's order. The launch does the rest: the cores' UBs, counters and context blocks, checked mode and its
+A kernel is ``def my_kernel(ctx, t, x, y, z)``: ``ctx`` its core's KernelContext (GetBlockIdx, the TPipe), ``t``
+the tiling (the dataclass's numeric fields, as a namedtuple), then one typed GlobalTensor per GM array in the
+launch's order. The launch does the rest: the cores' UBs, counters and context blocks, checked mode and its
 records, recording for the cost model, the host threads, and the report (:class:`tilesim.RunReport`).
 
-The loop over a launch's cores is generated per kernel and tiling class into a small module in the user's cache
-directory (``TILESIM_CACHE``, else ``~/.cache/tilesim``): Numba caches the compiled code of a function in a file,
-which a closure over the kernel would not have.
+The loop over a launch's cores is generated per kernel, tiling class and element types into a small module in
+the user's cache directory (``TILESIM_CACHE``, else ``~/.cache/tilesim``): Numba caches a function's machine code
+only if the function lives in a file (a closure over the kernel would compile again in every process).
 """
 
 from __future__ import annotations

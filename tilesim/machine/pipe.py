@@ -6,7 +6,7 @@ In a kernel::
     in_x = pipe.init_buffer(TQue(VECIN, 1), BUFFER_NUM, tile_len * 4)   # InitBuffer(inQueueX, BUFFER_NUM, len)
     tmp = pipe.init_buffer(TBuf(VECCALC), tile_len * 4)                # InitBuffer(tmpBuf, len)
     x = in_x.alloc_tensor(float32)                                     # AllocTensor<float>()
-    data_copy(x, gx[off], tile_len); in_x.enque(x)                     # CopyIn
+    data_copy(x, gx[off], tile_len); in_x.enque(x)                      # CopyIn
     x = in_x.deque(float32); ...; in_x.free_tensor(x)                  # Compute
     t = tmp.get(float32)                                               # Get<float>()
 
@@ -16,8 +16,8 @@ placed before, in call order, as TPipe does; a pipe that outgrows the UB stops t
 next free buffer round-robin; EnQue at most ``depth`` tensors before a DeQue; DeQue the oldest; FreeTensor only of
 a tensor in use. A call that would hang the NPU or trip CPU-debug's asserts (AllocTensor with every buffer in use,
 EnQue past depth, DeQue of an empty queue, FreeTensor of a free buffer) stops the kernel with a
-:class:`tilesim.KernelError` that names the core, the buffer and the rule. In checked mode a tensor used after its
-FreeTensor is reported (use after free).
+:class:`tilesim.launcher.KernelError` that names the core, the buffer and the rule. In checked mode a tensor used
+after its FreeTensor is reported (use after free).
 """
 
 from __future__ import annotations

@@ -14,12 +14,14 @@ Each has the two forms of the Ascend C API (``MV/基础算术/*.md``):
   :func:`set_vector_mask` (isSetMask = false), which in counter mode (:func:`set_mask_count`) is a total count.
   Masked-off lanes keep their old values; zero repeats or mask is no instruction.
 
-One piece of code per family walks the repeats and strides, checks the operands (checked mode: 32 B alignment,
-bounds, repeat_times <= 255, a zero dst block stride), counts the 256 B repeats and flows the UB shadow; the
-operation is a type (:class:`VecOp`), so each instruction compiles to its own loops. Types: half, float, and
-int16 / int32 where the API allows them; half computes through fp32 and rounds once (exact for + - * / and
-sqrt). Choices where the documentation is silent: Max and Min propagate NaN; int16 / int32 arithmetic wraps;
-Rsqrt and Reciprocal are exact (the NPU's are approximate on A2, and their error is not modelled).
+One piece of code (:func:`vec_op`) serves every instruction: it checks the operands (checked mode: 32 B alignment,
+bounds, repeat_times <= 255, a zero dst block stride), walks the count or the repeats and strides, counts the
+256 B repeats and keeps the UB shadow (the count form flows its sources' state; the level-0 form marks the span it
+walks written). The operation is a type (a :class:`Marker`), so each instruction compiles to its own loops.
+Types: half, float, and int16 / int32 where the API allows them (another type stops the kernel when it runs);
+half computes through fp32 and rounds once (exact for + - * / and sqrt). Choices where the documentation is
+silent: Max and Min propagate NaN, Relu passes NaN on, int16 / int32 arithmetic wraps, Rsqrt and Reciprocal are
+exact (the NPU's are approximate on A2, and their error is not modelled).
 """
 
 from __future__ import annotations
@@ -131,10 +133,10 @@ def _apply(op, a, b):  # type: ignore[no-untyped-def]
         return lambda op, a, b: a * b
     if n == "Div":
         return lambda op, a, b: a / b
-    if n in ("Max", "Maxs"):
-        return (lambda op, a, b: a if (a > b or a != a) else b) if f else (lambda op, a, b: a if a > b else b)
+    if n in ("Max", "Maxs"):  # np.maximum: NaN propagates, and no branch (a conditional breaks the inlining)
+        return lambda op, a, b: np.maximum(a, b)
     if n in ("Min", "Mins"):
-        return (lambda op, a, b: a if (a < b or a != a) else b) if f else (lambda op, a, b: a if a < b else b)
+        return lambda op, a, b: np.minimum(a, b)
     if n == "Exp":
         return lambda op, a, b: exp_f32(a)
     if n == "Ln":
@@ -149,7 +151,7 @@ def _apply(op, a, b):  # type: ignore[no-untyped-def]
         return lambda op, a, b: np.float32(1) / a
     if n == "Relu":
         zero = np.float32(0) if f else 0
-        return (lambda op, a, b: a if (a > zero or a != a) else zero) if f else (lambda op, a, b: a if a > 0 else 0)
+        return lambda op, a, b: np.maximum(a, zero)
     if n == "Duplicate":
         return lambda op, a, b: b
     return None
