@@ -111,6 +111,24 @@ def _ub_aligned(core, t, nbytes):
     return True
 
 
+@njit(cache=True, inline="always")
+def _layout_ok(core, t, rows, row_b, gm_pitch, ub_pitch, whole):
+    """A transfer worth making, laid out as its form requires: DataCopy's whole 32 B blocks (``whole``) or
+    DataCopyPad's UB rows on 32 B (both checked mode's); False for no rows or bytes (a NOP)."""
+    if whole and not _datacopy_ok(core, t, row_b, gm_pitch - row_b):
+        return False
+    if not whole and not _ub_aligned(core, t, rows * ub_pitch):
+        return False
+    return rows > 0 and row_b > 0
+
+
+@njit(cache=True, inline="always")
+def _gm_rows_ok(core, g, off, rows, n, gm_pitch):
+    """The first and the last of ``rows`` rows of ``n`` elements, ``gm_pitch`` bytes apart from GM byte ``off``,
+    inside the tensor."""
+    return gm_ok(core, g, off // g.isz, n) and gm_ok(core, g, (off + (rows - 1) * gm_pitch) // g.isz, n)
+
+
 @njit(cache=True)
 def gm_to_ub(core, dst, g, off, rows, row_b, gm_pitch, ub_pitch, left_b, filled_b, pad, whole):
     """The MTE2 mover: ``rows`` rows of ``row_b`` bytes from GM byte ``off`` of ``g`` (``gm_pitch`` apart) to UB
@@ -119,15 +137,10 @@ def gm_to_ub(core, dst, g, off, rows, row_b, gm_pitch, ub_pitch, left_b, filled_
     else DataCopyPad (any lengths; the UB rows start on 32 B)."""
     isz = g.isz
     n = row_b // isz
-    if whole and not _datacopy_ok(core, dst, row_b, gm_pitch - row_b):
+    if not _layout_ok(core, dst, rows, row_b, gm_pitch, ub_pitch, whole):
         return
-    if not whole and not _ub_aligned(core, dst, rows * ub_pitch):
-        return
-    span = (rows - 1) * ub_pitch + filled_b
-    if rows <= 0 or row_b <= 0:
-        return
-    if not (ub_ok(core, dst, span) and ub_rows_out(core, dst, rows, filled_b, ub_pitch)
-            and gm_ok(core, g, off // isz, n) and gm_ok(core, g, (off + (rows - 1) * gm_pitch) // isz, n)):
+    if not (ub_ok(core, dst, (rows - 1) * ub_pitch + filled_b) and ub_rows_out(core, dst, rows, filled_b, ub_pitch)
+            and _gm_rows_ok(core, g, off, rows, n, gm_pitch)):
         return
     for r in range(rows):
         o = dst.addr + r * ub_pitch
@@ -145,14 +158,10 @@ def ub_to_gm(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole):
     ``off`` of ``g``, ``gm_pitch`` apart (``whole`` as for :func:`gm_to_ub`)."""
     isz = g.isz
     n = row_b // isz
-    if whole and not _datacopy_ok(core, src, row_b, gm_pitch - row_b):
-        return
-    if not whole and not _ub_aligned(core, src, rows * ub_pitch):
-        return
-    if rows <= 0 or row_b <= 0:
+    if not _layout_ok(core, src, rows, row_b, gm_pitch, ub_pitch, whole):
         return
     if not (ub_ok(core, src, (rows - 1) * ub_pitch + row_b) and ub_rows_in(core, src, rows, row_b, ub_pitch)
-            and gm_ok(core, g, off // isz, n) and gm_ok(core, g, (off + (rows - 1) * gm_pitch) // isz, n)):
+            and _gm_rows_ok(core, g, off, rows, n, gm_pitch)):
         return
     stream = _streams(g, row_b)
     for r in range(rows):
