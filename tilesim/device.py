@@ -365,7 +365,7 @@ def count_mte3(core, g, src, off, rows, row_len, stride, atomic):
 # slot, at and f32 are called from about a hundred places each. They are plain functions, not inline="always":
 # Numba inlines at the level of its own IR, translating the callee's bytecode again at every call site, while
 # LLVM inlines a plain function this small anyway once its code is linked into the caller. Inlined, they made
-# the cold compile of every kernel 116 s against 93 s (session 16, the two trees side by side); the kernels ran
+# the cold compile of every kernel 116 s against 93 s (the two trees side by side); the kernels ran
 # as fast either way.
 @njit(cache=True)
 def slot(core, buf, k):
