@@ -17,6 +17,7 @@ from tilesim.machine import (
     VECIN,
     VECOUT,
     BinaryRepeatParams,
+    HardEvent,
     TBuf,
     TPipe,
     TQue,
@@ -33,8 +34,10 @@ from tilesim.machine import (
     mul,
     muls,
     relu,
+    set_flag,
     sqrt,
     sub,
+    wait_flag,
 )
 
 N = 256  # elements per operand (1 KiB of fp32, 512 B of half)
@@ -58,6 +61,8 @@ def count_forms(ctx, t, a, b, out):
     data_copy(y, b, t.n)
     q.enque(x)
     x = q.deque(a.dtype)
+    q.enque(y)
+    y = q.deque(a.dtype)
     z = tmp.get(a.dtype)
     for k in range(12):
         o = qo.alloc_tensor(a.dtype)
@@ -131,11 +136,17 @@ def level0(ctx, t, a, g, out):
     x, gamma = q.alloc_tensor(a.dtype), q.alloc_tensor(a.dtype)
     data_copy(x, a, 256)
     data_copy(gamma, g, 64)
+    q.enque(x)
+    x = q.deque(a.dtype)
+    q.enque(gamma)
+    gamma = q.deque(a.dtype)
     o = qo.alloc_tensor(a.dtype)
     duplicate(o, -1.0, 256)
     mask = (0x5555555555555555, 0)
     mul(o, x, gamma, mask, 4, BinaryRepeatParams(1, 1, 1, 8, 8, 0))
     add(o[128], o[128], o[128], 0, 2, BinaryRepeatParams(1, 1, 1, 8, 8, 8))  # mask 0: no instruction
+    qo.enque(o)
+    o = qo.deque(a.dtype)
     data_copy(out, o, 256)
     q.free_tensor(x)
     q.free_tensor(gamma)
@@ -176,7 +187,9 @@ def misuse(ctx, t, a, out):
     elif t.n == 6:  # use after FreeTensor
         q.free_tensor(x)
         data_copy(out, x, 256)
-    else:
+    else:  # straight back out: MTE3 waits for MTE2 by a flag
+        set_flag(ctx, HardEvent.MTE2_MTE3, 0)
+        wait_flag(ctx, HardEvent.MTE2_MTE3, 0)
         data_copy(out, x, 256)
 
 

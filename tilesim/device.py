@@ -69,11 +69,14 @@ VEC_REDUCE = 10
 VEC_CAST = 11
 VEC_DUP = 12
 SCALAR_ACCESS = 13  # GetValue / SetValue
-N_COUNTERS = 14
+PIPE_BARRIERS = 14  # PipeBarrier
+SET_FLAGS = 15  # SetFlag, the kernel's own and those its queue calls make (EnQue, FreeTensor)
+WAIT_FLAGS = 16  # WaitFlag, likewise (DeQue, AllocTensor of a freed buffer)
+N_COUNTERS = 17
 assert VEC_DUP - VEC_BINARY + 1 == N_VEC, "tilesim.cost_params.VEC_CLASSES names the vector counter columns"
 COUNTER_NAMES = ["mte2_bytes", "mte2_transfers", "mte2_pad_bytes", "mte3_bytes", "mte3_transfers", "atomic_bytes",
                  "vec_binary", "vec_scalar", "vec_unary", "vec_div", "vec_reduce", "vec_cast", "vec_dup",
-                 "scalar_access"]
+                 "scalar_access", "pipe_barriers", "set_flags", "wait_flags"]
 
 # Recording (``tilesim.capture(log=True)``, checked mode, or a launch that schedules itself): a core's counter row
 # is then longer than N_COUNTERS. Column LOG_COUNT counts the instructions the core issued and REC_MODE says what
@@ -112,6 +115,10 @@ ERR_STALE = 8  # a LocalTensor used after its queue slot went to a later tile
 ERR_UNINIT = 9  # a read of UB never written
 ERR_CLOBBERED = 10  # a read of a source an API with isReuseSource used as scratch
 ERR_VEC_PARAM = 11  # a level-0 instruction's repeat_times above 255 or below 0, or a dst block stride of 0
+ERR_RAW, ERR_WAR, ERR_WAW = 12, 13, 14  # a pipe hazard (tilesim.machine.sync): two pipes' accesses not ordered
+ERR_WAIT_UNSET = 15  # a WaitFlag with no SetFlag of its event and id before it: the NPU waits for ever
+ERR_DOUBLE_SET = 16  # a SetFlag of an event and id already set and not waited for: undefined
+ERR_UNPAIRED_SET = 17  # a SetFlag never waited for by the kernel's end
 ERR_FIELDS = 7
 E_KIND, E_TAG, E_OFFSET, E_BYTES, E_EXTRA, E_INSTR, E_PHASE = range(ERR_FIELDS)
 MAX_REPORTS = 32
@@ -122,9 +129,32 @@ UNWRITTEN, WRITTEN, CLOBBERED = 0, 1, 2
 
 
 def err_width(checks: bool, ub_size: int) -> int:
-    """Columns of a core's err row: the count and the reports, then in checked mode the slot generations and
-    the shadow (a fast build compiles out everything that reads or writes them)."""
-    return SHADOW_COL + ub_size // 8 if checks else GEN_COL
+    """Columns of a core's err row: the count and the reports, then in checked mode the slot generations, the
+    shadow and the pipe-hazard state (``tilesim.machine.sync``; a fast build compiles out everything that reads or
+    writes them)."""
+    return hazard_col(ub_size) + HZ_WORDS + ub_size // HZ_GRANULE * HZ_GRANULE_WORDS if checks else GEN_COL
+
+
+# The pipe-hazard state (checked mode), from hazard_col(ub_size) in a core's err row: the launch's setting of
+# BiSheng's auto-sync, the instructions each pipe has issued, each pipe's vector clock (how many instructions of
+# every pipe it knows to be done), each (HardEvent, id) flag (set or not, and the clock it carries), then a record
+# per 32 B granule of UB: its last write and each pipe's last read.
+HZ_MANUAL_SYNC = 0  # 1: --cce-auto-sync=off (the launch sets it; the zeroed row means on)
+HZ_ISSUED = 1  # 4 words, by pipe (tilesim.schedule's pipe numbers)
+HZ_CLOCK = HZ_ISSUED + 4  # 16 words: [waiting pipe * 4 + pipe]
+HZ_SCRATCH = HZ_CLOCK + 16  # 4 words: a clock being built
+HZ_FLAGS = HZ_SCRATCH + 4  # HZ_EVENTS * HZ_IDS flags of HZ_FLAG_WORDS: state (0 clear, 1 set by the kernel, 2 by a
+HZ_EVENTS, HZ_IDS, HZ_FLAG_WORDS = 16, 8, 5  # queue call), then the setter's clock
+HZ_WORDS = HZ_FLAGS + HZ_EVENTS * HZ_IDS * HZ_FLAG_WORDS
+HZ_GRANULE = 32
+HZ_GRANULE_WORDS = 5  # the last write ((instruction + 1) << 10 | op << 2 | pipe), then the last read by each pipe
+# ((instruction + 1) << 8 | op)
+
+
+@njit(cache=True, host=True)
+def hazard_col(ub_size):
+    """Where the pipe-hazard state starts in a checked core's err row (after the shadow, on a 64 B line)."""
+    return (SHADOW_COL + ub_size // 8 + 7) // 8 * 8
 
 
 # A kernel compiles in up to three builds, told apart by the type of Core.checks, which the launch chooses

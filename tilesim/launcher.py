@@ -31,13 +31,15 @@ from typing import Any
 import numpy as np
 
 from . import launch as _launch
-from .device import checks_field
+from .device import HZ_MANUAL_SYNC, checks_field, hazard_col
 from .errors import UbOverflowError
 from .jit import njit
 from .machine import dtypes
+from .machine.hazard import hz_end
 from .machine.pipe import FAULT_CAST, FAULT_DTYPE, FAULT_TEXT, FAULT_UB_OVERFLOW
 from .machine.tensor import (
     CTX_WORDS,
+    N_EVENT_POOLS,
     X_BASE,
     X_BLOCK_NUM,
     X_CNT_AT,
@@ -45,6 +47,7 @@ from .machine.tensor import (
     X_COUNTER_MODE,
     X_ERR_AT,
     X_ERR_SIZE,
+    X_EVT_POOL,
     X_FAULT,
     X_IDX,
     X_MASK_HI,
@@ -56,6 +59,7 @@ from .machine.tensor import (
     X_UB_SIZE,
     X_WS_AT,
     X_WS_SIZE,
+    core_of,
     make_context,
 )
 from .machine.vector import OPS
@@ -93,7 +97,16 @@ def enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws):
     w[X_MASK_HI] = -1
     w[X_COUNTER_MODE] = 0
     w[X_FAULT] = 0
+    for e in range(N_EVENT_POOLS):
+        w[X_EVT_POOL + e] = 0
     return make_context((np.int64(ctx.ctypes.data) + i * np.int64(ctx.strides[0]), checks_field(checks)), None)
+
+
+@njit(cache=True)
+def exit_core(kc):
+    """After the kernel's call on a core: checked mode's findings of the kernel's end (its SetFlags never
+    waited for)."""
+    hz_end(core_of(kc))
 
 
 @dataclasses.dataclass
@@ -175,7 +188,7 @@ import importlib
 
 import numpy as np
 from tilesim.jit import njit
-from tilesim.launcher import enter_core
+from tilesim.launcher import enter_core, exit_core
 from tilesim.machine.dtypes import by_name
 from tilesim.machine.tensor import make_global
 from tilesim.tilings import {name_of(names)} as Tiling
@@ -189,6 +202,7 @@ def cores(first, last, block_dim, arena, cnt, err, checks, ctx, ws, t{", " + gm 
     for c in range(first, last):
         kc = enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws)
         kernel(kc, t{", " + tensors if tensors else ""})
+        exit_core(kc)
 '''
     path = _cache_dir() / f"launch_{digest}.py"
     if not path.exists() or path.read_text() != src:
@@ -256,7 +270,7 @@ def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec) -> None:
 
 def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int = 1,
            soc: str | SocSpec = DEFAULT_SOC, checks: bool | None = False, workspace: np.ndarray | None = None,
-           op: str | None = None, gm_names: list[str] | None = None) -> _launch.RunReport:
+           op: str | None = None, gm_names: list[str] | None = None, auto_sync: bool = True) -> _launch.RunReport:
     """Run kernel ``k`` on ``block_dim`` cores with tiling ``tiling`` (a dataclass) over the GM arrays ``gm``
     (C-contiguous numpy arrays; the last ``outputs`` of them are written), and return the launch's report.
 
@@ -265,7 +279,9 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
     into temporaries (:func:`tilesim.launch.write_targets`: their contents are not the outputs') and writes the
     outputs only when it finished clean: a :class:`tilesim.CheckError` leaves the caller's arrays as they were. A
     fast kernel that stops (:class:`KernelError`, :class:`tilesim.UbOverflowError`) may have written some.
-    ``gm_names`` name the arrays in reports (the kernel's parameter names by default)."""
+    ``gm_names`` name the arrays in reports (the kernel's parameter names by default). ``auto_sync`` is BiSheng's
+    ``--cce-auto-sync``: off, checked mode's pipe-hazard check also asks the kernel for the V-V barriers and the
+    syncs with PIPE_S (:mod:`tilesim.machine.sync`)."""
     spec = get_soc(soc)
     checked = _launch.checks_enabled(checks)
     cores, fields = _core_loop(k, tiling, tuple(dtypes.dtype_of(a.dtype) for a in gm))
@@ -280,6 +296,8 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
 
     def run() -> _launch.RunReport:
         ln = _launch.prepare(op or k.name, spec, tiling, _plan(b"", (), spec.ub_size), block_dim, checked, names)
+        if checked:
+            ln.err[:, hazard_col(spec.ub_size) + HZ_MANUAL_SYNC] = 0 if auto_sync else 1
         ctx = _contexts(block_dim)
         try:
             with _launch.host_threads(*arrays):

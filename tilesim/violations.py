@@ -22,24 +22,63 @@ from .device import (
     ERR_CLOBBERED,
     ERR_DATACOPY_GAP,
     ERR_DATACOPY_LEN,
+    ERR_DOUBLE_SET,
     ERR_FIELDS,
     ERR_GM_OOB,
+    ERR_RAW,
     ERR_STALE,
     ERR_UB_ALIGN,
     ERR_UB_OOB,
     ERR_UNINIT,
+    ERR_UNPAIRED_SET,
     ERR_VEC_ALIGN,
     ERR_VEC_PARAM,
+    ERR_WAIT_UNSET,
+    ERR_WAR,
+    ERR_WAW,
     MAX_REPORTS,
 )
+from .machine.hazard import INSTRUCTIONS
+from .machine.sync import EVENT_DST, EVENT_SRC, PIPE_LETTERS, HardEvent
 
 KIND_NAMES = {ERR_DATACOPY_LEN: "misaligned DataCopy length", ERR_UB_OOB: "UB out of bounds",
               ERR_GM_OOB: "GM out of bounds", ERR_UB_ALIGN: "misaligned DataCopy address",
               ERR_DATACOPY_GAP: "misaligned DataCopy stride", ERR_API_TMP: "temporary buffer too small",
               ERR_VEC_ALIGN: "misaligned vector operand", ERR_STALE: "use after free",
               ERR_UNINIT: "uninitialised read", ERR_CLOBBERED: "read of a reused source",
-              ERR_VEC_PARAM: "invalid repeat parameters"}
+              ERR_VEC_PARAM: "invalid repeat parameters", ERR_RAW: "pipe hazard (RAW)", ERR_WAR: "pipe hazard (WAR)",
+              ERR_WAW: "pipe hazard (WAW)", ERR_WAIT_UNSET: "WaitFlag with no SetFlag", ERR_DOUBLE_SET: "SetFlag twice",
+              ERR_UNPAIRED_SET: "unpaired SetFlag"}
 _GM_KINDS = {ERR_GM_OOB}
+_SYNC_KINDS = {ERR_WAIT_UNSET, ERR_DOUBLE_SET, ERR_UNPAIRED_SET}
+_HAZARDS = {ERR_RAW: "reads", ERR_WAR: "writes", ERR_WAW: "writes"}
+# what orders each pair of pipes besides a SetFlag / WaitFlag of their event
+_QUEUE_SYNC = {("MTE2", "V"): " or DeQue", ("V", "MTE3"): " or DeQue", ("V", "MTE2"): " or FreeTensor/AllocTensor",
+               ("MTE3", "V"): " or FreeTensor/AllocTensor"}
+
+
+def _hazard(kind: int, where: str, offset: int, nbytes: int, extra: int) -> str:
+    """A pipe hazard's sentence: ``extra`` is the instruction | the other's << 8 | pipe << 16 | other pipe << 18."""
+    op, other_op, q, p = extra & 255, (extra >> 8) & 255, (extra >> 16) & 3, (extra >> 18) & 3
+    mine, theirs = PIPE_LETTERS[q], PIPE_LETTERS[p]
+    did = {ERR_RAW: "written", ERR_WAR: "read", ERR_WAW: "written"}[kind]
+    sync = (f"no PipeBarrier<PIPE_{mine}>" if p == q
+            else f"no {theirs}_{mine} sync{_QUEUE_SYNC.get((theirs, mine), '')}")
+    return (f"{mine} ({INSTRUCTIONS[op]}) {_HAZARDS[kind]} {where}[{offset}:{offset + nbytes}] (bytes) {did} by "
+            f"{theirs} ({INSTRUCTIONS[other_op]}) with {sync} between them")
+
+
+def _sync_detail(kind: int, event: int, event_id: int) -> str:
+    name = HardEvent(event).name if 0 <= event < len(HardEvent) else str(event)
+    call = f"<HardEvent::{name}>({event_id})"
+    if kind == ERR_WAIT_UNSET:
+        return f"WaitFlag{call} with no SetFlag of that event and id before it: the NPU waits for ever (a wrong id?)"
+    if kind == ERR_DOUBLE_SET:
+        return f"SetFlag{call} on a flag set and not waited for: undefined on the NPU (a later PipeBarrier hangs)"
+    src, dst = (PIPE_LETTERS[EVENT_SRC[event]], PIPE_LETTERS[EVENT_DST[event]]) if 0 <= event < len(HardEvent) \
+        else ("?", "?")
+    return (f"Unpaired set_flag instructions detected from PIPE_{src} to PIPE_{dst}: SetFlag{call} never waited "
+            f"for")
 
 
 @dataclass(frozen=True)
@@ -115,12 +154,21 @@ def from_cores(kernel: str, err: np.ndarray, buffers: list[str], stack: set[int]
         for k in range(min(int(err[c, 0]), MAX_REPORTS)):
             rec = err[c, 1 + k * ERR_FIELDS:1 + (k + 1) * ERR_FIELDS]
             kind, tag, instr = int(rec[E_KIND]), int(rec[E_TAG]), int(rec[E_INSTR])
+            offset, nbytes, extra = int(rec[E_OFFSET]), int(rec[E_BYTES]), int(rec[E_EXTRA])
+            name = buffers[tag] if 0 <= tag < len(buffers) else str(tag)
             if kind in _GM_KINDS:
                 memory = f'GM tensor "{gm_names[tag] if 0 <= tag < len(gm_names) else tag}"'
+            elif kind in _SYNC_KINDS:
+                memory = "the flags"
             else:
-                memory = f'UB buffer "{buffers[tag] if 0 <= tag < len(buffers) else tag}"'
+                memory = f'UB buffer "{name}"'
+            if kind in _HAZARDS:
+                detail = _hazard(kind, name, offset, nbytes, extra)
+            elif kind in _SYNC_KINDS:
+                detail = _sync_detail(kind, tag, offset)
+            else:
+                detail = _detail(kind, nbytes, extra, tag in stack)
             phase = int(np.searchsorted(err_ends[:, c], k, side="right")) if err_ends.size else 0
-            out.append(Violation(KIND_NAMES.get(kind, str(kind)), kernel, c, phase, instr, memory,
-                                 int(rec[E_OFFSET]), int(rec[E_BYTES]),
-                                 _detail(kind, int(rec[E_BYTES]), int(rec[E_EXTRA]), tag in stack)))
+            out.append(Violation(KIND_NAMES.get(kind, str(kind)), kernel, c, phase, instr, memory, offset, nbytes,
+                                 detail))
     return out, total

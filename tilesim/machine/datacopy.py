@@ -26,6 +26,8 @@ from numba.extending import overload
 
 from ..datamove import gm_to_ub, ub_to_gm
 from ..jit import DEVICE_OPTIONS
+from ..schedule import PIPE_MTE2, PIPE_MTE3
+from .hazard import hz_issue, hz_rows, op_code
 from .tensor import GlobalTensorType, LocalTensorType, core_of, gm_view, plan_tensor
 
 DataCopyParams = namedtuple("DataCopyParams", ["block_count", "block_len", "src_stride", "dst_stride"],
@@ -35,6 +37,7 @@ DataCopyExtParams = namedtuple("DataCopyExtParams", ["block_count", "block_len",
 DataCopyPadExtParams = namedtuple("DataCopyPadExtParams", ["is_pad", "left_padding", "right_padding",
                                                            "padding_value"], defaults=(False, 0, 0, 0))
 BLOCK = 32
+_DATA_COPY, _DATA_COPY_PAD = op_code("DataCopy"), op_code("DataCopyPad")
 
 
 def data_copy(dst, src, params):  # type: ignore[no-untyped-def]
@@ -57,11 +60,17 @@ def _data_copy(dst, src, params):  # type: ignore[no-untyped-def]
             rows, row_b = np.int64(params.block_count), np.int64(params.block_len) * BLOCK
             gap_src, gap_dst = np.int64(params.src_stride) * BLOCK, np.int64(params.dst_stride) * BLOCK
         if to_ub:
-            gm_to_ub(core_of(dst), plan_tensor(dst), gm_view(src), src.off, rows, row_b, row_b + gap_src,
+            core = core_of(dst)
+            gm_to_ub(core, plan_tensor(dst), gm_view(src), src.off, rows, row_b, row_b + gap_src,
                      row_b + gap_dst, 0, row_b, 0, True)
+            hz_rows(core, PIPE_MTE2, _DATA_COPY, dst.buf, dst.addr, rows, row_b, row_b + gap_dst, True)
+            hz_issue(core, PIPE_MTE2)
         else:
-            ub_to_gm(core_of(src), gm_view(dst), dst.off, plan_tensor(src), rows, row_b, row_b + gap_dst,
+            core = core_of(src)
+            ub_to_gm(core, gm_view(dst), dst.off, plan_tensor(src), rows, row_b, row_b + gap_dst,
                      row_b + gap_src, True)
+            hz_rows(core, PIPE_MTE3, _DATA_COPY, src.buf, src.addr, rows, row_b, row_b + gap_src, False)
+            hz_issue(core, PIPE_MTE3)
     return copy
 
 
@@ -87,14 +96,20 @@ def _data_copy_pad(dst, src, params, pad_params=None):  # type: ignore[no-untype
                 value = pad_params.padding_value
             filled = (left + row_b + right + BLOCK - 1) // BLOCK * BLOCK
             ub_pitch = filled + np.int64(params.dst_stride) * BLOCK
-            gm_to_ub(core_of(dst), plan_tensor(dst), gm_view(src), src.off, rows, row_b,
+            core = core_of(dst)
+            gm_to_ub(core, plan_tensor(dst), gm_view(src), src.off, rows, row_b,
                      row_b + np.int64(params.src_stride), ub_pitch, left, filled, value, False)
+            hz_rows(core, PIPE_MTE2, _DATA_COPY_PAD, dst.buf, dst.addr, rows, filled, ub_pitch, True)
+            hz_issue(core, PIPE_MTE2)
         return pad_in
 
     def pad_out(dst, src, params, pad_params=None):  # type: ignore[no-untyped-def]
         rows, row_b = np.int64(params.block_count), np.int64(params.block_len)
         ub_pitch = (row_b + BLOCK - 1) // BLOCK * BLOCK + np.int64(params.src_stride) * BLOCK
-        ub_to_gm(core_of(src), gm_view(dst), dst.off, plan_tensor(src), rows, row_b,
+        core = core_of(src)
+        ub_to_gm(core, gm_view(dst), dst.off, plan_tensor(src), rows, row_b,
                  row_b + np.int64(params.dst_stride), ub_pitch, False)
+        hz_rows(core, PIPE_MTE3, _DATA_COPY_PAD, src.buf, src.addr, rows, row_b, ub_pitch, False)
+        hz_issue(core, PIPE_MTE3)
     return pad_out
 

@@ -32,6 +32,16 @@ from ..device import GEN_COL, MAX_SLOTS, checked_only, errs_of
 from ..jit import DEVICE_OPTIONS, njit
 from .dtypes import ElemType
 from .structs import constructor, struct_type
+from .sync import (
+    FAULT_EVENT_ID,
+    FAULT_EVENT_POOL,
+    HardEvent,
+    alloc_id,
+    fetch_id,
+    release_id,
+    set_event,
+    wait_event,
+)
 from .tensor import (
     ALLOCATED,
     DEQUEUED,
@@ -42,13 +52,14 @@ from .tensor import (
     Q_COUNT,
     Q_DEPTH,
     Q_FIFO,
+    Q_FIFO_EVT,
+    Q_FREE_EVT,
     Q_GEN,
     Q_HEAD,
     Q_NEXT,
     Q_POS,
     Q_STATE,
     Q_WORDS,
-    X_FAULT,
     X_PLAN,
     X_PLAN_ROWS,
     X_POOL,
@@ -59,6 +70,7 @@ from .tensor import (
     by_build,
     core_of,
     ctx_words,
+    fault,
     make_local,
 )
 
@@ -74,6 +86,7 @@ FAULT_BAD_QUEUE = 6  # InitBuffer of a TQue at VECCALC, of depth or num out of r
 FAULT_BAD_GET = 7  # TBuf.Get past the buffer
 FAULT_DTYPE = 8  # an instruction on an element type its A2 API does not take (detail: op * 100 + dtype)
 FAULT_CAST = 9  # a Cast between types tilesim does not convert (detail: src * 100 + dst)
+# FAULT_EVENT_POOL = 10, FAULT_EVENT_ID = 11: tilesim.machine.sync
 
 TQue = namedtuple("TQue", ["pos", "depth"])
 TQue.__doc__ = """TQue<pos, depth>: a queue to be placed by :meth:`TPipe.init_buffer`. ``pos`` VECIN (GM to UB:
@@ -102,16 +115,6 @@ class BufferType(CoreHandle):
 _make_pipe = constructor(TPipeType, by_build)
 _make_queue = constructor(QueueType, by_build)
 _make_buffer = constructor(BufferType, by_build)
-
-
-@njit(cache=True)
-def fault(w, kind, buf, detail):
-    """Stop the kernel: the context records what happened, for the host's message
-    (:func:`tilesim.launcher.launch` raises the KernelError)."""
-    w[X_FAULT] = kind
-    w[X_FAULT + 1] = buf
-    w[X_FAULT + 2] = detail
-    raise RuntimeError("tilesim kernel fault")
 
 
 def TPipe(ctx):  # type: ignore[no-untyped-def]  # noqa: N802  (Ascend C's class name)
@@ -155,6 +158,7 @@ def _place(w, nbytes, num, pos, depth):
     w[q + Q_HEAD] = 0
     for k in range(num):
         w[q + Q_STATE + k] = FREE
+        w[q + Q_FREE_EVT + k] = 0
     return b
 
 
@@ -178,6 +182,12 @@ def _init_buffer(pipe, spec, a, b=None):  # type: ignore[no-untyped-def]
             return _make_buffer((pipe.ctx, pipe.checks, _place(w, np.int64(a), np.int64(1), spec.pos, 0)), None)
         return init_tbuf
     return None
+
+
+# The queue calls' syncs, by TPosition (kernel_tquebind_impl.h): EnQue sets and DeQue waits for the producer-to-
+# consumer event; FreeTensor sets and the next AllocTensor of the buffer waits for the consumer-to-producer one.
+_ENQUE_EVENT = (-1, int(HardEvent.MTE2_V), int(HardEvent.V_MTE3), -1)
+_FREE_EVENT = (-1, int(HardEvent.V_MTE2), int(HardEvent.MTE3_V), -1)
 
 
 @njit(cache=True, inline="always")
@@ -221,7 +231,14 @@ def _alloc_tensor(q, dtype):  # type: ignore[no-untyped-def]
         w[a + Q_NEXT] = k + 1
         w[a + Q_STATE + slot] = ALLOCATED
         w[a + Q_GEN + slot] = k
-        _track(core_of(q), q.buf, slot, k)
+        core = core_of(q)
+        pending = w[a + Q_FREE_EVT + slot]
+        if pending:  # the FreeTensor's V_MTE2 (VECIN) or MTE3_V (VECOUT): its consumer is done with the buffer
+            ev = _FREE_EVENT[w[a + Q_POS]]
+            wait_event(core, w, ev, pending - 1)
+            release_id(w, ev, pending - 1)
+            w[a + Q_FREE_EVT + slot] = 0
+        _track(core, q.buf, slot, k)
         return _slot_tensor(q, w, slot, dtype)
     return alloc_tensor
 
@@ -242,9 +259,14 @@ def _enque(q, t):  # type: ignore[no-untyped-def]
         if n >= w[a + Q_DEPTH]:
             fault(w, FAULT_ENQUE_FULL, q.buf, w[a + Q_DEPTH])
         slot = _slot_of(w, t)
-        w[a + Q_FIFO + (w[a + Q_HEAD] + n) % MAX_QUE_SLOTS] = slot
+        at = (w[a + Q_HEAD] + n) % MAX_QUE_SLOTS
+        ev = _ENQUE_EVENT[w[a + Q_POS]]
+        k = alloc_id(w, ev)
+        w[a + Q_FIFO + at] = slot
+        w[a + Q_FIFO_EVT + at] = k
         w[a + Q_COUNT] = n + 1
         w[a + Q_STATE + slot] = ENQUEUED
+        set_event(core_of(q), w, ev, k, 2)
     return enque
 
 
@@ -262,9 +284,12 @@ def _deque(q, dtype):  # type: ignore[no-untyped-def]
             fault(w, FAULT_DEQUE_EMPTY, q.buf, 0)
         h = w[a + Q_HEAD]
         slot = w[a + Q_FIFO + h]
+        ev, k = _ENQUE_EVENT[w[a + Q_POS]], w[a + Q_FIFO_EVT + h]
         w[a + Q_HEAD] = (h + 1) % MAX_QUE_SLOTS
         w[a + Q_COUNT] = n - 1
         w[a + Q_STATE + slot] = DEQUEUED
+        wait_event(core_of(q), w, ev, k)
+        release_id(w, ev, k)
         return _slot_tensor(q, w, slot, dtype)
     return deque
 
@@ -279,7 +304,12 @@ def _free_tensor(q, t):  # type: ignore[no-untyped-def]
         if w[a + Q_STATE + slot] == FREE:
             fault(w, FAULT_FREE_FREE, q.buf, slot)
         w[a + Q_STATE + slot] = FREE
-        _track(core_of(q), q.buf, slot, -2)
+        ev = _FREE_EVENT[w[a + Q_POS]]
+        k = alloc_id(w, ev)
+        w[a + Q_FREE_EVT + slot] = k + 1
+        core = core_of(q)
+        set_event(core, w, ev, k, 2)
+        _track(core, q.buf, slot, -2)
     return free_tensor
 
 
@@ -304,6 +334,26 @@ def _get(b, dtype, n=None):  # type: ignore[no-untyped-def]
     return get
 
 
+@overload_method(TPipeType, "alloc_event_id", jit_options=DEVICE_OPTIONS)
+def _alloc_event_id(pipe, event):  # type: ignore[no-untyped-def]
+    """AllocEventID<event>(): the lowest free id of the event's pool, now taken (the pool is shared with the
+    queues' own syncs; give it back with release_event_id)."""
+    return lambda pipe, event: alloc_id(ctx_words(pipe.ctx), np.int64(event))
+
+
+@overload_method(TPipeType, "fetch_event_id", jit_options=DEVICE_OPTIONS)
+def _fetch_event_id(pipe, event):  # type: ignore[no-untyped-def]
+    """FetchEventID(event): the lowest free id of the event's pool, not taken: for a SetFlag / WaitFlag pair
+    issued back to back."""
+    return lambda pipe, event: fetch_id(ctx_words(pipe.ctx), np.int64(event))
+
+
+@overload_method(TPipeType, "release_event_id", jit_options=DEVICE_OPTIONS)
+def _release_event_id(pipe, event, event_id):  # type: ignore[no-untyped-def]
+    """ReleaseEventID<event>(id): the id back to the event's pool."""
+    return lambda pipe, event, event_id: release_id(ctx_words(pipe.ctx), np.int64(event), np.int64(event_id))
+
+
 FAULT_TEXT = {
     FAULT_UB_OVERFLOW: "InitBuffer: the buffers need {detail} B, more than the core's UB",
     FAULT_ALLOC_NONE_FREE: "AllocTensor with all {detail} buffers of the queue in use (the NPU waits for ever; "
@@ -316,4 +366,8 @@ FAULT_TEXT = {
     FAULT_BAD_GET: "TBuf.Get of {detail} B: the length must be a multiple of 32 B and fit the buffer",
     FAULT_DTYPE: "{detail}: the A2 API does not take this element type",
     FAULT_CAST: "Cast from {detail}: not a conversion tilesim emulates",
+    FAULT_EVENT_POOL: "AllocEventID / FetchEventID of HardEvent {detail} with all its 8 ids taken (CPU-debug asserts; "
+                      "release one, or wait for a queue's EnQue / FreeTensor to be consumed)",
+    FAULT_EVENT_ID: "{detail}: an event id must be 0 to 7, and PipeBarrier takes PIPE_V, PIPE_MTE2, PIPE_MTE3 or "
+                    "PIPE_ALL (100 + pipe)",
 }

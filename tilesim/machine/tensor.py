@@ -27,8 +27,10 @@ from numba.extending import overload, overload_attribute, overload_method
 from ..device import Core, GlobalTensor, count_gm_scalar, count_scalar, gm_ok, ub_in, ub_out
 from ..intrinsics import address_as_pointer
 from ..jit import DEVICE_OPTIONS, njit
+from ..schedule import PIPE_SCALAR
 from ..ub import LocalTensor as PlanTensor
 from .dtypes import ElemType, uint8
+from .hazard import hz_access, hz_issue, op_code
 from .structs import StructType, constructor, struct_type
 
 # The context block of a core: int64 words.
@@ -45,9 +47,14 @@ MAX_QUE_SLOTS = 8  # buffers of one queue (TQue: at most 8 per TPosition on A2)
 Q_FIFO = 5  # MAX_QUE_SLOTS: the slots enqueued, oldest at Q_HEAD
 Q_STATE = Q_FIFO + MAX_QUE_SLOTS  # MAX_QUE_SLOTS: each slot's state (FREE ...)
 Q_GEN = Q_STATE + MAX_QUE_SLOTS  # MAX_QUE_SLOTS: the allocation each slot last went to (a LocalTensor's gen)
-Q_WORDS = Q_GEN + MAX_QUE_SLOTS
-CTX_WORDS = X_QUE + MAX_BUFS * Q_WORDS
+Q_FIFO_EVT = Q_GEN + MAX_QUE_SLOTS  # MAX_QUE_SLOTS: the event id each EnQue took, beside Q_FIFO
+Q_FREE_EVT = Q_FIFO_EVT + MAX_QUE_SLOTS  # MAX_QUE_SLOTS: each slot's FreeTensor event id + 1 (0: none pending)
+Q_WORDS = Q_FREE_EVT + MAX_QUE_SLOTS
+X_EVT_POOL = X_QUE + MAX_BUFS * Q_WORDS  # N_EVENT_POOLS words: the event ids taken, a bit each, per HardEvent
+N_EVENT_POOLS = 16
+CTX_WORDS = X_EVT_POOL + N_EVENT_POOLS
 FREE, ALLOCATED, ENQUEUED, DEQUEUED = 0, 1, 2, 3  # a queue slot's state
+_GET_VALUE, _SET_VALUE = op_code("GetValue"), op_code("SetValue")
 
 
 class CoreHandle(StructType):
@@ -101,6 +108,16 @@ make_global = constructor(GlobalTensorType, _typed)
 def ctx_words(at):
     """A core's context block, at address ``at``."""
     return carray(address_as_pointer(at, np.int64), CTX_WORDS)
+
+
+@njit(cache=True)
+def fault(w, kind, buf, detail):
+    """Stop the kernel: the context records what happened (``tilesim.machine.pipe.FAULT_*``), for the host's
+    message (:func:`tilesim.launcher.launch` raises the KernelError)."""
+    w[X_FAULT] = kind
+    w[X_FAULT + 1] = buf
+    w[X_FAULT + 2] = detail
+    raise RuntimeError("tilesim kernel fault")
 
 
 @njit(cache=True, inline="always")
@@ -177,6 +194,8 @@ def _element_impl(t, i, write):  # type: ignore[no-untyped-def]
             e = PlanTensor(t.buf, t.addr + i * sz, t.gen)
             if not (ub_out(core, e, sz) if write else ub_in(core, e, sz)):
                 return np.int64(0)
+            hz_access(core, PIPE_SCALAR, _SET_VALUE if write else _GET_VALUE, t.buf, e.addr, sz, write)
+            hz_issue(core, PIPE_SCALAR)
             count_scalar(core, plan_tensor(t), write)
             return core.base + e.addr
         return ub

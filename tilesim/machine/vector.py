@@ -51,7 +51,9 @@ from ..device import (
 from ..expf import exp_f32
 from ..intrinsics import address_as_pointer, f32_as_u32, fp16_nearest_bits, fp16_widen_bits, u32_as_f32
 from ..jit import DEVICE_OPTIONS, njit
+from ..schedule import PIPE_VECTOR
 from .dtypes import ALL
+from .hazard import hz_instruction, op_code
 from .pipe import FAULT_DTYPE, fault
 from .structs import ConstantType, constant_type
 from .tensor import X_COUNTER_MODE, X_MASK_HI, X_MASK_LO, KernelContextType, core_of, ctx_words, plan_tensor
@@ -335,6 +337,7 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
     per = 256 // sz
     two = not isinstance(b, types.NoneType)
     has_src = not isinstance(a, types.NoneType)
+    code = op_code(name)
     if len(args) == 1:  # the count form
         def count_form(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
             n = np.int64(args[0])
@@ -352,15 +355,20 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
                             and vec_ok(core, plan_tensor(dst), nb)):
                         return
                     flow2(core, plan_tensor(dst), plan_tensor(a), plan_tensor(b), nb)
+                    hz_instruction(core, PIPE_VECTOR, code, plan_tensor(dst), nb, plan_tensor(a), nb, plan_tensor(b),
+                                   nb)
                 else:
                     if not (vec_ok(core, plan_tensor(a), nb) and vec_ok(core, plan_tensor(dst), nb)):
                         return
                     flow1(core, plan_tensor(dst), plan_tensor(a), nb)
+                    hz_instruction(core, PIPE_VECTOR, code, plan_tensor(dst), nb, plan_tensor(a), nb, plan_tensor(a),
+                                   0)
                 _contiguous(op, dst, a, b, s, n)
                 count_vector(core, cls, nb, plan_tensor(dst), plan_tensor(a), plan_tensor(b if two else a))
             else:
                 if not vec_out(core, plan_tensor(dst), nb):
                     return
+                hz_instruction(core, PIPE_VECTOR, code, plan_tensor(dst), nb, plan_tensor(dst), 0, plan_tensor(dst), 0)
                 _contiguous(op, dst, dst, None, s, n)
                 count_vector(core, cls, nb, plan_tensor(dst), plan_tensor(dst), plan_tensor(dst))
         return count_form
@@ -415,6 +423,9 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
         # the shadow: the strided walk's span counts as written (its lanes' own states are not followed yet)
         if not vec_out(core, pd, _span(repeat, ds, dr)):
             return
+        hz_instruction(core, PIPE_VECTOR, code, pd, _span(repeat, ds, dr), plan_tensor(src),
+                       _span(repeat, as_, ar) if has_src else 0, plan_tensor(b if two else src),
+                       _span(repeat, bs, br) if two else 0)
         _strided(op, dst, src, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tail)
         count_vector(core, cls, repeat * 256, pd, plan_tensor(src), plan_tensor(b if two else src))
     return level0
