@@ -87,15 +87,19 @@ def add_tail_kernel(ctx, t, x, y, z):
         in_x.enque(xl)
         in_y.enque(yl)
         xl, yl, zl = in_x.deque(x.dtype), in_y.deque(x.dtype), out_z.alloc_tensor(x.dtype)  # Compute
-        if sz == 4:
+        if sz == 4:  # a PipeBarrier<PIPE_V> between dependent steps, as ops-nn writes them (auto-sync would too)
             asc.add(zl, xl, yl, k)
+            asc.pipe_barrier(ctx, asc.PIPE_V)
             asc.muls(zl, zl, t.alpha, k)
         else:
             a, b = x32.get(asc.float32), y32.get(asc.float32)
             asc.cast(a, xl, asc.CAST_NONE, k)
             asc.cast(b, yl, asc.CAST_NONE, k)
+            asc.pipe_barrier(ctx, asc.PIPE_V)
             asc.add(a, a, b, k)
+            asc.pipe_barrier(ctx, asc.PIPE_V)
             asc.muls(a, a, t.alpha, k)
+            asc.pipe_barrier(ctx, asc.PIPE_V)
             asc.cast(zl, a, asc.CAST_RINT, k)
         in_x.free_tensor(xl)
         in_y.free_tensor(yl)

@@ -58,12 +58,13 @@ _QUEUE_SYNC = {("MTE2", "V"): " or DeQue", ("V", "MTE3"): " or DeQue", ("V", "MT
 
 
 def _hazard(kind: int, where: str, offset: int, nbytes: int, extra: int) -> str:
-    """A pipe hazard's sentence: ``extra`` is the instruction | the other's << 8 | pipe << 16 | other pipe << 18."""
-    op, other_op, q, p = extra & 255, (extra >> 8) & 255, (extra >> 16) & 3, (extra >> 18) & 3
+    """A pipe hazard's sentence: ``extra`` is the instruction | the other's << 8 | pipe << 16 | other pipe << 18 |
+    a queue's tensor << 20."""
+    op, other_op, q, p, queued = extra & 255, (extra >> 8) & 255, (extra >> 16) & 3, (extra >> 18) & 3, extra >> 20
     mine, theirs = PIPE_LETTERS[q], PIPE_LETTERS[p]
     did = {ERR_RAW: "written", ERR_WAR: "read", ERR_WAW: "written"}[kind]
     sync = (f"no PipeBarrier<PIPE_{mine}>" if p == q
-            else f"no {theirs}_{mine} sync{_QUEUE_SYNC.get((theirs, mine), '')}")
+            else f"no {theirs}_{mine} sync{_QUEUE_SYNC.get((theirs, mine), '') if queued else ''}")
     return (f"{mine} ({INSTRUCTIONS[op]}) {_HAZARDS[kind]} {where}[{offset}:{offset + nbytes}] (bytes) {did} by "
             f"{theirs} ({INSTRUCTIONS[other_op]}) with {sync} between them")
 

@@ -63,13 +63,13 @@ def _data_copy(dst, src, params):  # type: ignore[no-untyped-def]
             core = core_of(dst)
             gm_to_ub(core, plan_tensor(dst), gm_view(src), src.off, rows, row_b, row_b + gap_src,
                      row_b + gap_dst, 0, row_b, 0, True)
-            hz_rows(core, PIPE_MTE2, _DATA_COPY, dst.buf, dst.addr, rows, row_b, row_b + gap_dst, True)
+            hz_rows(core, PIPE_MTE2, _DATA_COPY, dst.buf, dst.addr, rows, row_b, row_b + gap_dst, True, dst.gen >= 0)
             hz_issue(core, PIPE_MTE2)
         else:
             core = core_of(src)
             ub_to_gm(core, gm_view(dst), dst.off, plan_tensor(src), rows, row_b, row_b + gap_dst,
                      row_b + gap_src, True)
-            hz_rows(core, PIPE_MTE3, _DATA_COPY, src.buf, src.addr, rows, row_b, row_b + gap_src, False)
+            hz_rows(core, PIPE_MTE3, _DATA_COPY, src.buf, src.addr, rows, row_b, row_b + gap_src, False, src.gen >= 0)
             hz_issue(core, PIPE_MTE3)
     return copy
 
@@ -99,7 +99,7 @@ def _data_copy_pad(dst, src, params, pad_params=None):  # type: ignore[no-untype
             core = core_of(dst)
             gm_to_ub(core, plan_tensor(dst), gm_view(src), src.off, rows, row_b,
                      row_b + np.int64(params.src_stride), ub_pitch, left, filled, value, False)
-            hz_rows(core, PIPE_MTE2, _DATA_COPY_PAD, dst.buf, dst.addr, rows, filled, ub_pitch, True)
+            hz_rows(core, PIPE_MTE2, _DATA_COPY_PAD, dst.buf, dst.addr, rows, filled, ub_pitch, True, dst.gen >= 0)
             hz_issue(core, PIPE_MTE2)
         return pad_in
 
@@ -109,7 +109,7 @@ def _data_copy_pad(dst, src, params, pad_params=None):  # type: ignore[no-untype
         core = core_of(src)
         ub_to_gm(core, gm_view(dst), dst.off, plan_tensor(src), rows, row_b,
                  row_b + np.int64(params.dst_stride), ub_pitch, False)
-        hz_rows(core, PIPE_MTE3, _DATA_COPY_PAD, src.buf, src.addr, rows, row_b, ub_pitch, False)
+        hz_rows(core, PIPE_MTE3, _DATA_COPY_PAD, src.buf, src.addr, rows, row_b, ub_pitch, False, src.gen >= 0)
         hz_issue(core, PIPE_MTE3)
     return pad_out
 

@@ -99,12 +99,13 @@ def _snapshot(h, p, at):
 
 
 @checked_only(None)
-def hz_access(core, q, op, buf, addr, nbytes, write):
+def hz_access(core, q, op, buf, addr, nbytes, write, queued, quiet=False):
     """Checked mode: instruction ``op`` (:data:`INSTRUCTIONS`) of pipe ``q`` reads (or ``write``\\ s) UB bytes
-    ``[addr, addr + nbytes)`` of plan buffer ``buf``. Reports the first hazard with each, records the access.
-    Call it for each operand, then :func:`hz_issue`."""
+    ``[addr, addr + nbytes)`` of plan buffer ``buf`` (``queued``: through a queue's tensor, not a TBuf's). Reports
+    the first hazard of the access (one with another pipe before one within the pipe) unless ``quiet``, records
+    the access, and returns whether it found one. Call it for each operand, then :func:`hz_issue`."""
     if not core.checks or nbytes <= 0 or addr < 0 or addr + nbytes > core.ub_size:
-        return
+        return False
     h = _hz(core)
     i = h[HZ_ISSUED + q]
     manual = h[HZ_MANUAL_SYNC] != 0
@@ -120,7 +121,7 @@ def hz_access(core, q, op, buf, addr, nbytes, write):
             if not (p == q and pi == i) and not _ordered(h, p, pi, q):
                 k = ERR_WAW if write else ERR_RAW
                 o = (wr >> 2) & 255
-        if write and k == 0:
+        if write and (k == 0 or p == q):
             for r in range(4):
                 rd = h[at + 1 + r]
                 if rd and r != q and not _ordered(h, r, (rd >> 8) - 1, q):
@@ -139,24 +140,25 @@ def hz_access(core, q, op, buf, addr, nbytes, write):
             h[at] = ((i + 1) << 10) | (np.int64(op) << 2) | q
         else:
             h[at + 1 + q] = ((i + 1) << 8) | np.int64(op)
-    if kind:
+    if kind and not quiet:
         lo = max(first * HZ_GRANULE, addr)
         hi = min((last + 1) * HZ_GRANULE, addr + nbytes)
         start = plan_of(core)[buf, 0] if 0 <= buf < core.plan_rows else 0
         report(core, kind, buf, lo - start, hi - lo, np.int64(op) | (other_op << 8) | (np.int64(q) << 16)
-               | (other << 18))
+               | (other << 18) | (np.int64(queued) << 20))
+    return kind != 0
 
 
 @checked_only(None)
-def hz_rows(core, q, op, buf, addr, rows, row_bytes, pitch, write):
+def hz_rows(core, q, op, buf, addr, rows, row_bytes, pitch, write, queued):
     """:func:`hz_access` of ``rows`` rows of ``row_bytes``, ``pitch`` bytes apart (a DataCopy's UB side)."""
     if not core.checks:
         return
     if row_bytes == pitch or rows == 1:
-        hz_access(core, q, op, buf, addr, (rows - 1) * pitch + row_bytes, write)
+        hz_access(core, q, op, buf, addr, (rows - 1) * pitch + row_bytes, write, queued)
         return
     for r in range(rows):
-        hz_access(core, q, op, buf, addr + r * pitch, row_bytes, write)
+        hz_access(core, q, op, buf, addr + r * pitch, row_bytes, write, queued)
 
 
 @checked_only(None)
@@ -221,10 +223,10 @@ def hz_end(core):
 def hz_instruction(core, q, op, dst, dst_bytes, a, a_bytes, b, b_bytes):
     """Checked mode: one instruction of pipe ``q`` that reads ``a_bytes`` of LocalTensor ``a`` and ``b_bytes`` of
     ``b`` and writes ``dst_bytes`` of ``dst`` (machine tensors, :func:`tilesim.machine.tensor.plan_tensor`; a
-    size of 0 for an operand it does not have), recorded and then issued."""
+    size of 0 for an operand it does not have), recorded and then issued; its first hazard is reported."""
     if not core.checks:
         return
-    hz_access(core, q, op, a.buf, a.addr, a_bytes, False)
-    hz_access(core, q, op, b.buf, b.addr, b_bytes, False)
-    hz_access(core, q, op, dst.buf, dst.addr, dst_bytes, True)
+    found = hz_access(core, q, op, a.buf, a.addr, a_bytes, False, a.gen >= 0)
+    found |= hz_access(core, q, op, b.buf, b.addr, b_bytes, False, b.gen >= 0, found)
+    hz_access(core, q, op, dst.buf, dst.addr, dst_bytes, True, dst.gen >= 0, found)
     hz_issue(core, q)

@@ -194,7 +194,7 @@ def _element_impl(t, i, write):  # type: ignore[no-untyped-def]
             e = PlanTensor(t.buf, t.addr + i * sz, t.gen)
             if not (ub_out(core, e, sz) if write else ub_in(core, e, sz)):
                 return np.int64(0)
-            hz_access(core, PIPE_SCALAR, _SET_VALUE if write else _GET_VALUE, t.buf, e.addr, sz, write)
+            hz_access(core, PIPE_SCALAR, _SET_VALUE if write else _GET_VALUE, t.buf, e.addr, sz, write, t.gen >= 0)
             hz_issue(core, PIPE_SCALAR)
             count_scalar(core, plan_tensor(t), write)
             return core.base + e.addr
