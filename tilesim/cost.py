@@ -49,6 +49,7 @@ from .device import (
     L_GM,
     L_PIPE,
     MTE2_PAD_BYTES,
+    PIPE_BARRIERS,
     VEC_BINARY,
 )
 from .launch import MAX_GM_TAGS, RunReport, capture, scheduled
@@ -163,7 +164,8 @@ def _replay_log(report: RunReport, p: CostParams,
             f[schedule.F_RATE2], f[schedule.F_RATE3] = schedule.mte_rates(
                 int(moved[c][PIPE_MTE2]), int(moved[c][PIPE_MTE3]), movers, p)
             start, free = (np.empty(part.shape[0]), np.empty(part.shape[0])) if stages else (np.empty(0),) * 2
-            schedule.run(f, plan, base, cache, n_slots, MAX_GM_TAGS, part, part.shape[0], VEC_BINARY, start, free)
+            schedule.run(f, plan, base, cache, n_slots, MAX_GM_TAGS, part, part.shape[0], VEC_BINARY, PIPE_BARRIERS,
+                         start, free)
             out[ph, c] = f[schedule.SPAN_AND_BUSY]
             if stages:
                 kept.append((c, ph, part, start, free))

@@ -331,7 +331,7 @@ def schedule_queue(row_at, plan):
     run(f, plan, carray(address_as_pointer(base_at, np.int64), rows),
         carray(address_as_pointer(row_at + (REC_AT + SCHED_CACHE) * 8, np.int64), 2 * SLOT_CACHE), n_slots, n_gm,
         carray(address_as_pointer(row_at + head[SCHED_QUEUE] * 8, np.int64), (QUEUE, LOG_FIELDS)), n, VEC_BINARY,
-        f[:0], f[:0])  # no times kept
+        PIPE_BARRIERS, f[:0], f[:0])  # no times kept
     head[SCHED_PENDING] = 0
 
 
@@ -345,6 +345,15 @@ def count_vector(core, cls, nbytes, dst, a, b):
     n = repeats(nbytes)
     counters_of(core)[cls] += n
     _log(core, PIPE_VECTOR, cls, n, 1, _ref(dst), _ref(a), _ref(b), -1, 0, 0, 0)
+
+
+@njit(cache=True)
+def count_sync(core, pipe, cls, key):
+    """A sync on pipe ``pipe`` (tilesim.schedule's number) of class ``cls`` (PIPE_BARRIERS, SET_FLAGS or
+    WAIT_FLAGS): ``key`` the barrier's pipe (-1: PIPE_ALL) or the flag's ``event * 8 + id``, in the log's
+    L_GM_OFF (its L_GM stays -1: no GM access)."""
+    counters_of(core)[cls] += 1
+    _log(core, pipe, cls, 0, 0, -1, -1, -1, -1, key, 0, 0)
 
 
 @njit(cache=True)

@@ -50,10 +50,13 @@ F_ISSUE = F_GET_VALUE + 1
 F_CLOCK = F_ISSUE + 1
 F_REPEAT = F_CLOCK + 1  # N_VEC words: cycles per 256 B repeat, by vector class
 F_STARTUP = F_REPEAT + N_VEC  # N_VEC words: start-up delay, by vector class
+F_DONE = F_STARTUP + N_VEC  # N_PIPES words: when each pipe's instructions so far are all done
+F_FLAGS = F_DONE + N_PIPES  # FLAGS words: when each (HardEvent, id) flag was set (tilesim.machine.sync)
+FLAGS = 16 * 8
 # Then the tables: the write end and the read end of each queue slot, the last write end of each GM tensor. Each
 # table starts with an entry for "none", which stays 0: an instruction without an operand reads and writes it
 # like any other, so that scheduling it takes no branch that depends on the instruction.
-F_TABLES = F_STARTUP + N_VEC
+F_TABLES = F_FLAGS + FLAGS
 SPAN_AND_BUSY = slice(F_BUSY, F_SPAN + 1)  # what a phase leaves: busy per pipe, then the span
 SLOT_CACHE = 64  # refs whose queue slot a core remembers (a kernel's tiles reuse a few dozen UB addresses)
 
@@ -85,7 +88,7 @@ def set_params(f: np.ndarray, p: CostParams) -> None:
 def reset(f: np.ndarray) -> None:
     """A new phase: the timelines and tables of the states ``f`` (one core's, or a row per core) back to zero."""
     f[..., F_ISSUED:F_SPAN + 1] = 0.0
-    f[..., F_TABLES:] = 0.0
+    f[..., F_DONE:] = 0.0
 
 
 def mte_rates(b2: Any, b3: Any, movers: Any, p: CostParams) -> tuple[Any, Any]:
@@ -138,12 +141,28 @@ def _later(a, b):
     return a if a >= b else b
 
 
+@njit(cache=True, inline="always")
+def _gate(t, at, q, scalar, mte2, vector, mte3, free0, free1, free2, free3):
+    """The pipe ``q`` (all four for -1) takes no instruction before ``t``; the scalar unit's wait holds issue."""
+    free0 = _later(free0, t) if (q < 0 or mte2) else free0
+    free1 = _later(free1, t) if (q < 0 or vector) else free1
+    free2 = _later(free2, t) if (q < 0 or mte3) else free2
+    free3 = _later(free3, t) if (q < 0 or scalar) else free3
+    return _later(at, t) if (q < 0 or scalar) else at, free0, free1, free2, free3
+
+
 @njit(cache=True, host=True)
-def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, start, free):
+def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, sync_column, start, free):
     """Schedule the first ``n`` instructions of ``log`` (rows in the log's layout) after those already on a core's
     state ``f``, with ``plan``, ``base`` and ``cache`` for :func:`slot_of` and ``vec_column`` the counter column
-    of the first vector class. With ``start`` and ``free`` as long as the log, each instruction's start and the
-    moment it frees its pipe go there (cycles from the phase's start); pass empty arrays for none.
+    of the first vector class and ``sync_column`` that of the syncs (PipeBarrier, then SetFlag, then WaitFlag).
+    With ``start`` and ``free`` as long as the log, each instruction's start and the moment it frees its pipe go
+    there (cycles from the phase's start); pass empty arrays for none.
+
+    The kernel's syncs, and those its queue calls make: a SetFlag fires when the instructions of its pipe issued
+    before it are done (their results too); the WaitFlag holds its pipe until then (on the scalar unit, the issue
+    of everything after it); a PipeBarrier holds its pipe (PIPE_ALL: every pipe and the issue) until that pipe's
+    earlier instructions are done.
 
     An instruction starts when the scalar unit has issued it, its pipe is free, the slots it reads have been
     written (RAW), the slot it writes has been written and read (WAW, WAR), and, for an MTE2 read of GM, this
@@ -162,17 +181,34 @@ def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, start, free):
     issued, span = f[F_ISSUED], f[F_SPAN]
     free0, free1, free2, free3 = f[F_FREE], f[F_FREE + 1], f[F_FREE + 2], f[F_FREE + 3]
     busy0, busy1, busy2, busy3 = f[F_BUSY], f[F_BUSY + 1], f[F_BUSY + 2], f[F_BUSY + 3]
+    done0, done1, done2, done3 = f[F_DONE], f[F_DONE + 1], f[F_DONE + 2], f[F_DONE + 3]
     w_end, r_end, gm_w = F_TABLES + 1, F_TABLES + n_slots + 2, F_TABLES + 2 * n_slots + 3  # each past its "none"
     times = start.size > 0
     for i in range(n):
         pipe, amount = log[i, L_PIPE], log[i, L_AMOUNT]
+        vector, scalar, mte2, mte3 = pipe == PIPE_VECTOR, pipe == PIPE_SCALAR, pipe == PIPE_MTE2, pipe == PIPE_MTE3
+        sync = log[i, L_CLASS] - sync_column
+        if sync >= 0:  # 0 PipeBarrier, 1 SetFlag, 2 WaitFlag: the key (L_GM_OFF) is the pipe or the flag
+            issued += issue
+            key = log[i, L_GM_OFF]
+            done_now = done0 if mte2 else done1 if vector else done2 if mte3 else done3
+            if sync == 1:
+                f[F_FLAGS + key] = _later(done_now, issued)
+            else:
+                everything = sync == 0 and key < 0
+                t = f[F_FLAGS + key] if sync == 2 else _later(_later(done0, done1), _later(done2, done3)) \
+                    if everything else done_now
+                issued, free0, free1, free2, free3 = _gate(t, issued, -1 if everything else pipe, scalar, mte2,
+                                                           vector, mte3, free0, free1, free2, free3)
+            if times:
+                start[i] = free[i] = issued
+            continue
         vcls = min(max(log[i, L_CLASS] - vec_column, 0), N_VEC - 1)
         w = slot_of(plan, base, cache, n_slots, log[i, L_WRITE])
         r0 = slot_of(plan, base, cache, n_slots, log[i, L_READ0])
         r1 = slot_of(plan, base, cache, n_slots, log[i, L_READ1])
         g = log[i, L_GM]
         g = g if 0 <= g < n_gm else -1
-        vector, scalar, mte2, mte3 = pipe == PIPE_VECTOR, pipe == PIPE_SCALAR, pipe == PIPE_MTE2, pipe == PIPE_MTE3
         mte = ((lat2 if mte2 else lat3) + max(log[i, L_BURSTS] - 1, 0) * burst
                + amount / (rate2 if mte2 else rate3) * clock)
         occ = amount * f[F_REPEAT + vcls] if vector else get_value if scalar else mte
@@ -196,6 +232,10 @@ def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, start, free):
         busy1 += occ if vector else 0.0
         busy2 += occ if mte3 else 0.0
         busy3 += occ if scalar else 0.0
+        done0 = _later(done0, e) if mte2 else done0
+        done1 = _later(done1, e) if vector else done1
+        done2 = _later(done2, e) if mte3 else done2
+        done3 = _later(done3, e) if scalar else done3
         f[r_end + r0] = _later(f[r_end + r0], e if r0 >= 0 else 0.0)
         f[r_end + r1] = _later(f[r_end + r1], e if r1 >= 0 else 0.0)
         f[w_end + w] = e if w >= 0 else 0.0
@@ -209,3 +249,4 @@ def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, start, free):
     f[F_ISSUED], f[F_SPAN] = issued, span
     f[F_FREE], f[F_FREE + 1], f[F_FREE + 2], f[F_FREE + 3] = free0, free1, free2, free3
     f[F_BUSY], f[F_BUSY + 1], f[F_BUSY + 2], f[F_BUSY + 3] = busy0, busy1, busy2, busy3
+    f[F_DONE], f[F_DONE + 1], f[F_DONE + 2], f[F_DONE + 3] = done0, done1, done2, done3

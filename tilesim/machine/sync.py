@@ -41,7 +41,7 @@ import numpy as np
 from numba.extending import overload
 
 from .. import schedule
-from ..device import HZ_EVENTS, PIPE_BARRIERS, SET_FLAGS, WAIT_FLAGS, counters_of
+from ..device import HZ_EVENTS, PIPE_BARRIERS, SET_FLAGS, WAIT_FLAGS, count_sync
 from ..jit import DEVICE_OPTIONS, njit
 from .hazard import hz_barrier, hz_set, hz_wait
 from .tensor import N_EVENT_POOLS, X_EVT_POOL, KernelContextType, core_of, ctx_words, fault
@@ -125,7 +125,7 @@ def set_event(core, w, ev, k, by):
     (``by``: 1 the kernel's own, 2 a queue call's)."""
     if k < 0 or k >= EVENT_IDS:
         _stop(w, FAULT_EVENT_ID, k)
-    counters_of(core)[SET_FLAGS] += 1
+    count_sync(core, EVENT_SRC[ev], SET_FLAGS, ev * EVENT_IDS + k)
     hz_set(core, ev, k, by, EVENT_SRC[ev])
 
 
@@ -134,7 +134,7 @@ def wait_event(core, w, ev, k):
     """WaitFlag of event ``ev``, id ``k``: counted, and in checked mode the destination pipe waits."""
     if k < 0 or k >= EVENT_IDS:
         _stop(w, FAULT_EVENT_ID, k)
-    counters_of(core)[WAIT_FLAGS] += 1
+    count_sync(core, EVENT_DST[ev], WAIT_FLAGS, ev * EVENT_IDS + k)
     hz_wait(core, ev, k, EVENT_DST[ev])
 
 
@@ -178,7 +178,7 @@ def _barrier(core, w, pipe):
         q = _PIPE_INDEX[pipe] if 0 <= pipe < len(_PIPE_INDEX) else np.int64(-1)
         if q < 0 or q == schedule.PIPE_SCALAR:
             _stop(w, FAULT_EVENT_ID, 100 + pipe)
-    counters_of(core)[PIPE_BARRIERS] += 1
+    count_sync(core, q if q >= 0 else schedule.PIPE_SCALAR, PIPE_BARRIERS, q)
     hz_barrier(core, q)
 
 
