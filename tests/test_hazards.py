@@ -232,3 +232,30 @@ def test_the_worked_example_is_clean_in_either_setting(dtype: type, auto_sync: b
     z = np.zeros_like(x)
     launch(add_tail_mod.add_tail_kernel, t, x, x, z, block_dim=t.block_dim, checks=True, auto_sync=auto_sync)
     np.testing.assert_array_equal(z, add_tail_mod.add_tail(x, x))
+
+
+@kernel
+def atomic_rows(ctx, t, x, z):
+    """Every core adds its row of x into z, under SetAtomicAdd<T> (z's own type)."""
+    pipe = asc.TPipe(ctx)
+    q = pipe.init_buffer(asc.TQue(asc.VECIN, 1), 1, N * 4)
+    c = asc.get_block_idx(ctx)
+    a = q.alloc_tensor(x.dtype)
+    asc.data_copy(a, x[c * N], N)
+    asc.set_flag(ctx, asc.HardEvent.MTE2_MTE3, 0)
+    asc.wait_flag(ctx, asc.HardEvent.MTE2_MTE3, 0)
+    asc.set_atomic_add(ctx, x.dtype)
+    asc.data_copy(z, a, N)
+    asc.set_atomic_none(ctx)
+    q.free_tensor(a)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.int32])
+def test_set_atomic_add_adds_every_core_into_gm(dtype: type) -> None:
+    cores = 5
+    x = (np.arange(cores * N) % 7 - 3).astype(dtype)
+    z = np.ones(N, dtype)
+    rep = launch(atomic_rows, Case(0, 0), x, z, block_dim=cores, checks=True)
+    want = 1 + x.astype(np.float64).reshape(cores, N).sum(axis=0)  # small integers: exact in every type
+    np.testing.assert_array_equal(z.astype(np.float64), want)
+    assert rep.total("atomic_bytes") == cores * N * np.dtype(dtype).itemsize

@@ -9,6 +9,7 @@ lengths are in elements. The movers copy bytes, as the MTEs do, so one compiled 
 from __future__ import annotations
 
 import numpy as np
+from numba import carray
 
 from .device import (
     ERR_DATACOPY_GAP,
@@ -29,7 +30,17 @@ from .device import (
     ub_rows_out,
     ub_view,
 )
-from .intrinsics import copy_bytes, stream_line
+from .intrinsics import (
+    address_as_pointer,
+    bf16_nearest_bits,
+    bf16_widen_bits,
+    copy_bytes,
+    f32_as_u32,
+    fp16_nearest_bits,
+    fp16_widen_bits,
+    stream_line,
+    u32_as_f32,
+)
 from .jit import njit
 from .ub import BLOCK
 
@@ -222,6 +233,50 @@ def data_copy_pad_out(core, dst, dst_off, src, rows, row_len, dst_stride):
     row_bytes = row_len * isz
     ub_to_gm(core, dst, dst_off * isz, src, rows, row_bytes, dst_stride * isz, (row_bytes + BLOCK - 1) // BLOCK * BLOCK,
              False)
+
+
+@njit(cache=True)
+def ub_to_gm_atomic(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole, kind):
+    """:func:`ub_to_gm` under SetAtomicAdd<T>: each element is added to GM's, as T (``kind``: 0 float, 1 half,
+    2 bfloat16, 3 int32, 4 int16, 5 int8; a b16 sum is rounded to nearest even, an int sum wraps)."""
+    isz = g.isz
+    n = row_b // isz
+    if not _layout_ok(core, src, rows, row_b, gm_pitch, ub_pitch, whole):
+        return
+    if not (ub_ok(core, src, (rows - 1) * ub_pitch + row_b) and ub_rows_in(core, src, rows, row_b, ub_pitch)
+            and _gm_rows_ok(core, g, off, rows, n, gm_pitch)):
+        return
+    for r in range(rows):
+        d, s = g.addr + off + r * gm_pitch, core.base + src.addr + r * ub_pitch
+        if kind == 0:
+            _add_into(carray(address_as_pointer(d, np.float32), n), carray(address_as_pointer(s, np.float32), n))
+        elif kind == 3:
+            _add_into(carray(address_as_pointer(d, np.int32), n), carray(address_as_pointer(s, np.int32), n))
+        elif kind == 4:
+            _add_into(carray(address_as_pointer(d, np.int16), n), carray(address_as_pointer(s, np.int16), n))
+        elif kind == 5:
+            _add_into(carray(address_as_pointer(d, np.int8), n), carray(address_as_pointer(s, np.int8), n))
+        else:
+            _add_b16(carray(address_as_pointer(d, np.uint16), n), carray(address_as_pointer(s, np.uint16), n),
+                     kind == 2)
+    count_mte3(core, g, src, off // isz, rows, n, gm_pitch // isz, True)
+
+
+@njit(cache=True)
+def _add_into(d, s):
+    for k in range(d.size):
+        d[k] += s[k]
+
+
+@njit(cache=True)
+def _add_b16(d, s, bf16):
+    for k in range(d.size):
+        if bf16:
+            v = u32_as_f32(bf16_widen_bits(d[k])) + u32_as_f32(bf16_widen_bits(s[k]))
+            d[k] = np.uint16(bf16_nearest_bits(f32_as_u32(v), False))
+        else:
+            v = u32_as_f32(fp16_widen_bits(d[k])) + u32_as_f32(fp16_widen_bits(s[k]))
+            d[k] = np.uint16(fp16_nearest_bits(f32_as_u32(v), False))
 
 
 @njit(cache=True)

@@ -452,11 +452,16 @@ def write_targets(outs: Sequence[np.ndarray | None], checks: bool,
                   inputs: Sequence[Any] = ()) -> list[np.ndarray | None]:
     """Where a launch writes each of ``outs`` (None stays None): the array itself, or this host thread's reused
     temporary of its shape and dtype when the run is checked (a violation must leave the caller's arrays as they
-    were) or an output overlaps one of ``inputs`` (the kernel would read what it had written). :func:`copy_back`
-    moves the results in."""
+    were) or an output overlaps one of ``inputs`` (the kernel would read what it had written). A temporary starts
+    as its output is, as GM holds what the caller's array held (a kernel that adds into it, or writes part of it,
+    sees the rest). :func:`copy_back` moves the results in."""
     if not checks and not _overlap(outs, inputs):
         return list(outs)
-    return [None if o is None else scratch(f"output {k}", o.shape, o.dtype) for k, o in enumerate(outs)]
+    temps = [None if o is None else scratch(f"output {k}", o.shape, o.dtype) for k, o in enumerate(outs)]
+    for o, t in zip(outs, temps, strict=True):
+        if o is not None:
+            np.copyto(t, o)
+    return temps
 
 
 def _owner(a: np.ndarray) -> bool:

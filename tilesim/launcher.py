@@ -35,11 +35,12 @@ from .device import HZ_MANUAL_SYNC, checks_field, hazard_col
 from .errors import UbOverflowError
 from .jit import njit
 from .machine import dtypes
-from .machine.hazard import hz_end
+from .machine.hazard import INSTRUCTIONS, hz_end
 from .machine.pipe import FAULT_CAST, FAULT_DTYPE, FAULT_TEXT, FAULT_UB_OVERFLOW
 from .machine.tensor import (
     CTX_WORDS,
     N_EVENT_POOLS,
+    X_ATOMIC,
     X_BASE,
     X_BLOCK_NUM,
     X_CNT_AT,
@@ -62,7 +63,6 @@ from .machine.tensor import (
     core_of,
     make_context,
 )
-from .machine.vector import OPS
 from .soc import DEFAULT_SOC, SocSpec, get_soc
 from .tilings import name_of
 from .ub import UbPlan
@@ -99,6 +99,7 @@ def enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws):
     w[X_FAULT] = 0
     for e in range(N_EVENT_POOLS):
         w[X_EVT_POOL + e] = 0
+    w[X_ATOMIC] = 0
     return make_context((np.int64(ctx.ctypes.data) + i * np.int64(ctx.strides[0]), checks_field(checks)), None)
 
 
@@ -118,6 +119,7 @@ class Kernel:
     py_func: Any
     buffer_names: tuple[str, ...]
     gm_params: list[str]  # the names of its GM parameters (after ctx and the tiling), for reports
+    atomic: bool = False  # it calls set_atomic_add: its cores run on one host thread, in order
 
     @property
     def name(self) -> str:
@@ -140,7 +142,12 @@ def _buffer_names(fn: Any) -> list[str]:
 
 def kernel(fn: Any) -> Kernel:
     """Decorator: ``fn(ctx, t, *gm)`` is a kernel, one call per core."""
-    return Kernel(njit(cache=True)(fn), fn, tuple(_buffer_names(fn)), list(inspect.signature(fn).parameters)[2:])
+    try:
+        atomic = "set_atomic_add" in inspect.getsource(fn)
+    except (OSError, TypeError):
+        atomic = False
+    return Kernel(njit(cache=True)(fn), fn, tuple(_buffer_names(fn)), list(inspect.signature(fn).parameters)[2:],
+                  atomic)
 
 
 def _cache_dir() -> Path:
@@ -258,7 +265,7 @@ def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec) -> None:
             name = plan.buffers[buf].name if 0 <= buf < len(plan.buffers) else "an instruction"
             if kind == FAULT_DTYPE:
                 op, dt = divmod(detail, 100)
-                detail = f"{list(OPS)[op]} on {dtypes.ALL[dt].name}"
+                detail = f"{INSTRUCTIONS[op]} on {dtypes.ALL[dt].name}"
             if kind == FAULT_CAST:
                 a, b = divmod(detail, 100)
                 detail = f"{dtypes.ALL[a].name} to {dtypes.ALL[b].name}"
@@ -300,7 +307,9 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
             ln.err[:, hazard_col(spec.ub_size) + HZ_MANUAL_SYNC] = 0 if auto_sync else 1
         ctx = _contexts(block_dim)
         try:
-            with _launch.host_threads(*arrays):
+            threads = _launch.host_threads(*arrays)
+            threads.serial |= k.atomic  # GM += from two host threads at once would lose adds
+            with threads:
                 _launch.run_cores(cores, block_dim, block_dim, ln.arena, ln.counters, ln.err, ln.core_checks, ctx,
                                   ws, t, *flat)
         except Exception:

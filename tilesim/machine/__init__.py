@@ -3,7 +3,15 @@ docstring). A kernel module imports what it uses from here, as an Ascend C kerne
 
 from ..cast import CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC
 from .convert import cast
-from .datacopy import DataCopyExtParams, DataCopyPadExtParams, DataCopyParams, data_copy, data_copy_pad
+from .datacopy import (
+    DataCopyExtParams,
+    DataCopyPadExtParams,
+    DataCopyParams,
+    data_copy,
+    data_copy_pad,
+    set_atomic_add,
+    set_atomic_none,
+)
 from .dtypes import bfloat16, float32, half, int8, int16, int32, int64, size_of, uint8, uint16, uint32
 from .pipe import VECCALC, VECIN, VECOUT, TBuf, TPipe, TQue
 from .sync import (
@@ -47,6 +55,7 @@ from .vector import (
 
 __all__ = [
     "PIPE_ALL", "PIPE_MTE2", "PIPE_MTE3", "PIPE_S", "PIPE_V", "HardEvent", "pipe_barrier", "set_flag", "wait_flag",
+    "set_atomic_add", "set_atomic_none",
     "CAST_CEIL", "CAST_FLOOR", "CAST_NONE", "CAST_ODD", "CAST_RINT", "CAST_ROUND", "CAST_TRUNC", "MASK_PLACEHOLDER",
     "VECCALC", "VECIN", "VECOUT", "BinaryRepeatParams", "DataCopyExtParams", "DataCopyPadExtParams",
     "DataCopyParams", "TBuf", "TPipe", "TQue", "UnaryRepeatParams", "abs_", "add", "adds", "bfloat16", "cast",

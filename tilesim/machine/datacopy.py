@@ -11,6 +11,10 @@
   leaves undefined bytes).
 - ``data_copy_pad(dst_gm, src_ub, DataCopyExtParams(...))``: each UB row read from a 32 B boundary, exactly
   ``block_len`` bytes written to GM; the UB gap ``src_stride`` in 32 B blocks, the GM gap ``dst_stride`` in bytes.
+- ``set_atomic_add(ctx, float32)`` / ``set_atomic_none(ctx)``: SetAtomicAdd<T> / SetAtomicNone (DisableDmaAtomic):
+  between them every copy to GM adds to what GM holds, as T (float, half, bfloat16, int32, int16, int8 on A2; a
+  b16 sum rounded to nearest even). A kernel that calls set_atomic_add runs its cores on one host thread, in core
+  order (one of the orders the NPU may take; its atomic adds land in any order).
 
 Direction follows the operand types, as the overloads of the C++ API do. (DataCopyParams' fields are uint16 and
 DataCopyExtParams' uint32; the emulator takes Python ints.)
@@ -24,11 +28,23 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from ..datamove import gm_to_ub, ub_to_gm
-from ..jit import DEVICE_OPTIONS
+from ..datamove import gm_to_ub, ub_to_gm, ub_to_gm_atomic
+from ..jit import DEVICE_OPTIONS, njit
 from ..schedule import PIPE_MTE2, PIPE_MTE3
+from .dtypes import ALL, ElemType
 from .hazard import hz_issue, hz_rows, op_code
-from .tensor import GlobalTensorType, LocalTensorType, core_of, gm_view, plan_tensor
+from .pipe import FAULT_DTYPE
+from .tensor import (
+    X_ATOMIC,
+    GlobalTensorType,
+    KernelContextType,
+    LocalTensorType,
+    core_of,
+    ctx_words,
+    fault,
+    gm_view,
+    plan_tensor,
+)
 
 DataCopyParams = namedtuple("DataCopyParams", ["block_count", "block_len", "src_stride", "dst_stride"],
                             defaults=(1, 0, 0, 0))
@@ -38,6 +54,43 @@ DataCopyPadExtParams = namedtuple("DataCopyPadExtParams", ["is_pad", "left_paddi
                                                            "padding_value"], defaults=(False, 0, 0, 0))
 BLOCK = 32
 _DATA_COPY, _DATA_COPY_PAD = op_code("DataCopy"), op_code("DataCopyPad")
+
+
+_ATOMIC_KIND = {"float": 0, "half": 1, "bfloat16_t": 2, "int32_t": 3, "int16_t": 4, "int8_t": 5}
+
+
+@njit(cache=True)
+def _to_gm(core, w, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole):
+    """The MTE3 copy, plain or under SetAtomicAdd."""
+    if w[X_ATOMIC]:
+        ub_to_gm_atomic(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole, w[X_ATOMIC] - 1)
+    else:
+        ub_to_gm(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole)
+
+
+def set_atomic_add(ctx, dtype):  # type: ignore[no-untyped-def]
+    """SetAtomicAdd<T>(): the copies to GM that follow add into GM as ``dtype``."""
+
+
+@overload(set_atomic_add, jit_options=DEVICE_OPTIONS)
+def _set_atomic_add(ctx, dtype):  # type: ignore[no-untyped-def]
+    if not (isinstance(ctx, KernelContextType) and isinstance(dtype, ElemType)):
+        return None
+    name = dtype.dt.name
+    if name not in _ATOMIC_KIND:
+        code = op_code("SetAtomicAdd") * 100 + [d.name for d in ALL].index(name)
+        return lambda ctx, dtype: fault(ctx_words(ctx.ctx), FAULT_DTYPE, np.int64(-1), code)
+    kind = _ATOMIC_KIND[name] + 1
+
+    def set_add(ctx, dtype):  # type: ignore[no-untyped-def]
+        ctx_words(ctx.ctx)[X_ATOMIC] = kind
+    return set_add
+
+
+@njit(cache=True)
+def set_atomic_none(ctx):
+    """SetAtomicNone (DisableDmaAtomic): copies to GM write again."""
+    ctx_words(ctx.ctx)[X_ATOMIC] = 0
 
 
 def data_copy(dst, src, params):  # type: ignore[no-untyped-def]
@@ -67,8 +120,8 @@ def _data_copy(dst, src, params):  # type: ignore[no-untyped-def]
             hz_issue(core, PIPE_MTE2)
         else:
             core = core_of(src)
-            ub_to_gm(core, gm_view(dst), dst.off, plan_tensor(src), rows, row_b, row_b + gap_dst,
-                     row_b + gap_src, True)
+            _to_gm(core, ctx_words(src.ctx), gm_view(dst), dst.off, plan_tensor(src), rows, row_b, row_b + gap_dst,
+                   row_b + gap_src, True)
             hz_rows(core, PIPE_MTE3, _DATA_COPY, src.buf, src.addr, rows, row_b, row_b + gap_src, False, src.gen >= 0)
             hz_issue(core, PIPE_MTE3)
     return copy
@@ -107,8 +160,8 @@ def _data_copy_pad(dst, src, params, pad_params=None):  # type: ignore[no-untype
         rows, row_b = np.int64(params.block_count), np.int64(params.block_len)
         ub_pitch = (row_b + BLOCK - 1) // BLOCK * BLOCK + np.int64(params.src_stride) * BLOCK
         core = core_of(src)
-        ub_to_gm(core, gm_view(dst), dst.off, plan_tensor(src), rows, row_b,
-                 row_b + np.int64(params.dst_stride), ub_pitch, False)
+        _to_gm(core, ctx_words(src.ctx), gm_view(dst), dst.off, plan_tensor(src), rows, row_b,
+               row_b + np.int64(params.dst_stride), ub_pitch, False)
         hz_rows(core, PIPE_MTE3, _DATA_COPY_PAD, src.buf, src.addr, rows, row_b, ub_pitch, False, src.gen >= 0)
         hz_issue(core, PIPE_MTE3)
     return pad_out

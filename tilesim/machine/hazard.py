@@ -43,7 +43,8 @@ INSTRUCTIONS = ("DataCopy", "DataCopyPad", "GetValue", "SetValue", "Add", "Sub",
                 "Muls", "Maxs", "Mins", "Exp", "Ln", "Abs", "Sqrt", "Rsqrt", "Reciprocal", "Relu", "Duplicate", "Axpy",
                 "Cast", "Compare", "CompareScalar", "Select", "ReduceSum", "ReduceMax", "ReduceMin", "WholeReduceSum",
                 "WholeReduceMax", "WholeReduceMin", "BlockReduceSum", "BlockReduceMax", "BlockReduceMin",
-                "PairReduceSum", "Brcb", "Gather", "Transpose", "GatherMask", "LeakyRelu", "Not", "And", "Or")
+                "PairReduceSum", "Brcb", "Gather", "Transpose", "GatherMask", "LeakyRelu", "Not", "And", "Or",
+                "SetAtomicAdd")
 
 
 def op_code(name: str) -> int:

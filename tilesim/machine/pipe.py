@@ -84,7 +84,7 @@ FAULT_DEQUE_EMPTY = 4
 FAULT_FREE_FREE = 5
 FAULT_BAD_QUEUE = 6  # InitBuffer of a TQue at VECCALC, of depth or num out of range, past 64 buffers
 FAULT_BAD_GET = 7  # TBuf.Get past the buffer
-FAULT_DTYPE = 8  # an instruction on an element type its A2 API does not take (detail: op * 100 + dtype)
+FAULT_DTYPE = 8  # an instruction on an element type its A2 API does not take (detail: its code * 100 + dtype)
 FAULT_CAST = 9  # a Cast between types tilesim does not convert (detail: src * 100 + dst)
 # FAULT_EVENT_POOL = 10, FAULT_EVENT_ID = 11: tilesim.machine.sync
 

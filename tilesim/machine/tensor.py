@@ -52,7 +52,8 @@ Q_FREE_EVT = Q_FIFO_EVT + MAX_QUE_SLOTS  # MAX_QUE_SLOTS: each slot's FreeTensor
 Q_WORDS = Q_FREE_EVT + MAX_QUE_SLOTS
 X_EVT_POOL = X_QUE + MAX_BUFS * Q_WORDS  # N_EVENT_POOLS words: the event ids taken, a bit each, per HardEvent
 N_EVENT_POOLS = 16
-CTX_WORDS = X_EVT_POOL + N_EVENT_POOLS
+X_ATOMIC = X_EVT_POOL + N_EVENT_POOLS  # SetAtomicAdd<T>: the index of T in tilesim.machine.dtypes.ALL + 1 (0: none)
+CTX_WORDS = X_ATOMIC + 1
 FREE, ALLOCATED, ENQUEUED, DEQUEUED = 0, 1, 2, 3  # a queue slot's state
 _GET_VALUE, _SET_VALUE = op_code("GetValue"), op_code("SetValue")
 

@@ -331,7 +331,7 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
     cls, allowed = OPS[name]
     dt = dst.dtype.dt
     if dt.name not in allowed:  # a run-time stop, not a compile error, so that a branch not taken may hold it
-        code = list(OPS).index(name) * 100 + [d.name for d in ALL].index(dt.name)
+        code = op_code(name) * 100 + [d.name for d in ALL].index(dt.name)
         return lambda op, dst, a, b, s, args: fault(ctx_words(dst.ctx), FAULT_DTYPE, np.int64(-1), code)
     sz = dt.size
     per = 256 // sz
