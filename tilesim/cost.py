@@ -23,6 +23,11 @@ The model, per core and per SyncAll phase:
   TQue EnQue/DeQue and FreeTensor flags insert, at queue-slot granularity. So ``buffer_num`` gives its overlap
   by itself: with one buffer, CopyIn of tile i+1 waits for Compute of tile i to free the slot (the stages add);
   with two, it fills the other slot meanwhile (steady state is the slowest stage, plus fill and drain).
+- **Syncs.** A kernel on :mod:`tilesim.machine` logs its syncs, those its queue calls make included: a SetFlag
+  fires when the instructions its pipe issued before it are done, results included; the WaitFlag holds its pipe
+  until then, and a wait of the scalar unit holds the issue of everything after it; PipeBarrier holds its pipe
+  until the pipe's earlier instructions are done (PIPE_ALL: every pipe). With one buffer, the next CopyIn so waits
+  for the whole Compute of the tile before (FreeTensor's V_MTE2), not only for the instruction that read the slot.
 - **Kernel time.** Each phase ends when its slowest core does; phases are separated by a SyncAll; the launch
   adds its overhead once.
 

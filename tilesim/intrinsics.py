@@ -119,6 +119,46 @@ def stream_line(typingctx, dst, src):
 
 
 @intrinsic
+def atomic_add(typingctx, addr, v):
+    """``*addr += v`` on the int64 at an address, atomically (sequentially consistent); the old value."""
+    if not (isinstance(addr, types.Integer) and isinstance(v, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        p = builder.inttoptr(args[0], i64.as_pointer())
+        return builder.atomic_rmw("add", p, context.cast(builder, args[1], signature.args[1], types.int64),
+                                  "seq_cst")
+
+    return types.int64(addr, v), codegen
+
+
+@intrinsic
+def atomic_load(typingctx, addr):
+    """The int64 at an address, read atomically (sequentially consistent): another thread's store is seen."""
+    if not isinstance(addr, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        return builder.load_atomic(builder.inttoptr(args[0], i64.as_pointer()), "seq_cst", 8)
+
+    return types.int64(addr), codegen
+
+
+@intrinsic
+def yield_cpu(typingctx):
+    """Give the host core to another thread (``sched_yield``): a thread waiting for others on a busy host."""
+
+    def codegen(context, builder, signature, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(32), []), "sched_yield")
+        builder.call(fn, [])
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
+@intrinsic
 def store_fence(typingctx):
     """This thread's non-temporal stores are visible before any store that follows: ``sfence`` on x86 (where an
     ordinary fence orders nothing, every other store being ordered already), a full fence elsewhere."""

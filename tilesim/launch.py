@@ -330,6 +330,58 @@ def run_cores(cores: Callable[..., None], block_dim: int, *args: Any) -> None:
     _end_phase()
 
 
+class SyncAllMismatch(RuntimeError):
+    """Cores of a launch that cannot all reach the same SyncAll: some wait at it, others have ended (the NPU
+    hangs)."""
+
+
+def run_synced(cores: Callable[..., None], block_dim: int, bar: np.ndarray, *args: Any) -> None:
+    """A kernel with SyncAll (:func:`tilesim.machine.sync.sync_all`): ``cores(c, c + 1, *args)`` for each core on a
+    host thread of its own, and a phase ended (as :func:`run_cores` ends one) each time every core waits at the
+    next SyncAll, which then releases them. ``bar``: the barrier words the cores see (BAR_ARRIVED ... BAR_ABORT of
+    tilesim.machine.sync, zeroed here). Raises what a core raised, else :class:`SyncAllMismatch`."""
+    arrived, released, exited, abort = range(4)
+    bar[:] = 0
+    errors: list[BaseException] = []
+    gone = np.zeros(block_dim, bool)
+
+    def core(c: int) -> None:
+        try:
+            _run_fenced(cores, c, c + 1, *args)
+        except BaseException as e:  # noqa: BLE001  (re-raised by the launching thread)
+            errors.append(e)
+            bar[abort] = 1
+        finally:
+            gone[c] = True
+            with _lock:
+                bar[exited] += 1
+
+    threads = [threading.Thread(target=core, args=(c,), name=f"tilesim-core-{c}") for c in range(block_dim)]
+    for th in threads:
+        th.start()
+    g, stuck = 0, None
+    while bar[exited] < block_dim and not bar[abort]:
+        waiting = int(bar[arrived]) - g * block_dim
+        if waiting == block_dim:
+            _end_phase()
+            g += 1
+            bar[released] = g
+            continue
+        if waiting > 0 and waiting + int(bar[exited]) == block_dim:  # the others will never come
+            stuck = (g, np.flatnonzero(gone).tolist())
+            bar[abort] = 1
+            break
+        time.sleep(20e-6)
+    for th in threads:
+        th.join()
+    if errors and stuck is None:
+        raise errors[0]
+    if stuck is not None:
+        raise SyncAllMismatch(f"cores {stuck[1]} ended without reaching SyncAll number {stuck[0] + 1}, where the "
+                              f"other cores wait (the NPU hangs)")
+    _end_phase()
+
+
 def _thread_ub(args: tuple[Any, ...], k: int, n: int) -> tuple[Any, ...]:
     """``args``, with the arena of a fast launch with :attr:`Launch.phase_local_ub` replaced by host thread k's
     (of n) UB: one arena row, seen by every core (a view with row stride 0). The threads' rows are spread over

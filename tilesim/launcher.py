@@ -37,6 +37,7 @@ from .jit import njit
 from .machine import dtypes
 from .machine.hazard import INSTRUCTIONS, hz_end
 from .machine.pipe import FAULT_CAST, FAULT_DTYPE, FAULT_TEXT, FAULT_UB_OVERFLOW
+from .machine.sync import FAULT_SYNC_ALL
 from .machine.tensor import (
     CTX_WORDS,
     N_EVENT_POOLS,
@@ -57,6 +58,8 @@ from .machine.tensor import (
     X_PLAN_AT,
     X_PLAN_ROWS,
     X_POOL,
+    X_SYNC_AT,
+    X_SYNC_GEN,
     X_UB_SIZE,
     X_WS_AT,
     X_WS_SIZE,
@@ -76,7 +79,7 @@ class KernelError(RuntimeError):
 
 
 @njit(cache=True)
-def enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws):
+def enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws, sync_at):
     """Core ``c``'s context block, filled in, and the KernelContext the kernel receives."""
     i = np.int64(c)
     w = ctx[i]
@@ -100,6 +103,8 @@ def enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws):
     for e in range(N_EVENT_POOLS):
         w[X_EVT_POOL + e] = 0
     w[X_ATOMIC] = 0
+    w[X_SYNC_AT] = sync_at
+    w[X_SYNC_GEN] = 0
     return make_context((np.int64(ctx.ctypes.data) + i * np.int64(ctx.strides[0]), checks_field(checks)), None)
 
 
@@ -120,6 +125,7 @@ class Kernel:
     buffer_names: tuple[str, ...]
     gm_params: list[str]  # the names of its GM parameters (after ctx and the tiling), for reports
     atomic: bool = False  # it calls set_atomic_add: its cores run on one host thread, in order
+    sync_all: bool = False  # it calls sync_all: each core runs on a host thread of its own
 
     @property
     def name(self) -> str:
@@ -143,11 +149,11 @@ def _buffer_names(fn: Any) -> list[str]:
 def kernel(fn: Any) -> Kernel:
     """Decorator: ``fn(ctx, t, *gm)`` is a kernel, one call per core."""
     try:
-        atomic = "set_atomic_add" in inspect.getsource(fn)
+        source = inspect.getsource(fn)
     except (OSError, TypeError):
-        atomic = False
+        source = ""
     return Kernel(njit(cache=True)(fn), fn, tuple(_buffer_names(fn)), list(inspect.signature(fn).parameters)[2:],
-                  atomic)
+                  "set_atomic_add" in source, "sync_all" in source)
 
 
 def _cache_dir() -> Path:
@@ -204,10 +210,10 @@ kernel = importlib.import_module({k.py_func.__module__!r}).{k.py_func.__qualname
 {consts}
 
 @njit(cache=True, nogil=True, host=True)
-def cores(first, last, block_dim, arena, cnt, err, checks, ctx, ws, t{", " + gm if gm else ""}):
+def cores(first, last, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, t{", " + gm if gm else ""}):
     t = Tiling(*t)
     for c in range(first, last):
-        kc = enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws)
+        kc = enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws, sync_at)
         kernel(kc, t{", " + tensors if tensors else ""})
         exit_core(kc)
 '''
@@ -255,10 +261,13 @@ def _contexts(block_dim: int) -> np.ndarray:
 
 
 def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec) -> None:
-    """Raise what a core's fault word says stopped it (the first such core), if any."""
-    for c in range(ctx.shape[0]):
-        kind = int(ctx[c, X_FAULT])
-        ctx[c, X_FAULT] = 0
+    """Raise what a core's fault word says stopped it (the first such core, before those that gave up a SyncAll
+    because it stopped), if any."""
+    kinds = ctx[:, X_FAULT].copy()
+    ctx[:, X_FAULT] = 0
+    first = np.where((kinds == FAULT_SYNC_ALL) & (ctx[:, X_FAULT + 2] >= 0), 0, kinds)
+    for c in np.flatnonzero(first if first.any() else kinds).tolist():
+        kind = int(kinds[c])
         if kind:
             buf, detail = int(ctx[c, X_FAULT + 1]), int(ctx[c, X_FAULT + 2])
             plan = _plan_of(ctx[c], k.buffer_names, soc)
@@ -310,8 +319,15 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
             threads = _launch.host_threads(*arrays)
             threads.serial |= k.atomic  # GM += from two host threads at once would lose adds
             with threads:
-                _launch.run_cores(cores, block_dim, block_dim, ln.arena, ln.counters, ln.err, ln.core_checks, ctx,
-                                  ws, t, *flat)
+                if k.sync_all:
+                    bar = np.zeros(4, np.int64)
+                    _launch.run_synced(cores, block_dim, bar, block_dim, ln.arena, ln.counters, ln.err,
+                                       ln.core_checks, ctx, ws, bar.ctypes.data, t, *flat)
+                else:
+                    _launch.run_cores(cores, block_dim, block_dim, ln.arena, ln.counters, ln.err, ln.core_checks,
+                                      ctx, ws, 0, t, *flat)
+        except _launch.SyncAllMismatch as e:
+            raise KernelError(f"{k.name}: {e}") from None
         except Exception:
             _raise_fault(ctx, k, spec)  # a fault the kernel recorded, else the exception as it is
             raise

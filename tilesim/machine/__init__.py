@@ -23,6 +23,7 @@ from .sync import (
     HardEvent,
     pipe_barrier,
     set_flag,
+    sync_all,
     wait_flag,
 )
 from .tensor import get_block_idx, get_block_num, get_user_workspace
@@ -55,7 +56,7 @@ from .vector import (
 
 __all__ = [
     "PIPE_ALL", "PIPE_MTE2", "PIPE_MTE3", "PIPE_S", "PIPE_V", "HardEvent", "pipe_barrier", "set_flag", "wait_flag",
-    "set_atomic_add", "set_atomic_none",
+    "set_atomic_add", "set_atomic_none", "sync_all",
     "CAST_CEIL", "CAST_FLOOR", "CAST_NONE", "CAST_ODD", "CAST_RINT", "CAST_ROUND", "CAST_TRUNC", "MASK_PLACEHOLDER",
     "VECCALC", "VECIN", "VECOUT", "BinaryRepeatParams", "DataCopyExtParams", "DataCopyPadExtParams",
     "DataCopyParams", "TBuf", "TPipe", "TQue", "UnaryRepeatParams", "abs_", "add", "adds", "bfloat16", "cast",

@@ -35,6 +35,7 @@ from .structs import constructor, struct_type
 from .sync import (
     FAULT_EVENT_ID,
     FAULT_EVENT_POOL,
+    FAULT_SYNC_ALL,
     HardEvent,
     alloc_id,
     fetch_id,
@@ -370,4 +371,6 @@ FAULT_TEXT = {
                       "release one, or wait for a queue's EnQue / FreeTensor to be consumed)",
     FAULT_EVENT_ID: "{detail}: an event id must be 0 to 7, and PipeBarrier takes PIPE_V, PIPE_MTE2, PIPE_MTE3 or "
                     "PIPE_ALL (100 + pipe)",
+    FAULT_SYNC_ALL: "SyncAll {detail} (-1: in a launch that did not expect it: the kernel's own source must call "
+                    "sync_all; else the number of the SyncAll given up because another core stopped)",
 }

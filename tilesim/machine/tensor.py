@@ -53,7 +53,9 @@ Q_WORDS = Q_FREE_EVT + MAX_QUE_SLOTS
 X_EVT_POOL = X_QUE + MAX_BUFS * Q_WORDS  # N_EVENT_POOLS words: the event ids taken, a bit each, per HardEvent
 N_EVENT_POOLS = 16
 X_ATOMIC = X_EVT_POOL + N_EVENT_POOLS  # SetAtomicAdd<T>: the index of T in tilesim.machine.dtypes.ALL + 1 (0: none)
-CTX_WORDS = X_ATOMIC + 1
+X_SYNC_AT = X_ATOMIC + 1  # SyncAll: the address of the launch's barrier words (0: a launch without SyncAll)
+X_SYNC_GEN = X_SYNC_AT + 1  # the SyncAlls this core has passed
+CTX_WORDS = X_SYNC_GEN + 1
 FREE, ALLOCATED, ENQUEUED, DEQUEUED = 0, 1, 2, 3  # a queue slot's state
 _GET_VALUE, _SET_VALUE = op_code("GetValue"), op_code("SetValue")
 
