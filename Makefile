@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench lint clean docs
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -15,6 +15,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $@ $(VENV)/.installed
+
+$(VENV)/.installed-docs: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e ".[docs]"
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
@@ -29,6 +33,11 @@ test: $(VENV)/.installed-test
 	$(BIN)/python -m ruff check tilesim tiling kernels tests bench examples
 	$(BIN)/python -m pytest -q $(XDIST)
 	$(BIN)/python -m pytest -q $(XDIST) --tilesim-checks  # again, every launch checked: no false reports
+
+# The documentation site (mkdocs.yml, docs/): the API pages from the docstrings, the guides in Markdown with code
+# included from examples/; --strict: a warning (a broken link, snippet or API object) fails the build.
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m pytest bench -q --benchmark-enable --benchmark-columns=median,mean,stddev,rounds

@@ -20,6 +20,7 @@ from tilesim.precision import compare
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
 
+# --8<-- [start:tiling]
 @dataclass(frozen=True)
 class AddTailTiling:
     """Cores below former_num take former_length elements, the others tail_length (one 32 B block fewer), the
@@ -64,8 +65,10 @@ def tiling(x: Any, *, soc: str | SocSpec = DEFAULT_SOC, core_num: int | None = N
                                        f"{fit} (what fits the UB with buffer_num {buffer_num})")
     last = n - former_num * (per + 1) * m - (block_dim - 1 - former_num) * per * m
     return AddTailTiling(n, block_dim, former_num, (per + 1) * m, per * m, last, tile_len, buffer_num, float(alpha))
+# --8<-- [end:tiling]
 
 
+# --8<-- [start:kernel-setup]
 @kernel
 def add_tail_kernel(ctx, t, x, y, z):
     sz, c = asc.size_of(x.dtype), asc.get_block_idx(ctx)
@@ -77,6 +80,8 @@ def add_tail_kernel(ctx, t, x, y, z):
     y32 = pipe.init_buffer(asc.TBuf(asc.VECCALC), t.tile_len * 4 if sz == 2 else 0)
     start = c * t.tail_length + min(c, t.former_num) * (t.former_length - t.tail_length)
     length = t.former_length if c < t.former_num else t.last_length if c == t.block_dim - 1 else t.tail_length
+    # --8<-- [end:kernel-setup]
+    # --8<-- [start:copy-in]
     for off in range(start, start + length, t.tile_len):
         n = min(t.tile_len, start + length - off)
         k = (n * sz + 31) // 32 * 32 // sz  # whole blocks: the padding is computed on, never written out
@@ -86,6 +91,8 @@ def add_tail_kernel(ctx, t, x, y, z):
         asc.data_copy_pad(yl, y[off], row, zero_pad)
         in_x.enque(xl)
         in_y.enque(yl)
+        # --8<-- [end:copy-in]
+        # --8<-- [start:compute]
         xl, yl, zl = in_x.deque(x.dtype), in_y.deque(x.dtype), out_z.alloc_tensor(x.dtype)  # Compute
         if sz == 4:  # a PipeBarrier<PIPE_V> between dependent steps, as ops-nn writes them (auto-sync would too)
             asc.add(zl, xl, yl, k)
@@ -103,12 +110,16 @@ def add_tail_kernel(ctx, t, x, y, z):
             asc.cast(zl, a, asc.CAST_RINT, k)
         in_x.free_tensor(xl)
         in_y.free_tensor(yl)
+        # --8<-- [end:compute]
+        # --8<-- [start:copy-out]
         out_z.enque(zl)
         zl = out_z.deque(x.dtype)  # CopyOut: only the n real elements
         asc.data_copy_pad(z[off], zl, row)
         out_z.free_tensor(zl)
+        # --8<-- [end:copy-out]
 
 
+# --8<-- [start:op]
 def check_tiling(t: AddTailTiling, x: Any, soc: SocSpec) -> AddTailTiling:
     """A hand-made tiling runs only if it is what its free choices give for ``x`` (561002 naming the field)."""
     if not 1 <= t.block_dim <= soc.core_num_aiv:
@@ -134,11 +145,13 @@ def add_tail(x: np.ndarray, y: np.ndarray, *, alpha: float = 0.5, soc: str | Soc
     launch(add_tail_kernel, t, np.ascontiguousarray(x), np.ascontiguousarray(y), z, block_dim=t.block_dim,
            soc=spec, checks=checks, op="add_tail")
     return z
+# --8<-- [end:op]
 
 
 make_tiling = tiling  # the op's ``tiling=`` argument shadows the name
 
 
+# --8<-- [start:opspec]
 def reference(x: np.ndarray, y: np.ndarray, alpha: float = 0.5) -> np.ndarray:
     return (x.astype(np.float64) + y.astype(np.float64)) * alpha
 
@@ -167,9 +180,12 @@ OPS = {"add_tail": OpSpec(
     shape_help="any shape, x and y alike, computed flat (999 x 1001: a tail in every dtype)", candidates=candidates,
     run=lambda inputs, t, soc: (add_tail(**inputs, tiling=t, soc=soc),), reference=lambda i: (reference(**i),),
     output_names=("z",), doc="z = (x + y) * alpha: the README's worked example of a kernel of your own.")}
+# --8<-- [end:opspec]
 
+# --8<-- [start:main]
 if __name__ == "__main__":
     for d in ("fp32", "bf16"):
         inputs = make_inputs(OPS["add_tail"].default_shape, d)
         z, reports = tilesim.recorded(lambda: add_tail(**inputs))  # noqa: B023
         print(reports[0].tiling, reports[0], compare(z, reference(**inputs)), estimate(reports[0]), sep="\n\n")
+# --8<-- [end:main]
