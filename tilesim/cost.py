@@ -100,6 +100,7 @@ class Estimate:
 
     @property
     def slowest_core(self) -> int:
+        """The core whose estimated time is the kernel's."""
         return int(np.argmax(self.core_us))
 
     @property
@@ -115,6 +116,7 @@ class Estimate:
 
     @property
     def ub_utilisation(self) -> float:
+        """The share of the UB the plan places."""
         return self.ub_used / self.ub_size
 
     def summary(self) -> dict[str, Any]:

@@ -681,6 +681,7 @@ class RunReport:
         return self.counters[:, COUNTER_NAMES.index(name)]
 
     def total(self, name: str) -> int:
+        """One counter summed over the cores."""
         return int(self.counter(name).sum())
 
     def __str__(self) -> str:

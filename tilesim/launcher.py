@@ -129,6 +129,7 @@ class Kernel:
 
     @property
     def name(self) -> str:
+        """The kernel function's name, as reports give it."""
         return self.py_func.__name__
 
 

@@ -140,6 +140,7 @@ def plan_tensor(t):
 @overload_attribute(LocalTensorType, "dtype", jit_options=DEVICE_OPTIONS)
 @overload_attribute(GlobalTensorType, "dtype", jit_options=DEVICE_OPTIONS)
 def _dtype(t):  # type: ignore[no-untyped-def]
+    """``t.dtype``: the tensor's element type (``asc.float32``, ...), to allocate or cast alike."""
     dt = t.dtype.dt
     return lambda t: dt
 
@@ -167,6 +168,7 @@ def _get_size(t):  # type: ignore[no-untyped-def]
 
 @overload_method(GlobalTensorType, "get_size", jit_options=DEVICE_OPTIONS)
 def _gm_get_size(t):  # type: ignore[no-untyped-def]
+    """GetSize: the elements from this (sub-)tensor's start to the GM tensor's end."""
     sz = t.dtype.dt.size
     return lambda t: (t.size - t.off) // sz
 
