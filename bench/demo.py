@@ -1,16 +1,16 @@
-"""``make demo``: RmsNormGrad (both of its kernels), GroupNormBackward, SwiGluGrad, the layer-norm backward and
-NsaCompressGrad on the emulated Ascend910B1, in one table.
+"""``make demo``: RmsNormGrad (both of its kernels), GroupNormBackward, SwiGluGrad, SwiGlu, the layer-norm backward
+and NsaCompressGrad on the emulated Ascend910B1, in one table.
 
 Runs ``kernels.rms_norm_grad`` on [4096, 4096] bf16 (split-N: whole rows per UB tile) and on [64, 12288] fp32
-(split-D: rows too long for the UB, cut into column tiles), ``kernels.group_norm_backward`` on [32, 512, 64·64]
-with 32 groups in fp32 and bf16, and ``kernels.swiglu_grad`` on x [8192, 2·4096] bf16 (dim -1: A and B the two
-column halves, y_grad [8192, 4096]), ``kernels.layer_norm_grad`` (the LayerNormGrad and LayerNormGradBeta APIs
-per UB tile of whole rows) on [4096, 4096] in fp32 and fp16 and ``kernels.nsa_compress_grad`` on input
-[8192, 32, 128] bf16 (TND, 4 sequences of 2048 tokens, blockSize 32, stride 16: overlapping windows), with
-realistic inputs (the makers of ``kernels.ops``, which the explorer uses too), and prints, per run, the tiling
-the host chose, the UB plan's size, the bytes the data movers carried, the error of dx (pd_x for the layer-norm
-backward, input_grad for NsaCompressGrad) against untiled float64 math under Ascend's precision standard, and
-the wall time on this CPU.
+(split-D: rows too long for the UB, cut into column tiles), ``kernels.group_norm_backward`` on [32, 512, 64·64] with
+32 groups in fp32 and bf16, and ``kernels.swiglu_grad`` on x [8192, 2·4096] bf16 (dim -1: A and B the two column
+halves, y_grad [8192, 4096]) and ``kernels.swiglu`` (its forward) on the same x, ``kernels.layer_norm_grad`` (the
+LayerNormGrad and LayerNormGradBeta APIs per UB tile of whole rows) on [4096, 4096] in fp32 and fp16 and
+``kernels.nsa_compress_grad`` on input [8192, 32, 128] bf16 (TND, 4 sequences of 2048 tokens, blockSize 32, stride
+16: overlapping windows), with realistic inputs (the makers of ``kernels.ops``, which the explorer uses too), and
+prints, per run, the tiling the host chose, the UB plan's size, the bytes the data movers carried, the error of dx
+(pd_x for the layer-norm backward, input_grad for NsaCompressGrad) against untiled float64 math under Ascend's
+precision standard, and the wall time on this CPU.
 
     python -m bench.demo
 """
@@ -33,6 +33,7 @@ from kernels.ops import (
     nsa_compress_grad_inputs,
     rms_norm_grad_inputs,
     swiglu_grad_inputs,
+    swiglu_inputs,
 )
 from tilesim.cost import estimated, total_us
 from tilesim.precision import compare
@@ -49,7 +50,7 @@ def case(op: str, inputs: dict[str, Any], label: str) -> tuple[Callable[..., Any
     api = getattr(kernels, op)
 
     def call(out: Any = None) -> Any:
-        if op == "swiglu_grad":
+        if op in ("swiglu_grad", "swiglu"):
             return (api(**inputs, out=None if out is None else out[0]),)
         return api(**inputs, out=out)
 
@@ -76,6 +77,15 @@ def swiglu_grad_case(shape: tuple[int, int], dtype: str,
     return case("swiglu_grad", swiglu_grad_inputs(shape, dtype, dim=dim), "x".join(sizes))
 
 
+def swiglu_case(shape: tuple[int, int], dtype: str,
+                dim: int = -1) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
+    """kernels.swiglu (the forward, on tilesim's programming model) on x of ``shape`` split along ``dim``: (call,
+    golden y, shape label)."""
+    sizes = [str(n) for n in shape]
+    sizes[dim] = f"2·{shape[dim] // 2}"  # the split axis: A and B
+    return case("swiglu", swiglu_inputs(shape, dtype, dim=dim), "x".join(sizes))
+
+
 def layer_norm_grad_case(shape: tuple[int, int],
                          dtype: str) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
     """kernels.layer_norm_grad over the last axis of ``shape`` (epsilon 1e-5): (call, golden pd_x, shape label)."""
@@ -93,8 +103,9 @@ def nsa_compress_grad_case(shape: tuple[int, int, int],
 
 CASES = [(rms_norm_grad_case, (4096, 4096), "bf16"), (rms_norm_grad_case, (64, 12288), "fp32"),
          (group_norm_backward_case, (32, 512, 64 * 64), "fp32"), (group_norm_backward_case, (32, 512, 64 * 64), "bf16"),
-         (swiglu_grad_case, (8192, 8192), "bf16"), (layer_norm_grad_case, (4096, 4096), "fp32"),
-         (layer_norm_grad_case, (4096, 4096), "fp16"), (nsa_compress_grad_case, (8192, 32, 128), "bf16")]
+         (swiglu_grad_case, (8192, 8192), "bf16"), (swiglu_case, (8192, 8192), "bf16"),
+         (layer_norm_grad_case, (4096, 4096), "fp32"), (layer_norm_grad_case, (4096, 4096), "fp16"),
+         (nsa_compress_grad_case, (8192, 32, 128), "bf16")]
 
 
 def tiling_key(op: str, t: Any) -> str:
@@ -109,7 +120,7 @@ def tiling_key(op: str, t: Any) -> str:
                 f"{', reuse' if t.is_reuse_source else ''}")
     if op == "group_norm_backward":
         return f"{t.tiling_key} UB mode {t.ub_mode}{', det' if t.deterministic else ''}"
-    if op == "swiglu_grad":
+    if op in ("swiglu_grad", "swiglu"):
         return (f"{t.tiling_key} {t.dtype} tile {t.base_row_len}x{t.base_col_len}{', DB' if t.is_double_buffer else ''}"
                 f"{'' if t.is_32b_aligned else ', pad'}")
     return f"{t.tiling_key} {SPLIT.get(t.tiling_key, '?')}"
@@ -167,20 +178,20 @@ def table(rows: list[dict[str, str]]) -> str:
 
 
 def main() -> None:
-    print(f"tilesim demo: aclnnRmsNormGrad, aclnnGroupNormBackward, aclnnSwiGluGrad, a layer-norm backward and "
-          f"aclnnNsaCompressGrad on the emulated {tilesim.DEFAULT_SOC}, checks off\n")
+    print(f"tilesim demo: aclnnRmsNormGrad, aclnnGroupNormBackward, aclnnSwiGluGrad, aclnnSwiGlu, a layer-norm "
+          f"backward and aclnnNsaCompressGrad on the emulated {tilesim.DEFAULT_SOC}, checks off\n")
     rows = [run_case(make, shape, dtype) for make, shape, dtype in CASES]
     print(table(rows))
-    print(f"\nG: groups; det: the deterministic two-stage dgamma/dbeta reduction; 2·n: x's split axis (A, B); "
-          f"tile: SwiGluGrad's base rows x base cols, DB: double-buffered queues, pad: DataCopyPad (rows not 32 B "
-          f"aligned); layer_norm_grad's tile: UB rows x aligned H, tmp: its APIs' sharedTmpBuffer (shared) or free "
-          f"UB (framework); S: sequences, bs: NsaCompressGrad's blockSize/stride, overlap: windows overlap "
+    print(f"\nG: groups; det: the deterministic two-stage dgamma/dbeta reduction; 2·n: x's split axis (A, B); tile: "
+          f"SwiGluGrad's and SwiGlu's base rows x base cols, DB: double-buffered queues, pad: DataCopyPad (rows not "
+          f"32 B aligned); layer_norm_grad's tile: UB rows x aligned H, tmp: its APIs' sharedTmpBuffer (shared) or "
+          f"free UB (framework); S: sequences, bs: NsaCompressGrad's blockSize/stride, overlap: windows overlap "
           f"(inputGrad accumulated in an fp32 workspace); UB: per-core UB plan / capacity (bytes); MTE2/MTE3: bytes "
           f"GM->UB / UB->GM, all cores; dx MARE: max relative error vs float64 math (pd_x for layer_norm_grad, "
-          f"input_grad for nsa_compress_grad), pass = MERE < T and MARE < limit (10T); first call: with Numba "
-          f"compile/cache load; wall: median of {REPEATS} later calls into the first call's outputs, on this CPU; est. "
-          f"NPU: the cost model's time for the call on the SoC (tilesim.cost; `tilesim trace` draws its "
-          f"timeline).")
+          f"input_grad for nsa_compress_grad, y for swiglu), pass = MERE < T and MARE < limit (10T); first call: "
+          f"with Numba compile/cache load; wall: median of {REPEATS} later calls into the first call's outputs, on "
+          f"this CPU; est. NPU: the cost model's time for the call on the SoC (tilesim.cost; `tilesim trace` draws "
+          f"its timeline).")
 
 
 if __name__ == "__main__":

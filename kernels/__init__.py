@@ -6,8 +6,9 @@ from .layer_norm_grad import layer_norm_grad
 from .layer_norm_grad_beta import layer_norm_grad_beta
 from .nsa_compress_grad import nsa_compress_grad
 from .rms_norm_grad import rms_norm_grad
+from .swiglu import swiglu
 from .swiglu_grad import swiglu_grad
 
 __all__ = ["aclnn", "group_norm_backward", "layer_norm_grad", "layer_norm_grad_beta", "nsa_compress_grad", "reference",
            "rms_norm_grad",
-           "swiglu_grad"]
+           "swiglu", "swiglu_grad"]

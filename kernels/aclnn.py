@@ -29,6 +29,9 @@ from tiling.layer_norm_grad import layer_norm_grad as layer_norm_grad_tiling
 from tiling.nsa_compress_grad import nsa_compress_grad as nsa_compress_grad_tiling
 from tiling.rms_norm_grad import rms_norm_grad as rms_norm_grad_tiling
 from tiling.rms_norm_grad import ub_plan as rms_norm_grad_ub_plan
+from tiling.swiglu import check_args as swiglu_check_args
+from tiling.swiglu import out_shape as swiglu_out_shape
+from tiling.swiglu import swiglu as swiglu_tiling
 from tiling.swiglu_grad import swiglu_grad as swiglu_grad_tiling
 from tiling.swiglu_grad import ub_plan as swiglu_grad_ub_plan
 
@@ -36,6 +39,7 @@ from . import group_norm_backward as _group_norm_backward
 from . import layer_norm_grad as _layer_norm_grad
 from . import nsa_compress_grad as _nsa_compress_grad
 from . import rms_norm_grad as _rms_norm_grad
+from . import swiglu as _swiglu
 from . import swiglu_grad as _swiglu_grad
 from .common import checks_default
 
@@ -185,6 +189,33 @@ def swi_glu_grad(workspace: Any, workspace_size: int, executor: Executor | None,
     return _execute("swi_glu_grad", workspace, workspace_size, executor)
 
 
+def swi_glu_get_workspace_size(x: Any, dim: int, out: Any, *,
+                               soc: str | SocSpec = DEFAULT_SOC) -> tuple[int, int, Executor | None]:
+    """aclnnSwiGluGetWorkspaceSize: ``(status, workspace_size, executor)``; the workspace is the tiling's 16 MiB,
+    which the kernel does not touch. An empty x (910B, 910_93) succeeds with workspace 0 and an executor that
+    computes nothing."""
+    try:
+        spec = get_soc(soc)
+        rows, cols = swiglu_check_args(x, dim, spec)
+        res = _check_output("out", out, swiglu_out_shape(x, dim), dtype_name(x))
+        t = swiglu_tiling(x, dim, soc=spec) if rows * cols else None
+    except AclnnError as e:
+        return _fail(e), 0, None
+
+    def run(ws: np.ndarray | None) -> None:
+        if t is not None:
+            _swiglu.run(t, spec, x, res, ws, checks_default(None))
+
+    size = 0 if t is None else t.workspace_size
+    _recent[0] = ""
+    return ACLNN_SUCCESS, size, Executor("swi_glu", size, run, t)
+
+
+def swi_glu(workspace: Any, workspace_size: int, executor: Executor | None, stream: Any = None) -> int:
+    """aclnnSwiGlu: runs the executor on ``workspace``; returns the status."""
+    return _execute("swi_glu", workspace, workspace_size, executor)
+
+
 def layer_norm_grad_get_workspace_size(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, epsilon: float,
                                       pd_x: Any, pd_gamma: Any, pd_beta: Any, *, soc: str | SocSpec = DEFAULT_SOC,
                                       tmp: str = "shared",
@@ -245,4 +276,4 @@ __all__ = ["ACLNN_ERR_PARAM_NULLPTR", "Executor", "get_recent_err_msg", "group_n
            "group_norm_backward_get_workspace_size", "layer_norm_grad", "layer_norm_grad_get_workspace_size",
            "nsa_compress_grad", "nsa_compress_grad_get_workspace_size",
            "rms_norm_grad", "rms_norm_grad_get_workspace_size",
-           "swi_glu_grad", "swi_glu_grad_get_workspace_size"]
+           "swi_glu", "swi_glu_get_workspace_size", "swi_glu_grad", "swi_glu_grad_get_workspace_size"]

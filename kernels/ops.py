@@ -45,6 +45,8 @@ from tiling.rms_norm_grad import SPLIT_D, SPLIT_N
 from tiling.rms_norm_grad import check_tiling as rms_check_tiling
 from tiling.rms_norm_grad import rms_norm_grad as rms_tiling
 from tiling.rms_norm_grad import ub_plan as rms_ub_plan
+from tiling.swiglu import check_tiling as swiglu_fwd_check_tiling
+from tiling.swiglu import swiglu as swiglu_fwd_tiling
 from tiling.swiglu_grad import BLOCK, L2_CACHE_LINE, MAX_BLOCK_COUNT
 from tiling.swiglu_grad import check_tiling as swiglu_check_tiling
 from tiling.swiglu_grad import swiglu_grad as swiglu_tiling
@@ -56,6 +58,7 @@ from .layer_norm_grad import layer_norm_grad
 from .nsa_compress_grad import nsa_compress_grad
 from .nsa_compress_grad import ub_plan as nsa_ub_plan
 from .rms_norm_grad import rms_norm_grad
+from .swiglu import swiglu
 from .swiglu_grad import swiglu_grad
 
 DTYPES = {"fp32": np.dtype(np.float32), "bf16": np.dtype(ml_dtypes.bfloat16), "fp16": np.dtype(np.float16)}
@@ -122,6 +125,12 @@ def swiglu_grad_inputs(shape: tuple[int, ...], dtype: str, seed: int = 0, *, dim
     dy_shape[dim] //= 2
     dy = rng.standard_normal(dy_shape, dtype=np.float32).astype(dt)
     return {"y_grad": dy, "x": x, "dim": dim}
+
+
+def swiglu_inputs(shape: tuple[int, ...], dtype: str, seed: int = 0, *, dim: int = -1) -> Inputs:
+    """x ~ U(-3, 3) of ``shape`` in ``dtype``, A and B its halves along ``dim``."""
+    x = np.random.default_rng(seed).uniform(-3.0, 3.0, shape).astype(np.float32).astype(DTYPES[dtype])
+    return {"x": x, "dim": dim}
 
 
 def layer_norm_grad_inputs(shape: tuple[int, ...], dtype: str, seed: int = 0) -> Inputs:
@@ -356,6 +365,34 @@ def swiglu_grad_params(t: Any) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# SwiGlu
+
+
+def swiglu_candidates(inputs: Inputs, soc: SocSpec) -> list[Candidate]:
+    """SwiGluGrad's sweep with SwiGlu's tiling (the same search, a larger UB tile): cores x buffer_num 1, 2 x the
+    base tile the official search picks for them, and tiles from one 512 B cache line up to what fits: whole rows
+    (as many as the size holds) where a row fits, else part of one row."""
+    spec = get_soc(soc)
+    x, dim = inputs["x"], inputs["dim"]
+    official = swiglu_fwd_tiling(x, dim, soc=spec)
+    row = align_up(official.col_len, BLOCK // official.itemsize)  # one row of a tile in UB
+
+    def make(**kw: Any) -> Any:
+        return swiglu_fwd_check_tiling(swiglu_fwd_tiling(x, dim, soc=spec, **kw), official, spec)
+
+    def tile(e: int) -> dict[str, int]:
+        if e >= row:
+            return {"base_row_len": min(e // row, official.row_len, MAX_BLOCK_COUNT),
+                    "base_col_len": official.col_len}
+        return {"base_row_len": 1, "base_col_len": e}
+
+    return collect(official, (t for cores in core_counts(spec) for nb in (1, 2)
+                              for t in with_tiles(make, {"core_num": cores, "buffer_num": nb}, tile,
+                                                  L2_CACHE_LINE // official.itemsize, official.row_len * row,
+                                                  BLOCK // official.itemsize)), swiglu_grad_params)
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # layer-norm backward (LayerNormGrad + LayerNormGradBeta)
 
 LN_ARGS = ("dy", "x", "variance", "mean", "gamma")
@@ -494,6 +531,14 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
         reference=lambda inputs: (reference.swiglu_grad(**inputs),), output_names=("x_grad",),
         bounds=lambda inputs: reference.swiglu_grad_bounds(**inputs),
         doc=_doc("aclnnSwiGluGrad: the gradient of x.", swiglu_grad_candidates.__doc__)),
+    OpSpec(
+        name="swiglu", dtypes=("fp32", "bf16", "fp16"), default_shape=(256, 2048),
+        shape_help="x [rows, 2*cols]: A and B its column halves (dim -1); y [rows, cols]",
+        make_inputs=swiglu_inputs, candidates=swiglu_candidates,
+        run=lambda inputs, t, soc: (swiglu(**inputs, tiling=t, soc=soc),),
+        reference=lambda inputs: (reference.swiglu(**inputs),), output_names=("y",),
+        bounds=lambda inputs: reference.swiglu_bounds(**inputs),
+        doc=_doc("aclnnSwiGlu: y = silu(A)*B, on tilesim's programming model.", swiglu_candidates.__doc__)),
     OpSpec(
         name="layer_norm_grad", dtypes=("fp32", "fp16"), default_shape=(256, 1024),
         shape_help="[rows, H]: x and dy; variance, mean [rows]; gamma [H]; epsilon 1e-5",

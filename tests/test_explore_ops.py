@@ -23,6 +23,7 @@ SHAPES = {
     "rms_norm_grad": (50, 200),
     "group_norm_backward": (3, 64, 36),  # N > 2: the two-stage reduction; HxW not a multiple of 8
     "swiglu_grad": (26, 200),  # colLen 100: DataCopyPad rows
+    "swiglu": (26, 200),  # the same split, forward
     "layer_norm_grad": (50, 200),
     "nsa_compress_grad": (256, 4, 32),  # 4 sequences of 64 tokens, 3 windows each
 }
