@@ -48,8 +48,10 @@ def elem_size(kind):
 
 
 @njit(cache=True)
-def _round_shift(mag, shift, mode, neg):
-    """``mag >> shift`` rounded by ``mode``; mag < 2**25 and shift >= 1."""
+def round_shift(mag, shift, mode, neg):
+    """``mag >> shift`` rounded by RoundMode ``mode`` (``neg``: the value's sign, for FLOOR and CEIL): the one
+    rounding of every cast (:mod:`tilesim.machine.convert` too). mag >= 0 and shift >= 1; a shift past 40 rounds as
+    40 does, which is right for mag < 2**39."""
     if shift > 40:
         shift = 40
     q = mag >> shift
@@ -92,7 +94,7 @@ def f32_bits_to_bf16(u, mode):
         return np.uint16(sign | 0x7FC0)
     if a == 0x7F800000:
         return np.uint16(sign | 0x7F80)
-    q = _round_shift(a, 16, mode, sign != 0)
+    q = round_shift(a, 16, mode, sign != 0)
     if q >= 0x7F80 and not _overflows_to_inf(mode, sign != 0):
         q = 0x7F7F
     return np.uint16(sign | q)
@@ -117,9 +119,9 @@ def f32_bits_to_fp16(u, mode):
             e = 1
         else:
             m = (a & 0x7FFFFF) | 0x800000
-        q = _round_shift(m, 126 - e, mode, neg)
+        q = round_shift(m, 126 - e, mode, neg)
     else:
-        q = _round_shift(a - (112 << 23), 13, mode, neg)
+        q = round_shift(a - (112 << 23), 13, mode, neg)
     if q >= 0x7C00:
         q = 0x7C00 if _overflows_to_inf(mode, neg) else 0x7BFF
     return np.uint16(sign | q)

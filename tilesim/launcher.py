@@ -35,8 +35,9 @@ from .device import HZ_MANUAL_SYNC, checks_field, hazard_col
 from .errors import UbOverflowError
 from .jit import njit
 from .machine import dtypes
+from .machine.convert import api_fault_text
 from .machine.hazard import INSTRUCTIONS, hz_end
-from .machine.pipe import FAULT_CAST, FAULT_DTYPE, FAULT_TEXT, FAULT_UB_OVERFLOW
+from .machine.pipe import FAULT_API_TABLE, FAULT_CAST, FAULT_DTYPE, FAULT_TEXT, FAULT_UB_OVERFLOW
 from .machine.sync import FAULT_SYNC_ALL
 from .machine.tensor import (
     CTX_WORDS,
@@ -279,6 +280,8 @@ def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec) -> None:
             if kind == FAULT_CAST:
                 a, b = divmod(detail, 100)
                 detail = f"{dtypes.ALL[a].name} to {dtypes.ALL[b].name}"
+            if kind == FAULT_API_TABLE:
+                detail = api_fault_text(detail)
             text = FAULT_TEXT[kind].format(detail=detail)
             if kind == FAULT_UB_OVERFLOW:
                 raise UbOverflowError(f"{k.name}, core {c}: {text} ({soc.ub_size} B): {plan.table()}")

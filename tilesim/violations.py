@@ -18,6 +18,7 @@ from .device import (
     E_KIND,
     E_OFFSET,
     E_TAG,
+    ERR_API_RULE,
     ERR_API_TMP,
     ERR_CLOBBERED,
     ERR_DATACOPY_GAP,
@@ -37,6 +38,9 @@ from .device import (
     ERR_WAR,
     ERR_WAW,
     MAX_REPORTS,
+    RULE_CMP_COUNT,
+    RULE_OVERLAP,
+    RULE_SCRATCH,
 )
 from .machine.hazard import INSTRUCTIONS
 from .machine.sync import EVENT_DST, EVENT_SRC, PIPE_LETTERS, HardEvent
@@ -48,7 +52,7 @@ KIND_NAMES = {ERR_DATACOPY_LEN: "misaligned DataCopy length", ERR_UB_OOB: "UB ou
               ERR_UNINIT: "uninitialised read", ERR_CLOBBERED: "read of a reused source",
               ERR_VEC_PARAM: "invalid repeat parameters", ERR_RAW: "pipe hazard (RAW)", ERR_WAR: "pipe hazard (WAR)",
               ERR_WAW: "pipe hazard (WAW)", ERR_WAIT_UNSET: "WaitFlag with no SetFlag", ERR_DOUBLE_SET: "SetFlag twice",
-              ERR_UNPAIRED_SET: "unpaired SetFlag"}
+              ERR_UNPAIRED_SET: "unpaired SetFlag", ERR_API_RULE: "API rule broken"}
 _GM_KINDS = {ERR_GM_OOB}
 _SYNC_KINDS = {ERR_WAIT_UNSET, ERR_DOUBLE_SET, ERR_UNPAIRED_SET}
 _HAZARDS = {ERR_RAW: "reads", ERR_WAR: "writes", ERR_WAW: "writes"}
@@ -128,6 +132,16 @@ def _detail(kind: int, nbytes: int, extra: int, stack: bool) -> str:
     if kind == ERR_VEC_PARAM:
         return (f"repeat_times {nbytes} (it must be in [0, 255]) with dst block stride {extra} (0 is undefined on "
                 f"the NPU)")
+    if kind == ERR_API_RULE:
+        rule, op = extra & 255, INSTRUCTIONS[(extra >> 8) & 255]
+        if rule == RULE_OVERLAP:
+            return f"{op}'s destination overlaps a source it reads, which its API does not allow"
+        if rule == RULE_CMP_COUNT:
+            return (f"{op} of {nbytes} B of source: count * sizeof(T) must be a multiple of 256 B (A2 compares only "
+                    f"the whole 256 B repeats and leaves the rest of dst unwritten)")
+        if rule == RULE_SCRATCH:
+            return (f"{op} (modes 1 and 2) writes its {nbytes} B of scratch at the top 8 KiB of UB (TMP_UB_OFFSET), "
+                    f"where this buffer lies: the plan must leave the top 8 KiB free (Select.md)")
     if kind == ERR_UB_OOB:
         return f"the access leaves the LocalTensor (slot of {extra} B)"
     if kind == ERR_GM_OOB:

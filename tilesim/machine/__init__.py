@@ -2,7 +2,8 @@
 docstring). A kernel module imports what it uses from here, as an Ascend C kernel uses ``namespace AscendC``."""
 
 from ..cast import CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC
-from .convert import cast
+from .compare import CMPMODE, SELMODE, compare, compare_scalar, select
+from .convert import axpy, cast
 from .datacopy import (
     DataCopyExtParams,
     DataCopyPadExtParams,
@@ -14,6 +15,22 @@ from .datacopy import (
 )
 from .dtypes import bfloat16, float32, half, int8, int16, int32, int64, size_of, uint8, uint16, uint32
 from .pipe import VECCALC, VECIN, VECOUT, TBuf, TPipe, TQue
+from .rearrange import gather, transpose
+from .reduce import (
+    BrcbRepeatParams,
+    ReduceOrder,
+    block_reduce_max,
+    block_reduce_min,
+    block_reduce_sum,
+    brcb,
+    pair_reduce_sum,
+    reduce_max,
+    reduce_min,
+    reduce_sum,
+    whole_reduce_max,
+    whole_reduce_min,
+    whole_reduce_sum,
+)
 from .sync import (
     PIPE_ALL,
     PIPE_MTE2,
@@ -64,4 +81,8 @@ __all__ = [
     "get_user_workspace", "half", "int8", "int16", "int32", "int64", "ln", "max_", "maxs", "min_", "mins", "mul",
     "muls", "reciprocal", "relu", "rsqrt", "set_mask_count", "set_mask_norm", "set_vector_mask", "size_of", "sqrt",
     "sub", "uint8", "uint16", "uint32",
+    "BrcbRepeatParams", "ReduceOrder", "block_reduce_max", "block_reduce_min", "block_reduce_sum", "brcb",
+    "pair_reduce_sum", "reduce_max", "reduce_min", "reduce_sum", "whole_reduce_max", "whole_reduce_min",
+    "whole_reduce_sum",
+    "CMPMODE", "SELMODE", "axpy", "compare", "compare_scalar", "gather", "select", "transpose",
 ]

@@ -304,6 +304,34 @@ def _mask_bits(mask, per):
     return lo, hi
 
 
+def level0_mask(ctx, mask, repeat, per):  # type: ignore[no-untyped-def]
+    """The lanes of a level-0 call for ``per`` lanes a repeat: the 128-bit mask (lo, hi), the repeats and the lanes
+    of a last partial repeat (0: none), from its ``mask`` argument: a count, a pair of 64-bit patterns, or
+    :data:`MASK_PLACEHOLDER` for the mask register (in counter mode a total count, whose repeats replace
+    ``repeat``). ``ctx`` is the operands' context block."""
+
+
+@overload(level0_mask, jit_options=DEVICE_OPTIONS)
+def _level0_mask(ctx, mask, repeat, per):  # type: ignore[no-untyped-def]
+    if isinstance(mask, MarkerType):
+        def register(ctx, mask, repeat, per):  # type: ignore[no-untyped-def]
+            w = ctx_words(ctx)
+            if w[X_COUNTER_MODE]:
+                total = w[X_MASK_LO]
+                r = (total + per - 1) // per
+                tail = total - (r - 1) * per if total % per else np.int64(0)
+                return np.uint64(0xFFFFFFFFFFFFFFFF), np.uint64(0xFFFFFFFFFFFFFFFF), r, tail
+            return np.uint64(w[X_MASK_LO]), np.uint64(w[X_MASK_HI]), np.int64(repeat), np.int64(0)
+        return register
+    if isinstance(mask, types.BaseTuple):
+        return lambda ctx, mask, repeat, per: (np.uint64(mask[0]), np.uint64(mask[1]), np.int64(repeat), np.int64(0))
+
+    def count(ctx, mask, repeat, per):  # type: ignore[no-untyped-def]
+        lo, hi = _mask_bits(mask, per)
+        return lo, hi, np.int64(repeat), np.int64(0)
+    return count
+
+
 @checked_only(True)
 def _params_ok(core, t, repeat, blk):
     """Checked mode: repeat_times in [0, 255] and a dst block stride other than 0 (undefined on the NPU)."""
@@ -374,30 +402,14 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
         return count_form
     if len(args) != 3:
         return None
-    mask, _, params = args
-    placeholder = isinstance(mask, MarkerType)
-    pattern = isinstance(mask, types.BaseTuple)
+    params = args[2]
     unary_params = isinstance(params, types.BaseNamedTuple) and params.instance_class is UnaryRepeatParams
     dup_params = isinstance(params, types.BaseTuple) and not isinstance(params, types.BaseNamedTuple)
 
     def level0(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
         mask, repeat, params = args
-        repeat = np.int64(repeat)
         core = core_of(dst)
-        tail = np.int64(0)
-        if placeholder:
-            w = ctx_words(dst.ctx)
-            if w[X_COUNTER_MODE]:
-                total = w[X_MASK_LO]
-                repeat = (total + per - 1) // per
-                tail = total - (repeat - 1) * per if total % per else np.int64(0)
-                lo, hi = np.uint64(0xFFFFFFFFFFFFFFFF), np.uint64(0xFFFFFFFFFFFFFFFF)
-            else:
-                lo, hi = np.uint64(w[X_MASK_LO]), np.uint64(w[X_MASK_HI])
-        elif pattern:
-            lo, hi = np.uint64(mask[0]), np.uint64(mask[1])
-        else:
-            lo, hi = _mask_bits(mask, per)
+        lo, hi, repeat, tail = level0_mask(dst.ctx, mask, repeat, per)
         if dup_params:  # Duplicate: (dst_blk_stride, dst_rep_stride)
             ds, dr = np.int64(params[0]), np.int64(params[1])
             as_, ar, bs, br = ds, dr, ds, dr

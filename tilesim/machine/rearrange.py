@@ -1,0 +1,224 @@
+"""The instructions that move elements rather than compute them: Gather (``MV/离散与聚合/Gather.md``;
+``impl/basic_api/dav_c220/kernel_operator_vec_gather_impl.h``) and the 16 x 16 Transpose
+(``MV/数据排布转换/Transpose.md``).
+
+**Gather** ``gather(dst, src, src_offset, src_base_addr, count)``: ``dst[i] = src[(src_base_addr + src_offset[i]) /
+sizeof(T)]``, the offsets a uint32 LocalTensor of byte offsets (an offset that is not a multiple of sizeof(T)
+reads the element it falls in: the docs' "data shifts silently"). T: int16, uint16, half, bfloat16, int32, uint32,
+float. The level-0 form ``gather(dst, src, src_offset, src_base_addr, mask, repeat_times, dst_rep_stride)`` takes
+256 / sizeof(T) lanes a repeat, the offsets of repeat r from ``src_offset[r * 256 / sizeof(T)]`` on (the docs
+give no offset stride: contiguous is the choice), dst's blocks contiguous within a repeat and ``dst_rep_stride``
+blocks apart; masked lanes keep dst. The count form is what A2's impl makes of it: a level-0 call of
+``count / (256 / sizeof(T))`` full repeats (the impl casts that to uint8: 256 or more wrap, and checked mode
+reports them) and one of the rest. An address outside the core's UB reads 0 (the NPU's behaviour there is not
+documented; tilesim never reads outside the UB). Checked mode: 32 B alignment, repeat_times <= 255, a source
+element outside the src tensor's buffer slot (``UB out of bounds``, at the element), dst overlapping an element it
+gathers (the API does not support src and dst in the same memory), the offsets read as values (they must have
+been written); each dst lane takes the shadow state of the element it gathered. Counted as ``vec_unary``.
+
+**Transpose** ``transpose(dst, src)``: one 16 x 16 matrix of b16 (int16, uint16, half), ``dst = src.T``; src may
+be dst (in place), other overlaps are reported in checked mode (the API's overlap rule: all or nothing). The
+NCHW / NHWC form with a sharedTmpBuffer is not emulated. Counted as ``vec_unary``, 512 B; in checked mode every
+byte of dst takes the combined shadow state of the whole source.
+
+A type outside the A2 table stops the kernel when it runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import carray
+from numba.extending import overload
+
+from ..device import (
+    ERR_API_RULE,
+    ERR_UB_OOB,
+    RULE_OVERLAP,
+    VEC_UNARY,
+    checked_only,
+    count_vector,
+    flow_lanes,
+    plan_of,
+    report,
+    vec_in,
+    vec_ok,
+    vec_out,
+)
+from ..intrinsics import address_as_pointer
+from ..jit import DEVICE_OPTIONS
+from ..schedule import PIPE_VECTOR
+from ..ub import LocalTensor as PlanTensor
+from .convert import apart, bad_type, type_fault
+from .hazard import hz_access, hz_instruction, op_code
+from .tensor import core_of, plan_tensor
+from .vector import LOOP_OPTIONS, _lane_on, _mask_bits, _params_ok, _span, level0_mask
+
+_GATHER, _TRANSPOSE = op_code("Gather"), op_code("Transpose")
+GATHER_TYPES = ("int16_t", "uint16_t", "half", "bfloat16_t", "int32_t", "uint32_t", "float")
+TRANSPOSE_TYPES = ("int16_t", "uint16_t", "half")
+_ALL_LANES = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Gather
+
+
+@checked_only(None)
+def _gathered(core, dst, d_span, src, off, base, lo, hi, repeat, dr, tail, size):
+    """Checked mode, before a Gather's walk: each lane's source element inside src's buffer slot (else UB out of
+    bounds, the first such lane reported) and outside the dst span (else the overlap rule), its read recorded for
+    the pipe-hazard check, and its shadow state flowed to the lane."""
+    if not core.checks:
+        return
+    per = 256 // size
+    offs = carray(address_as_pointer(core.base + off.addr, np.uint32), repeat * per)
+    p = plan_of(core)
+    start, slot = p[src.buf, 0], p[src.buf, 1]
+    first = start + (src.addr - start) // slot * slot
+    oob = overlap = False
+    for r in range(repeat):
+        for k in range(tail if (tail > 0 and r == repeat - 1) else per):
+            if not _lane_on(lo, hi, k):
+                continue
+            at = src.addr + (base + np.int64(offs[r * per + k])) // size * size
+            if not (first <= at and at + size <= first + slot) and not oob:
+                report(core, ERR_UB_OOB, src.buf, at - start, size, slot)
+                oob = True
+            if dst.addr <= at < dst.addr + d_span and not overlap:
+                report(core, ERR_API_RULE, dst.buf, dst.addr - p[dst.buf, 0], d_span,
+                       RULE_OVERLAP | (np.int64(_GATHER) << 8))
+                overlap = True
+            if 0 <= at and at + size <= core.ub_size:
+                hz_access(core, PIPE_VECTOR, _GATHER, src.buf, at, size, False, src.gen >= 0)
+                flow_lanes(core, PlanTensor(dst.buf, dst.addr + r * dr * 32 + k * size, dst.gen),
+                           PlanTensor(src.buf, at, src.gen), 1, size, size, 1)
+
+
+def _gather_walk(dst, src, off, base, lo, hi, repeat, dr, tail):  # type: ignore[no-untyped-def]
+    """``repeat`` repeats of 256 / sizeof(T) lanes selected by the mask (lo, hi) (``tail`` > 0: the last repeat
+    has only ``tail`` lanes, counter mode): lane k of repeat r takes the element at ``src + base + off[r * lanes +
+    k]`` (rounded down to an element; 0 outside the UB)."""
+
+
+@overload(_gather_walk, jit_options=LOOP_OPTIONS)
+def _gather_walk_impl(dst, src, off, base, lo, hi, repeat, dr, tail):  # type: ignore[no-untyped-def]
+    t = dst.dtype.dt
+    sz, st = t.size, t.storage
+    per = 256 // sz
+
+    def walk(dst, src, off, base, lo, hi, repeat, dr, tail):  # type: ignore[no-untyped-def]
+        core = core_of(dst)
+        offs = carray(address_as_pointer(core.base + off.addr, np.uint32), repeat * per)
+        for r in range(repeat):
+            d = carray(address_as_pointer(core.base + dst.addr + r * dr * 32, st), per)
+            for k in range(tail if (tail > 0 and r == repeat - 1) else per):
+                if _lane_on(lo, hi, k):
+                    at = src.addr + (base + np.int64(offs[r * per + k])) // sz * sz
+                    if 0 <= at and at + sz <= core.ub_size:
+                        d[k] = carray(address_as_pointer(core.base + at, st), 1)[0]
+                    else:
+                        d[k] = st(0)
+    return walk
+
+
+def _gather_one(dst, src, off, base, lo, hi, repeat, dr, tail):  # type: ignore[no-untyped-def]
+    """One Gather instruction of ``repeat`` repeats (``tail``: as for :func:`_gather_walk`)."""
+
+
+@overload(_gather_one, jit_options=DEVICE_OPTIONS)
+def _gather_one_impl(dst, src, off, base, lo, hi, repeat, dr, tail):  # type: ignore[no-untyped-def]
+    sz = dst.dtype.dt.size
+    per = 256 // sz
+
+    def one(dst, src, off, base, lo, hi, repeat, dr, tail):  # type: ignore[no-untyped-def]
+        core = core_of(dst)
+        pd, ps, po = plan_tensor(dst), plan_tensor(src), plan_tensor(off)
+        base = np.int64(base)
+        if not _params_ok(core, pd, repeat, 1):
+            return
+        if repeat <= 0 or (lo == 0 and hi == 0):
+            return  # a NOP on A2: dst is not written
+        d_span = _span(repeat, 1, dr)
+        o_bytes = (repeat * per if tail == 0 else (repeat - 1) * per + tail) * 4  # the offsets of its lanes
+        if not (vec_ok(core, ps, sz) and vec_in(core, po, o_bytes) and vec_out(core, pd, d_span)):
+            return
+        _gathered(core, pd, d_span, ps, po, base, lo, hi, repeat, dr, tail, sz)
+        hz_instruction(core, PIPE_VECTOR, _GATHER, pd, d_span, po, o_bytes, ps, 0)
+        _gather_walk(dst, src, off, base, lo, hi, repeat, dr, tail)
+        count_vector(core, VEC_UNARY, repeat * 256, pd, ps, po)
+    return one
+
+
+def gather(dst, src, src_offset, src_base_addr, *args):  # type: ignore[no-untyped-def]
+    """Gather(dst, src, srcOffset, srcBaseAddr, count) or (..., mask, repeatTime, dstRepStride): ``dst[i] =
+    src[(srcBaseAddr + srcOffset[i]) / sizeof(T)]``, offsets in bytes."""
+    raise TypeError("Gather is device code: call it from a kernel")
+
+
+@overload(gather, jit_options=DEVICE_OPTIONS)
+def _gather(dst, src, src_offset, src_base_addr, *args):  # type: ignore[no-untyped-def]
+    t = dst.dtype.dt
+    bad = bad_type((t, GATHER_TYPES), (src.dtype.dt, (t.name,)), (src_offset.dtype.dt, ("uint32_t",)))
+    if bad is not None:  # a run-time stop, not a compile error, so that a branch not taken may hold it
+        code = _GATHER * 100 + bad
+        return lambda dst, src, src_offset, src_base_addr, *args: type_fault(dst.ctx, code)
+    per = 256 // t.size
+    if len(args) == 1:
+        def count_form(dst, src, src_offset, src_base_addr, *args):  # type: ignore[no-untyped-def]
+            n = np.int64(args[0])
+            full, rest = n // per, n % per
+            if full > 0:
+                if not _params_ok(core_of(dst), plan_tensor(dst), full, 1):  # the impl's uint8 repeatTime
+                    return
+                _gather_one(dst, src, src_offset, src_base_addr, _ALL_LANES, _ALL_LANES, full & 255, 8, 0)
+            if rest > 0:
+                lo, hi = _mask_bits(rest, per)
+                _gather_one(dst[n - rest], src, src_offset[n - rest], src_base_addr, lo, hi, 1, 8, 0)
+        return count_form
+    if len(args) != 3:
+        return None
+
+    def level0(dst, src, src_offset, src_base_addr, *args):  # type: ignore[no-untyped-def]
+        lo, hi, repeat, tail = level0_mask(dst.ctx, args[0], args[1], per)
+        _gather_one(dst, src, src_offset, src_base_addr, lo, hi, repeat, np.int64(args[2]), tail)
+    return level0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Transpose
+
+
+def transpose(dst, src):  # type: ignore[no-untyped-def]
+    """Transpose(dst, src): a 16 x 16 matrix of b16, ``dst = src.T`` (src may be dst)."""
+    raise TypeError("Transpose is device code: call it from a kernel")
+
+
+@overload(transpose, jit_options=DEVICE_OPTIONS)
+def _transpose(dst, src):  # type: ignore[no-untyped-def]
+    t = dst.dtype.dt
+    bad = bad_type((t, TRANSPOSE_TYPES), (src.dtype.dt, (t.name,)))
+    if bad is not None:
+        code = _TRANSPOSE * 100 + bad
+        return lambda dst, src: type_fault(dst.ctx, code)
+
+    def transpose_(dst, src):  # type: ignore[no-untyped-def]
+        core = core_of(dst)
+        pd, ps = plan_tensor(dst), plan_tensor(src)
+        if not (vec_ok(core, ps, 512) and vec_ok(core, pd, 512)):
+            return
+        if pd.addr != ps.addr and not apart(core, _TRANSPOSE, pd, 512, ps, 512):
+            return
+        flow_lanes(core, pd, ps, 1, 512, 512, 1)  # each byte of dst: the state of the whole source
+        hz_instruction(core, PIPE_VECTOR, _TRANSPOSE, pd, 512, ps, 512, ps, 0)
+        d = carray(address_as_pointer(core.base + dst.addr, np.uint16), 256)
+        if pd.addr == ps.addr:
+            for i in range(16):
+                for j in range(i + 1, 16):
+                    d[i * 16 + j], d[j * 16 + i] = d[j * 16 + i], d[i * 16 + j]
+        else:
+            x = carray(address_as_pointer(core.base + src.addr, np.uint16), 256)
+            for i in range(16):
+                for j in range(16):
+                    d[j * 16 + i] = x[i * 16 + j]
+        count_vector(core, VEC_UNARY, 512, pd, ps, ps)
+    return transpose_
