@@ -164,15 +164,20 @@ def gm_to_ub(core, dst, g, off, rows, row_b, gm_pitch, ub_pitch, left_b, filled_
 
 
 @njit(cache=True)
+def _out_ok(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole):
+    """An MTE3 copy's checks: its layout, its UB rows (read: written before, in checked mode), its GM rows."""
+    return (_layout_ok(core, src, rows, row_b, gm_pitch, ub_pitch, whole)
+            and ub_ok(core, src, (rows - 1) * ub_pitch + row_b) and ub_rows_in(core, src, rows, row_b, ub_pitch)
+            and _gm_rows_ok(core, g, off, rows, row_b // g.isz, gm_pitch))
+
+
+@njit(cache=True)
 def ub_to_gm(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole):
     """The MTE3 mover: ``rows`` rows of ``row_b`` bytes from UB rows ``ub_pitch`` apart from ``src`` to GM byte
     ``off`` of ``g``, ``gm_pitch`` apart (``whole`` as for :func:`gm_to_ub`)."""
     isz = g.isz
     n = row_b // isz
-    if not _layout_ok(core, src, rows, row_b, gm_pitch, ub_pitch, whole):
-        return
-    if not (ub_ok(core, src, (rows - 1) * ub_pitch + row_b) and ub_rows_in(core, src, rows, row_b, ub_pitch)
-            and _gm_rows_ok(core, g, off, rows, n, gm_pitch)):
+    if not _out_ok(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole):
         return
     stream = _streams(g, row_b)
     for r in range(rows):
@@ -241,10 +246,7 @@ def ub_to_gm_atomic(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole, k
     2 bfloat16, 3 int32, 4 int16, 5 int8; a b16 sum is rounded to nearest even, an int sum wraps)."""
     isz = g.isz
     n = row_b // isz
-    if not _layout_ok(core, src, rows, row_b, gm_pitch, ub_pitch, whole):
-        return
-    if not (ub_ok(core, src, (rows - 1) * ub_pitch + row_b) and ub_rows_in(core, src, rows, row_b, ub_pitch)
-            and _gm_rows_ok(core, g, off, rows, n, gm_pitch)):
+    if not _out_ok(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole):
         return
     for r in range(rows):
         d, s = g.addr + off + r * gm_pitch, core.base + src.addr + r * ub_pitch

@@ -499,7 +499,7 @@ def vec_out(core, t, nbytes):
 
 
 @njit(cache=True)
-def _mix(a, b):
+def mix_state(a, b):
     """Shadow state of a byte computed from bytes in states ``a`` and ``b``: written when both are, else the
     CLOBBERED mark if either carries it, else UNWRITTEN."""
     return (a & b & WRITTEN) | ((a | b) & CLOBBERED)
@@ -520,7 +520,7 @@ def flow1(core, dst, src, nbytes):
     """Checked mode: ``dst``'s bytes take the state of ``src``'s (an elementwise instruction of one source; in
     order, as the instruction reads element k before it writes it)."""
     if core.checks and dst.addr != src.addr:
-        sh = _shadow(core)
+        sh = shadow_of(core)
         d, s = dst.addr, src.addr
         if d + nbytes <= s or s + nbytes <= d:
             copy_bytes(sh.ctypes.data + d, sh.ctypes.data + s, nbytes)
@@ -553,16 +553,16 @@ def flow2(core, dst, a, b, nbytes):
                 d[i] = (p & q & _LOW) | ((p | q) & _HIGH)
     else:
         w = 0
-    sh = _shadow(core)
+    sh = shadow_of(core)
     for i in range(8 * w, nbytes):
-        sh[dst.addr + i] = _mix(sh[a.addr + i], sh[b.addr + i])
+        sh[dst.addr + i] = mix_state(sh[a.addr + i], sh[b.addr + i])
 
 
 @njit(cache=True, inline="always")
-def _lane_state(sh, o, size):
+def lane_state(sh, o, size):
     v = sh[o]
     for j in range(1, size):
-        v = _mix(v, sh[o + j])
+        v = mix_state(v, sh[o + j])
     return v
 
 
@@ -572,7 +572,7 @@ def _uniform_state(core, addr, nbytes):
     differences over 8-byte words, which vectorises."""
     if nbytes <= 0:
         return -1
-    sh = _shadow(core)
+    sh = shadow_of(core)
     v = sh[addr]
     w = nbytes // 8 if addr % 8 == 0 else 0
     pattern = np.uint64(v) * _LOW
@@ -592,9 +592,9 @@ def flow_lanes(core, dst, src, n, dst_size, src_size, src_step):
     write reaches it) and broadcasts (step 0 repeats one source lane)."""
     if not core.checks:
         return
-    sh = _shadow(core)
+    sh = shadow_of(core)
     if src_step == 0:
-        sh[dst.addr:dst.addr + n * dst_size] = _lane_state(sh, src.addr, src_size)
+        sh[dst.addr:dst.addr + n * dst_size] = lane_state(sh, src.addr, src_size)
         return
     # A source all in one state (the usual cast: every byte written) gives every lane that state. Read before
     # the destination is written, so it holds for the in-place casts too, whose lane loops below LLVM cannot
@@ -622,7 +622,7 @@ def flow_lanes(core, dst, src, n, dst_size, src_size, src_step):
             d16[i] = np.uint16((a | c) * np.uint32(0x0101))
         return
     for i in range(n):
-        v = _lane_state(sh, src.addr + i * src_step * src_size, src_size)
+        v = lane_state(sh, src.addr + i * src_step * src_size, src_size)
         o = dst.addr + i * dst_size
         for j in range(dst_size):
             sh[o + j] = v
@@ -655,13 +655,13 @@ def _ub_check(core, t, nbytes):
 
 
 @njit(cache=True, inline="always")
-def _shadow(core):
+def shadow_of(core):
     return carray(address_as_pointer(core.err_at + SHADOW_COL * 8, np.uint8), core.ub_size)
 
 
 @njit(cache=True)
 def _written(core, addr, nbytes):
-    _shadow(core)[addr:addr + nbytes] = WRITTEN
+    shadow_of(core)[addr:addr + nbytes] = WRITTEN
     return True
 
 
@@ -670,12 +670,12 @@ def clobber(core, t, nbytes):
     """Checked mode: an API with isReuseSource has used ``[addr, addr + nbytes)`` of its source as scratch, so
     the kernel must not read it again before writing it."""
     if core.checks:
-        _shadow(core)[t.addr:t.addr + nbytes] = CLOBBERED
+        shadow_of(core)[t.addr:t.addr + nbytes] = CLOBBERED
 
 
 @njit(cache=True)
 def _read_check(core, t, nbytes):
-    sh = _shadow(core)[t.addr:t.addr + nbytes]
+    sh = shadow_of(core)[t.addr:t.addr + nbytes]
     acc = np.uint8(0xFF)
     w = nbytes // 8 if t.addr % 8 == 0 else 0
     acc64 = np.uint64(0xFFFFFFFFFFFFFFFF)

@@ -62,19 +62,20 @@ from ..jit import DEVICE_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
 from .convert import api_fault, bad_type, type_fault, type_index
 from .hazard import hz_access, hz_instruction, op_code
-from .tensor import X_COUNTER_MODE, X_MASK_HI, X_MASK_LO, LocalTensorType, core_of, ctx_words, plan_tensor
+from .tensor import LocalTensorType, core_of, ctx_words, plan_tensor
 from .vector import (
     LOOP_OPTIONS,
     BinaryRepeatParams,
     UnaryRepeatParams,
-    _lane_on,
-    _marker,
-    _name,
-    _params_ok,
-    _span,
+    lane_on,
     level0_mask,
     load,
+    marker,
+    op_name,
+    params_ok,
+    reset_mask,
     scalar_of,
+    span,
     store,
 )
 
@@ -98,7 +99,7 @@ class SELMODE(IntEnum):
     VSEL_TENSOR_TENSOR_MODE = 2
 
 
-_COMPARE, _COMPARE_SCALAR = _marker("Compare"), _marker("CompareScalar")
+_COMPARE, _COMPARE_SCALAR = marker("Compare"), marker("CompareScalar")
 _SELECT = op_code("Select")
 _ALL_LANES = np.uint64(0xFFFFFFFFFFFFFFFF)
 SCRATCH_BYTES = 8192  # the API scratch at the top of UB (TMP_UB_OFFSET = UB - 8 KiB: 184 KiB on A2)
@@ -145,7 +146,7 @@ def _compare_walk_impl(op, dst, a, b, s, m, repeat, as_, ar, bs, br):  # type: i
     t = a.dtype.dt
     sz, st = t.size, t.storage
     epb, nb = 32 // sz, 256 // sz // 8
-    two = _name(op) == "Compare"
+    two = op_name(op) == "Compare"
 
     def walk(op, dst, a, b, s, m, repeat, as_, ar, bs, br):  # type: ignore[no-untyped-def]
         core = core_of(dst)
@@ -181,7 +182,7 @@ def _compare_one(op, dst, a, b, s, m, repeat, as_, ar, bs, br):  # type: ignore[
 
 @overload(_compare_one, jit_options=DEVICE_OPTIONS)
 def _compare_one_impl(op, dst, a, b, s, m, repeat, as_, ar, bs, br):  # type: ignore[no-untyped-def]
-    name = _name(op)
+    name = op_name(op)
     code, two = op_code(name), name == "Compare"
     cls = VEC_BINARY if two else VEC_SCALAR
     nb = 256 // a.dtype.dt.size // 8
@@ -189,11 +190,11 @@ def _compare_one_impl(op, dst, a, b, s, m, repeat, as_, ar, bs, br):  # type: ig
     def one(op, dst, a, b, s, m, repeat, as_, ar, bs, br):  # type: ignore[no-untyped-def]
         core = core_of(dst)
         pd, pa, pb = plan_tensor(dst), plan_tensor(a), plan_tensor(b)
-        if not _params_ok(core, pd, repeat, 1):  # Compare's dst strides are not used
+        if not params_ok(core, pd, repeat, 1):  # Compare's dst strides are not used
             return
         if repeat <= 0:
             return  # a NOP on A2: dst is not written
-        a_span, b_span = _span(repeat, as_, ar), _span(repeat, bs, br) if two else 0
+        a_span, b_span = span(repeat, as_, ar), span(repeat, bs, br) if two else 0
         if not (vec_ok(core, pa, a_span) and vec_ok(core, pb, b_span) and vec_out(core, pd, repeat * nb)):
             return
         hz_instruction(core, PIPE_VECTOR, code, pd, repeat * nb, pa, a_span, pb, b_span)
@@ -209,7 +210,7 @@ def cmp_op(op, dst, a, b, s, mode, args):  # type: ignore[no-untyped-def]
 
 @overload(cmp_op, jit_options=DEVICE_OPTIONS)
 def _cmp_op(op, dst, a, b, s, mode, args):  # type: ignore[no-untyped-def]
-    name = _name(op)
+    name = op_name(op)
     code, two = op_code(name), name == "Compare"
     t, u = a.dtype.dt, dst.dtype.dt
     ti, ui = type_index(t), type_index(u)
@@ -319,7 +320,7 @@ def _select_walk_impl(dst, sel, a, b, m, lo, hi, repeat, ds, dr, as_, ar, bs, br
         for r in range(repeat):
             last = tail if (tail > 0 and r == repeat - 1) else per
             for k in range(last):
-                if _lane_on(lo, hi, k):
+                if lane_on(lo, hi, k):
                     i = k if m == 0 else r * per + k
                     d = carray(address_as_pointer(core.base + dst.addr + (r * dr + k // epb * ds) * 32
                                                   + k % epb * sz, st), 1)
@@ -345,10 +346,7 @@ def _select_lanes_impl(ctx, args, per):  # type: ignore[no-untyped-def]
     if len(args) == 1:
         def count(ctx, args, per):  # type: ignore[no-untyped-def]
             n = max(np.int64(args[0]), np.int64(0))
-            w = ctx_words(ctx)
-            w[X_MASK_LO] = -1
-            w[X_MASK_HI] = -1
-            w[X_COUNTER_MODE] = 0
+            reset_mask(ctx_words(ctx))
             repeat = (n + per - 1) // per
             one, eight = np.int64(1), np.int64(8)
             return _ALL_LANES, _ALL_LANES, repeat, n - (repeat - 1) * per, one, eight, one, eight, one, eight, n
@@ -389,11 +387,11 @@ def _sel_op(dst, sel, a, b, mode, args):  # type: ignore[no-untyped-def]
         core = core_of(dst)
         lo, hi, repeat, tail, ds, dr, as_, ar, bs, br, n = _select_lanes(dst.ctx, args, per)
         counted = n > 0
-        d_span, a_span = (n * sz, n * sz) if counted else (_span(repeat, ds, dr), _span(repeat, as_, ar))
+        d_span, a_span = (n * sz, n * sz) if counted else (span(repeat, ds, dr), span(repeat, as_, ar))
         pd, pm, pa = plan_tensor(dst), plan_tensor(sel), plan_tensor(a)
         pb = plan_tensor(b) if tensor else pa
-        b_span = (a_span if counted else _span(repeat, bs, br)) if tensor else 0
-        if not (counted or _params_ok(core, pd, repeat, ds)):  # counter mode has no repeat limit
+        b_span = (a_span if counted else span(repeat, bs, br)) if tensor else 0
+        if not (counted or params_ok(core, pd, repeat, ds)):  # counter mode has no repeat limit
             return
         if repeat <= 0 or (lo == 0 and hi == 0):
             return  # a NOP on A2: dst is not written

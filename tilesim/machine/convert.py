@@ -66,15 +66,15 @@ from ..device import (
     RULE_OVERLAP,
     VEC_CAST,
     VEC_SCALAR,
-    _lane_state,
-    _mix,
-    _shadow,
     checked_only,
     count_vector,
     flow2,
     flow_lanes,
+    lane_state,
+    mix_state,
     plan_of,
     report,
+    shadow_of,
     vec_ok,
     vec_out,
 )
@@ -85,17 +85,18 @@ from ..vector import cast_from_f32, cast_to_f32
 from .dtypes import ALL
 from .hazard import INSTRUCTIONS, hz_instruction, op_code
 from .pipe import FAULT_API_TABLE, FAULT_CAST, FAULT_DTYPE, fault
-from .tensor import X_COUNTER_MODE, X_MASK_HI, X_MASK_LO, core_of, ctx_words, plan_tensor
+from .tensor import core_of, ctx_words, plan_tensor
 from .vector import (
     LOOP_OPTIONS,
     UnaryRepeatParams,
-    _elems,
-    _lane_on,
-    _marker,
-    _name,
-    _params_ok,
+    elems,
+    lane_on,
     level0_mask,
     load,
+    marker,
+    op_name,
+    params_ok,
+    reset_mask,
     scalar_of,
     store,
 )
@@ -114,7 +115,7 @@ PAIRS = {  # (src, dst) -> the RoundModes Cast.md's A2 table admits
 }
 AXPY = (("half", "half"), ("float", "float"), ("float", "half"))  # (dst, src) on A2
 _KIND = {"half": KIND_FP16, "bfloat16_t": KIND_BF16}
-_CAST, _AXPY = _marker("Cast"), _marker("Axpy")
+_CAST, _AXPY = marker("Cast"), marker("Axpy")
 _INT_RANGE = {"int8_t": (-(2 ** 7), 2 ** 7 - 1), "uint8_t": (0, 2 ** 8 - 1), "int16_t": (-(2 ** 15), 2 ** 15 - 1),
               "int32_t": (-(2 ** 31), 2 ** 31 - 1), "int64_t": (-(2 ** 63), 2 ** 63 - 1)}
 
@@ -267,7 +268,7 @@ def element(op, dt, st, s, mode, x, d):  # type: ignore[no-untyped-def]
 
 @overload(element, jit_options=DEVICE_OPTIONS, inline="always")
 def _element(op, dt, st, s, mode, x, d):  # type: ignore[no-untyped-def]
-    if _name(op) == "Cast":
+    if op_name(op) == "Cast":
         return lambda op, dt, st, s, mode, x, d: convert(dt, st, mode, x)
     # Axpy, not fused: the product rounded to dst's type, then the sum
     return lambda op, dt, st, s, mode, x, d: store(dt, load(dt, store(dt, scalar_of(st, s) * load(st, x)))
@@ -288,7 +289,7 @@ def _flat_impl(op, dst, src, s, mode, n):  # type: ignore[no-untyped-def]
 
     def flat(op, dst, src, s, mode, n):  # type: ignore[no-untyped-def]
         core = core_of(dst)
-        d, x = _elems(core, dst, n), _elems(core, src, n)
+        d, x = elems(core, dst, n), elems(core, src, n)
         for i in range(n):
             d[i] = element(op, dt, st, s, mode, x[i], d[i])
     return flat
@@ -311,7 +312,7 @@ def _strided_impl(op, dst, src, s, mode, lo, hi, repeat, ds, dr, ss, sr, tail): 
         for r in range(repeat):
             last = tail if (tail > 0 and r == repeat - 1) else per
             for k in range(last):
-                if _lane_on(lo, hi, k):
+                if lane_on(lo, hi, k):
                     d = carray(address_as_pointer(core.base + dst.addr + (r * dr + k // de * ds) * 32
                                                   + k % de * dsz, dsto), 1)
                     x = carray(address_as_pointer(core.base + src.addr + (r * sr + k // se * ss) * 32
@@ -321,7 +322,7 @@ def _strided_impl(op, dst, src, s, mode, lo, hi, repeat, ds, dr, ss, sr, tail): 
 
 
 @njit(cache=True, inline="always")
-def span(repeat, blk, rep, blocks):
+def _blocks_span(repeat, blk, rep, blocks):
     """Bytes from an operand's start to the end of the last of the ``blocks`` blocks a repeat of a level-0 walk
     touches."""
     return ((repeat - 1) * rep + (blocks - 1) * blk) * 32 + 32 if repeat > 0 else 0
@@ -346,11 +347,11 @@ def _accumulate(core, dst, src, n, dst_size, src_size):
     if dst_size == src_size:
         flow2(core, dst, src, dst, n * dst_size)
         return
-    sh = _shadow(core)
+    sh = shadow_of(core)
     for i in range(n):
-        v = _lane_state(sh, src.addr + i * src_size, src_size)
+        v = lane_state(sh, src.addr + i * src_size, src_size)
         for j in range(dst.addr + i * dst_size, dst.addr + (i + 1) * dst_size):
-            sh[j] = _mix(sh[j], v)
+            sh[j] = mix_state(sh[j], v)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -374,7 +375,7 @@ def mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
 
 @overload(mixed_op, jit_options=DEVICE_OPTIONS)
 def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
-    name = _name(op)
+    name = op_name(op)
     d, sdt = dst.dtype.dt, src.dtype.dt
     code = op_code(name)
     a_i, d_i = type_index(sdt), type_index(d)
@@ -403,10 +404,7 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
             m = _mode_of(dst.ctx, mode, admitted, code, a_i, d_i)
             n = np.int64(args[0])
             core = core_of(dst)
-            w = ctx_words(dst.ctx)
-            w[X_MASK_LO] = -1  # the call leaves the mask all ones, in normal mode
-            w[X_MASK_HI] = -1
-            w[X_COUNTER_MODE] = 0
+            reset_mask(ctx_words(dst.ctx))
             if n <= 0:
                 return
             pd, ps = plan_tensor(dst), plan_tensor(src)
@@ -442,11 +440,11 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
         ds, ss = np.int64(params.dst_blk_stride), np.int64(params.src_blk_stride)
         dr, sr = np.int64(params.dst_rep_stride), np.int64(params.src_rep_stride)
         pd, ps = plan_tensor(dst), plan_tensor(src)
-        if not _params_ok(core, pd, repeat, ds):
+        if not params_ok(core, pd, repeat, ds):
             return
         if repeat <= 0 or (lo == 0 and hi == 0):
             return  # a NOP on A2: dst is not written
-        d_span, s_span = span(repeat, ds, dr, dblocks), span(repeat, ss, sr, sblocks)
+        d_span, s_span = _blocks_span(repeat, ds, dr, dblocks), _blocks_span(repeat, ss, sr, sblocks)
         if not vec_ok(core, ps, s_span):
             return
         if apart_only and not apart(core, code, pd, d_span, ps, s_span):

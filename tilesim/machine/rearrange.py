@@ -51,7 +51,7 @@ from ..ub import LocalTensor as PlanTensor
 from .convert import apart, bad_type, type_fault
 from .hazard import hz_access, hz_instruction, op_code
 from .tensor import core_of, plan_tensor
-from .vector import LOOP_OPTIONS, _lane_on, _mask_bits, _params_ok, _span, level0_mask
+from .vector import LOOP_OPTIONS, lane_on, level0_mask, mask_bits, params_ok, span
 
 _GATHER, _TRANSPOSE = op_code("Gather"), op_code("Transpose")
 GATHER_TYPES = ("int16_t", "uint16_t", "half", "bfloat16_t", "int32_t", "uint32_t", "float")
@@ -78,7 +78,7 @@ def _gathered(core, dst, d_span, src, off, base, lo, hi, repeat, dr, tail, size)
     oob = overlap = False
     for r in range(repeat):
         for k in range(tail if (tail > 0 and r == repeat - 1) else per):
-            if not _lane_on(lo, hi, k):
+            if not lane_on(lo, hi, k):
                 continue
             at = src.addr + (base + np.int64(offs[r * per + k])) // size * size
             if not (first <= at and at + size <= first + slot) and not oob:
@@ -112,7 +112,7 @@ def _gather_walk_impl(dst, src, off, base, lo, hi, repeat, dr, tail):  # type: i
         for r in range(repeat):
             d = carray(address_as_pointer(core.base + dst.addr + r * dr * 32, st), per)
             for k in range(tail if (tail > 0 and r == repeat - 1) else per):
-                if _lane_on(lo, hi, k):
+                if lane_on(lo, hi, k):
                     at = src.addr + (base + np.int64(offs[r * per + k])) // sz * sz
                     if 0 <= at and at + sz <= core.ub_size:
                         d[k] = carray(address_as_pointer(core.base + at, st), 1)[0]
@@ -134,11 +134,11 @@ def _gather_one_impl(dst, src, off, base, lo, hi, repeat, dr, tail):  # type: ig
         core = core_of(dst)
         pd, ps, po = plan_tensor(dst), plan_tensor(src), plan_tensor(off)
         base = np.int64(base)
-        if not _params_ok(core, pd, repeat, 1):
+        if not params_ok(core, pd, repeat, 1):
             return
         if repeat <= 0 or (lo == 0 and hi == 0):
             return  # a NOP on A2: dst is not written
-        d_span = _span(repeat, 1, dr)
+        d_span = span(repeat, 1, dr)
         o_bytes = (repeat * per if tail == 0 else (repeat - 1) * per + tail) * 4  # the offsets of its lanes
         if not (vec_ok(core, ps, sz) and vec_in(core, po, o_bytes) and vec_out(core, pd, d_span)):
             return
@@ -168,11 +168,11 @@ def _gather(dst, src, src_offset, src_base_addr, *args):  # type: ignore[no-unty
             n = np.int64(args[0])
             full, rest = n // per, n % per
             if full > 0:
-                if not _params_ok(core_of(dst), plan_tensor(dst), full, 1):  # the impl's uint8 repeatTime
+                if not params_ok(core_of(dst), plan_tensor(dst), full, 1):  # the impl's uint8 repeatTime
                     return
                 _gather_one(dst, src, src_offset, src_base_addr, _ALL_LANES, _ALL_LANES, full & 255, 8, 0)
             if rest > 0:
-                lo, hi = _mask_bits(rest, per)
+                lo, hi = mask_bits(rest, per)
                 _gather_one(dst[n - rest], src, src_offset[n - rest], src_base_addr, lo, hi, 1, 8, 0)
         return count_form
     if len(args) != 3:

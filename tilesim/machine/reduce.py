@@ -102,17 +102,18 @@ from ..schedule import PIPE_VECTOR
 from .dtypes import ALL
 from .hazard import hz_access, hz_instruction, op_code
 from .pipe import FAULT_DTYPE, fault
-from .tensor import X_COUNTER_MODE, X_MASK_HI, X_MASK_LO, core_of, ctx_words, plan_tensor
+from .tensor import X_MASK_HI, X_MASK_LO, core_of, ctx_words, plan_tensor
 from .vector import (
     LOOP_OPTIONS,
     MarkerType,
-    _lane_on,
-    _marker,
-    _name,
-    _params_ok,
-    _span,
+    lane_on,
     level0_mask,
     load,
+    marker,
+    op_name,
+    params_ok,
+    reset_mask,
+    span,
     store,
 )
 
@@ -155,7 +156,7 @@ def _family(name: str) -> tuple[str, str]:
 def _top_lane(lo, hi, lanes):
     """The highest lane the mask (lo, hi) turns on among ``lanes``, -1 for none."""
     for lane in range(lanes - 1, -1, -1):
-        if _lane_on(lo, hi, lane):
+        if lane_on(lo, hi, lane):
             return lane
     return -1
 
@@ -174,7 +175,7 @@ def _src_in(core, t, lo, hi, repeat, blk, rep, tail, sz):
             base = t.addr + (r * rep + b * blk) * 32
             for e in range(epb):
                 lane = b * epb + e
-                if lane < last and _lane_on(lo, hi, lane):
+                if lane < last and lane_on(lo, hi, lane):
                     a = base + e * sz
                     if a != end:
                         if end > start and not ub_in(core, at(t, start - t.addr), end - start):
@@ -243,7 +244,7 @@ def _dst_step(op, dt, order):  # type: ignore[no-untyped-def]
 
 @overload(_dst_step, jit_options=DEVICE_OPTIONS, inline="always")
 def _dst_step_impl(op, dt, order):  # type: ignore[no-untyped-def]
-    family, kind = _family(_name(op))
+    family, kind = _family(op_name(op))
     sz = dt.dt.size
     if family == "Pair":
         return lambda op, dt, order: np.int64(128)
@@ -278,7 +279,7 @@ def _walk(op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, order):
 
 @overload(_walk, jit_options=LOOP_OPTIONS)
 def _walk_impl(op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, order):  # type: ignore[no-untyped-def]
-    family, kind = _family(_name(op))
+    family, kind = _family(op_name(op))
     dt = src.dtype.dt
     st, sz = dt.storage, dt.size
     epb = 32 // sz
@@ -305,7 +306,7 @@ def _walk_impl(op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, or
                 x = carray(address_as_pointer(core.base + src.addr + (r * src_rep + b * src_blk) * 32, st), epb)
                 for e in range(epb):
                     lane = b * epb + e
-                    a = lane < last and _lane_on(lo, hi, lane)
+                    a = lane < last and lane_on(lo, hi, lane)
                     on[lane] = a
                     v[lane] = np.float32(0)
                     if a:
@@ -403,7 +404,7 @@ def repeat_op(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  # 
 
 @overload(repeat_op, jit_options=DEVICE_OPTIONS)
 def _repeat_op(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  # type: ignore[no-untyped-def]
-    name = _name(op)
+    name = op_name(op)
     family, kind = _family(name)
     dt = src.dtype.dt
     if dt.name not in _F or dst.dtype.dt is not dt:  # a run-time stop, so that a branch not taken may hold it
@@ -419,7 +420,7 @@ def _repeat_op(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  #
     def level0(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  # type: ignore[no-untyped-def]
         core = core_of(src)
         ps, pd = plan_tensor(src), plan_tensor(dst)
-        if not _params_ok(core, pd, np.int64(repeat), 1):
+        if not params_ok(core, pd, np.int64(repeat), 1):
             return
         lo, hi, n, tail = level0_mask(src.ctx, mask, repeat, lanes)
         if n <= 0 or (lo == 0 and (hi == 0 or lanes <= 64)):
@@ -428,7 +429,7 @@ def _repeat_op(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  #
         o = np.int64(order)
         ds, sb, sr = np.int64(dst_rep), np.int64(src_blk), np.int64(src_rep)
         step = _dst_step(op, dt, o)
-        src_bytes = _span(n, sb, sr)
+        src_bytes = span(n, sb, sr)
         dst_bytes = (n - 1) * ds * step + (top // group) * sz + (step if whole else sz)
         if not (vec_ok(core, ps, src_bytes) and _src_in(core, ps, lo, hi, n, sb, sr, tail, sz)
                 and _dst_ok(core, pd, dst_bytes, 32 if pair else step)):
@@ -439,7 +440,7 @@ def _repeat_op(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  #
     return level0
 
 
-_WHOLE_SUM = _marker("WholeReduceSum")
+_WHOLE_SUM = marker("WholeReduceSum")
 
 
 def reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
@@ -449,7 +450,7 @@ def reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
 
 @overload(reduce_op, jit_options=DEVICE_OPTIONS)
 def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
-    name = _name(op)
+    name = op_name(op)
     kind = _family(name)[1]
     dt = src.dtype.dt
     if dt.name not in _F or dst.dtype.dt is not dt:
@@ -464,10 +465,7 @@ def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
             n = np.int64(args[0])
             with_index = _cal_index(args[1:])
             if is_sum:  # ReduceSumImpl's counter mode ends in normal mode with the mask all ones
-                w = ctx_words(src.ctx)
-                w[X_MASK_LO] = -1
-                w[X_MASK_HI] = -1
-                w[X_COUNTER_MODE] = 0
+                reset_mask(ctx_words(src.ctx))
             if n <= 0:
                 return
             core = core_of(src)
@@ -495,12 +493,12 @@ def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
         ps, pd, pw = plan_tensor(src), plan_tensor(dst), plan_tensor(work)
         lo, hi, n, _ = level0_mask(src.ctx, args[0], args[1], per)
         sr = np.int64(args[2])
-        if not _params_ok(core, pd, min(n, 0), 1):  # no 255 limit here: only a negative count is wrong
+        if not params_ok(core, pd, min(n, 0), 1):  # no 255 limit here: only a negative count is wrong
             return
         if n <= 0 or (lo == 0 and (hi == 0 or per <= 64)):
             return
         out = 2 * sz if with_index else sz
-        src_bytes = _span(n, 1, sr)
+        src_bytes = span(n, 1, sr)
         need = _tmp_elems(0 if is_sum else 1, n, with_index, sz) * sz
         if not (vec_ok(core, ps, src_bytes) and _src_in(core, ps, lo, hi, n, 1, sr, 0, sz)
                 and _dst_ok(core, pd, out, out) and _work_ok(core, pw, work.nbytes, need)):
@@ -547,9 +545,9 @@ def _brcb_op(dst, src, repeat, params):  # type: ignore[no-untyped-def]
         n = np.int64(repeat)
         db, dr = np.int64(params.dst_blk_stride), np.int64(params.dst_rep_stride)
         db = db if db != 0 else np.int64(1)
-        if not _params_ok(core, pd, n, 1) or n <= 0:
+        if not params_ok(core, pd, n, 1) or n <= 0:
             return
-        src_bytes, dst_bytes = n * 8 * sz, _span(n, db, dr)
+        src_bytes, dst_bytes = n * 8 * sz, span(n, db, dr)
         if not (vec_ok(core, ps, src_bytes) and vec_ok(core, pd, dst_bytes)):
             return
         hz_instruction(core, PIPE_VECTOR, code, pd, dst_bytes, ps, src_bytes, ps, 0)
@@ -571,7 +569,7 @@ def _brcb_op(dst, src, repeat, params):  # type: ignore[no-untyped-def]
 
 
 def _instruction(name: str, attr: str, form: str):  # type: ignore[no-untyped-def]
-    op = _marker(name)
+    op = marker(name)
     family = _family(name)[0]
 
     def stub(dst, src, *args):  # type: ignore[no-untyped-def]

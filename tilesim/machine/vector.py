@@ -75,7 +75,7 @@ class Marker:
         return self.name
 
     def __reduce__(self) -> tuple[object, tuple[str]]:
-        return _marker, (self.name,)
+        return marker, (self.name,)
 
 
 class MarkerType(ConstantType):
@@ -90,11 +90,11 @@ _MARKERS: dict[str, Marker] = {}
 LOOP_OPTIONS = {**DEVICE_OPTIONS, "error_model": "numpy"}
 
 
-def _marker(name: str) -> Marker:
+def marker(name: str) -> Marker:
     return _MARKERS.setdefault(name, Marker(name))
 
 
-MASK_PLACEHOLDER = _marker("MASK_PLACEHOLDER")
+MASK_PLACEHOLDER = marker("MASK_PLACEHOLDER")
 # operation -> (counter class, the dtypes the API allows)
 _B16_32 = ("half", "float", "int16_t", "int32_t")
 _F = ("half", "float")
@@ -107,10 +107,10 @@ OPS = {"Add": (VEC_BINARY, _B16_32), "Sub": (VEC_BINARY, _B16_32), "Mul": (VEC_B
                                                                                  "int16_t", "uint16_t", "int32_t",
                                                                                  "uint32_t"))}
 for _n in OPS:
-    _marker(_n)
+    marker(_n)
 
 
-def _name(op):  # type: ignore[no-untyped-def]
+def op_name(op):  # type: ignore[no-untyped-def]
     return op.value.name
 
 
@@ -125,7 +125,7 @@ def apply(op, a, b):  # type: ignore[no-untyped-def]
 
 @overload(apply, jit_options=DEVICE_OPTIONS, inline="always")
 def _apply(op, a, b):  # type: ignore[no-untyped-def]
-    n = _name(op)
+    n = op_name(op)
     f = isinstance(a, types.Float)
     if n in ("Add", "Adds"):
         return lambda op, a, b: a + b
@@ -198,11 +198,11 @@ def _scalar_of(dt, s):  # type: ignore[no-untyped-def]
 # The walks
 
 
-def _elems(core, t, n):  # type: ignore[no-untyped-def]
+def elems(core, t, n):  # type: ignore[no-untyped-def]
     """``n`` elements of LocalTensor ``t`` as stored."""
 
 
-@overload(_elems, jit_options=DEVICE_OPTIONS, inline="always")
+@overload(elems, jit_options=DEVICE_OPTIONS, inline="always")
 def _elems_impl(core, t, n):  # type: ignore[no-untyped-def]
     st = t.dtype.dt.storage
     return lambda core, t, n: carray(address_as_pointer(core.base + t.addr, st), n)
@@ -220,40 +220,40 @@ def _contiguous_impl(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
     if isinstance(b, types.NoneType):
         def one(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
             core = core_of(dst)
-            d = _elems(core, dst, n)
+            d = elems(core, dst, n)
             v = scalar_of(dt, s)
             if a.addr == dst.addr:
                 for i in range(n):
                     d[i] = store(dt, apply(op, load(dt, d[i]), v))
             else:
-                x = _elems(core, a, n)
+                x = elems(core, a, n)
                 for i in range(n):
                     d[i] = store(dt, apply(op, load(dt, x[i]), v))
         return one
 
     def two(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
         core = core_of(dst)
-        d = _elems(core, dst, n)
+        d = elems(core, dst, n)
         if a.addr == dst.addr and b.addr == dst.addr:
             for i in range(n):
                 d[i] = store(dt, apply(op, load(dt, d[i]), load(dt, d[i])))
         elif a.addr == dst.addr:
-            y = _elems(core, b, n)
+            y = elems(core, b, n)
             for i in range(n):
                 d[i] = store(dt, apply(op, load(dt, d[i]), load(dt, y[i])))
         elif b.addr == dst.addr:
-            x = _elems(core, a, n)
+            x = elems(core, a, n)
             for i in range(n):
                 d[i] = store(dt, apply(op, load(dt, x[i]), load(dt, d[i])))
         else:
-            x, y = _elems(core, a, n), _elems(core, b, n)
+            x, y = elems(core, a, n), elems(core, b, n)
             for i in range(n):
                 d[i] = store(dt, apply(op, load(dt, x[i]), load(dt, y[i])))
     return two
 
 
 @njit(cache=True, inline="always")
-def _lane_on(lo, hi, lane):
+def lane_on(lo, hi, lane):
     return ((lo >> np.uint64(lane)) & np.uint64(1)) != 0 if lane < 64 else ((hi >> np.uint64(lane - 64))
                                                                               & np.uint64(1)) != 0
 
@@ -285,7 +285,7 @@ def _strided_impl(op, dst, a, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tai
                     y = carray(address_as_pointer(core.base + b.addr + (r * br + blk * bs) * 32, st), epb)
                 for e in range(epb):
                     lane = blk * epb + e
-                    if lane < last and _lane_on(lo, hi, lane):
+                    if lane < last and lane_on(lo, hi, lane):
                         if two:
                             d[e] = store(dt, apply(op, load(dt, x[e]), load(dt, y[e])))
                         else:
@@ -294,7 +294,7 @@ def _strided_impl(op, dst, a, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tai
 
 
 @njit(cache=True)
-def _mask_bits(mask, per):
+def mask_bits(mask, per):
     """A contiguous mask (a count) as its 128-bit pattern, clamped to the lanes of a repeat."""
     m = min(max(np.int64(mask), 0), per)
     lo = np.uint64(0xFFFFFFFFFFFFFFFF) if m >= 64 else (np.uint64(1) << np.uint64(m)) - np.uint64(1)
@@ -302,6 +302,15 @@ def _mask_bits(mask, per):
     if m > 64:
         hi = np.uint64(0xFFFFFFFFFFFFFFFF) if m >= 128 else (np.uint64(1) << np.uint64(m - 64)) - np.uint64(1)
     return lo, hi
+
+
+@njit(cache=True, inline="always")
+def reset_mask(w):
+    """The mask register all ones, in normal mode (context block ``w``): what a count-form call leaves behind (its
+    SetMaskNorm and SetVectorMask(~0, ~0))."""
+    w[X_MASK_LO] = -1
+    w[X_MASK_HI] = -1
+    w[X_COUNTER_MODE] = 0
 
 
 def level0_mask(ctx, mask, repeat, per):  # type: ignore[no-untyped-def]
@@ -327,13 +336,13 @@ def _level0_mask(ctx, mask, repeat, per):  # type: ignore[no-untyped-def]
         return lambda ctx, mask, repeat, per: (np.uint64(mask[0]), np.uint64(mask[1]), np.int64(repeat), np.int64(0))
 
     def count(ctx, mask, repeat, per):  # type: ignore[no-untyped-def]
-        lo, hi = _mask_bits(mask, per)
+        lo, hi = mask_bits(mask, per)
         return lo, hi, np.int64(repeat), np.int64(0)
     return count
 
 
 @checked_only(True)
-def _params_ok(core, t, repeat, blk):
+def params_ok(core, t, repeat, blk):
     """Checked mode: repeat_times in [0, 255] and a dst block stride other than 0 (undefined on the NPU)."""
     if not core.checks:
         return True
@@ -344,7 +353,7 @@ def _params_ok(core, t, repeat, blk):
 
 
 @njit(cache=True, inline="always")
-def _span(repeat, blk, rep):
+def span(repeat, blk, rep):
     """Bytes from an operand's start to the end of the last block a level-0 walk touches."""
     return ((repeat - 1) * rep + 7 * blk) * 32 + 32 if repeat > 0 else 0
 
@@ -355,7 +364,7 @@ def vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
 
 @overload(vec_op, jit_options=DEVICE_OPTIONS)
 def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
-    name = _name(op)
+    name = op_name(op)
     cls, allowed = OPS[name]
     dt = dst.dtype.dt
     if dt.name not in allowed:  # a run-time stop, not a compile error, so that a branch not taken may hold it
@@ -371,10 +380,7 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
             n = np.int64(args[0])
             core = core_of(dst)
             nb = n * sz
-            w = ctx_words(dst.ctx)
-            w[X_MASK_LO] = -1  # the call leaves the mask all ones, in normal mode
-            w[X_MASK_HI] = -1
-            w[X_COUNTER_MODE] = 0
+            reset_mask(ctx_words(dst.ctx))
             if n <= 0:
                 return
             if has_src:
@@ -422,22 +428,22 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
                            np.int64(params.src1_blk_stride))
             dr, ar, br = (np.int64(params.dst_rep_stride), np.int64(params.src0_rep_stride),
                           np.int64(params.src1_rep_stride))
-        if not _params_ok(core, plan_tensor(dst), repeat, ds):
+        if not params_ok(core, plan_tensor(dst), repeat, ds):
             return
         if repeat <= 0 or (lo == 0 and hi == 0):
             return  # a NOP on A2: dst is not written
         pd = plan_tensor(dst)
         src = a if has_src else dst
-        if has_src and not vec_ok(core, plan_tensor(a), _span(repeat, as_, ar)):
+        if has_src and not vec_ok(core, plan_tensor(a), span(repeat, as_, ar)):
             return
-        if two and not vec_ok(core, plan_tensor(b), _span(repeat, bs, br)):
+        if two and not vec_ok(core, plan_tensor(b), span(repeat, bs, br)):
             return
         # the shadow: the strided walk's span counts as written (its lanes' own states are not followed yet)
-        if not vec_out(core, pd, _span(repeat, ds, dr)):
+        if not vec_out(core, pd, span(repeat, ds, dr)):
             return
-        hz_instruction(core, PIPE_VECTOR, code, pd, _span(repeat, ds, dr), plan_tensor(src),
-                       _span(repeat, as_, ar) if has_src else 0, plan_tensor(b if two else src),
-                       _span(repeat, bs, br) if two else 0)
+        hz_instruction(core, PIPE_VECTOR, code, pd, span(repeat, ds, dr), plan_tensor(src),
+                       span(repeat, as_, ar) if has_src else 0, plan_tensor(b if two else src),
+                       span(repeat, bs, br) if two else 0)
         _strided(op, dst, src, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tail)
         count_vector(core, cls, repeat * 256, pd, plan_tensor(src), plan_tensor(b if two else src))
     return level0
@@ -456,7 +462,7 @@ _FORMS = {  # family -> (the call's operands before the form's arguments, how th
 
 
 def _instruction(name: str, family: str, attr: str):  # type: ignore[no-untyped-def]
-    op = _marker(name)
+    op = marker(name)
     operands, form, what = _FORMS[family]
 
     def stub(dst, *args):  # type: ignore[no-untyped-def]
@@ -522,7 +528,7 @@ def _set_vector_mask(ctx, *mask):  # type: ignore[no-untyped-def]
             w[X_MASK_LO] = n
             w[X_MASK_HI] = 0
         else:
-            lo, hi = _mask_bits(n, 128)
+            lo, hi = mask_bits(n, 128)
             w[X_MASK_LO] = np.int64(lo)
             w[X_MASK_HI] = np.int64(hi)
     return set1
