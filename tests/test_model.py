@@ -13,17 +13,22 @@ import pytest
 from tilesim import CheckError, UbOverflowError
 from tilesim.launcher import KernelError, kernel, launch
 from tilesim.machine import (
+    PIPE_V,
     VECCALC,
     VECIN,
     VECOUT,
     BinaryRepeatParams,
+    CopyRepeatParams,
+    DataCopyParams,
     HardEvent,
     TBuf,
     TPipe,
     TQue,
+    UnaryRepeatParams,
     abs_,
     add,
     adds,
+    copy,
     data_copy,
     div,
     duplicate,
@@ -33,6 +38,7 @@ from tilesim.machine import (
     min_,
     mul,
     muls,
+    pipe_barrier,
     relu,
     set_flag,
     sqrt,
@@ -221,3 +227,47 @@ def test_an_instruction_on_a_type_its_api_does_not_take() -> None:
     a = np.zeros(16, ml_dtypes.bfloat16)
     with pytest.raises(KernelError, match="Add on bfloat16_t: the A2 API does not take"):
         launch(wrong_type, Rows(0), a, a.copy(), block_dim=1)
+
+
+@kernel
+def copies(ctx, t, a, out):
+    """out[0:64] = a copied by vcopy (level-0) and by a UB-to-UB DataCopy, then doubled by a masked Muls over a
+    160 B buffer (40 lanes of a repeat: the access ends at the last lane, inside the buffer); out[64:128] = the
+    same rows' even blocks interleaved by two strided Copys into one buffer."""
+    pipe = TPipe(ctx)
+    q = pipe.init_buffer(TQue(VECIN, 1), 1, 64 * 4)
+    qo = pipe.init_buffer(TQue(VECOUT, 1), 1, 128 * 4)
+    w = pipe.init_buffer(TBuf(VECCALC), 64 * 4)
+    small = pipe.init_buffer(TBuf(VECCALC), 40 * 4)
+    x = q.alloc_tensor(a.dtype)
+    data_copy(x, a, 64)
+    q.enque(x)
+    x = q.deque(a.dtype)
+    o = qo.alloc_tensor(a.dtype)
+    wt, st = w.get(a.dtype), small.get(a.dtype)
+    copy(wt, x, 64, 1, CopyRepeatParams(1, 1, 8, 8))
+    pipe_barrier(ctx, PIPE_V)
+    data_copy(st, wt, DataCopyParams(1, 5, 0, 0))  # 40 elements: five 32 B blocks, UB to UB
+    pipe_barrier(ctx, PIPE_V)
+    muls(st, st, 2.0, 40, 1, UnaryRepeatParams(1, 1, 8, 8))
+    pipe_barrier(ctx, PIPE_V)
+    data_copy(o, st, DataCopyParams(1, 5, 0, 0))
+    duplicate(o[40], 0.0, 24)
+    copy(o[64], x, 32, 1, CopyRepeatParams(2, 2, 8, 8))  # blocks 0, 2, 4, 6 of x to the same blocks of o[64:]
+    copy(o[72], x[8], 32, 1, CopyRepeatParams(2, 2, 8, 8))  # blocks 1, 3, 5, 7: interleaved, no conflict
+    qo.enque(o)
+    o = qo.deque(a.dtype)
+    data_copy(out, o, 128)
+    qo.free_tensor(o)
+    q.free_tensor(x)
+
+
+@pytest.mark.parametrize("auto_sync", [True, False])
+def test_copy_and_ub_to_ub_data_copy_and_masked_bounds(auto_sync: bool) -> None:
+    a = np.arange(64, dtype=np.float32) - 20
+    out = np.zeros(128, np.float32)
+    rep = launch(copies, Rows(0), a, out, block_dim=1, checks=True, auto_sync=auto_sync)
+    np.testing.assert_array_equal(out[:40], 2 * a[:40])
+    np.testing.assert_array_equal(out[40:64], 0)
+    np.testing.assert_array_equal(out[64:], a)
+    assert rep.total("vec_dup") == 1 + 1 + 1 + 1 + 1 + 1  # three Copys, two UB-to-UB copies, a Duplicate

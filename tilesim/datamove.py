@@ -16,9 +16,13 @@ from .device import (
     ERR_DATACOPY_LEN,
     ERR_UB_ALIGN,
     NO_TENSOR,
+    VEC_DUP,
+    at,
     checked_only,
     count_mte2,
     count_mte3,
+    count_vector,
+    flow1,
     gm_f32,
     gm_ok,
     gm_u16,
@@ -279,6 +283,22 @@ def _add_b16(d, s, bf16):
         else:
             v = u32_as_f32(fp16_widen_bits(d[k])) + u32_as_f32(fp16_widen_bits(s[k]))
             d[k] = np.uint16(fp16_nearest_bits(f32_as_u32(v), False))
+
+
+@njit(cache=True)
+def ub_to_ub(core, dst, src, rows, row_b, src_pitch, dst_pitch):
+    """DataCopy from UB to UB (``copy_ubuf_to_ubuf``, on the vector pipe): ``rows`` rows of ``row_b`` bytes (whole
+    32 B blocks), ``src_pitch`` and ``dst_pitch`` apart; the two may not overlap (undefined on the NPU too)."""
+    if not (_datacopy_ok(core, src, row_b, src_pitch - row_b) and _datacopy_ok(core, dst, row_b, dst_pitch - row_b)):
+        return
+    if rows <= 0 or row_b <= 0:
+        return
+    if not (ub_ok(core, src, (rows - 1) * src_pitch + row_b) and ub_ok(core, dst, (rows - 1) * dst_pitch + row_b)):
+        return
+    for r in range(rows):  # the bytes' shadow state goes with them (a copy of padding is no use of it)
+        flow1(core, at(dst, r * dst_pitch), at(src, r * src_pitch), row_b)
+        copy_bytes(core.base + dst.addr + r * dst_pitch, core.base + src.addr + r * src_pitch, row_b)
+    count_vector(core, VEC_DUP, rows * row_b, dst, src, src)
 
 
 @njit(cache=True)

@@ -12,6 +12,7 @@ It must run before the first ``@njit(cache=True)`` is decorated (the stamp is ta
 from __future__ import annotations
 
 import hashlib
+import pickle
 from pathlib import Path
 
 from numba.core import caching
@@ -45,3 +46,18 @@ def _stamp(self):  # type: ignore[no-untyped-def]
 
 
 caching._SourceFileBackedLocatorMixin.get_source_stamp = _stamp
+
+_numba_load_index = caching.IndexDataCacheFile._load_index
+
+
+def _load_index(self):  # type: ignore[no-untyped-def]
+    """Numba's index, or none when it cannot be read back: an index written before a type it pickles was renamed
+    or moved (a tilesim Marker, an element type) raises while unpickling, before Numba compares its stamp. Such an
+    index is stale anyway; its functions compile again."""
+    try:
+        return _numba_load_index(self)
+    except (AttributeError, ImportError, ModuleNotFoundError, EOFError, pickle.UnpicklingError, TypeError):
+        return {}
+
+
+caching.IndexDataCacheFile._load_index = _load_index

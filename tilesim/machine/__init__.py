@@ -47,10 +47,12 @@ from .tensor import get_block_idx, get_block_num, get_user_workspace
 from .vector import (
     MASK_PLACEHOLDER,
     BinaryRepeatParams,
+    CopyRepeatParams,
     UnaryRepeatParams,
     abs_,
     add,
     adds,
+    copy,
     div,
     duplicate,
     exp,
@@ -74,6 +76,7 @@ from .vector import (
 __all__ = [
     "PIPE_ALL", "PIPE_MTE2", "PIPE_MTE3", "PIPE_S", "PIPE_V", "HardEvent", "pipe_barrier", "set_flag", "wait_flag",
     "set_atomic_add", "set_atomic_none", "sync_all",
+    "copy", "CopyRepeatParams",
     "CAST_CEIL", "CAST_FLOOR", "CAST_NONE", "CAST_ODD", "CAST_RINT", "CAST_ROUND", "CAST_TRUNC", "MASK_PLACEHOLDER",
     "VECCALC", "VECIN", "VECOUT", "BinaryRepeatParams", "DataCopyExtParams", "DataCopyPadExtParams",
     "DataCopyParams", "TBuf", "TPipe", "TQue", "UnaryRepeatParams", "abs_", "add", "adds", "bfloat16", "cast",

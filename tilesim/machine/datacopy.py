@@ -4,6 +4,8 @@
   reports the rest; the NPU silently drops it).
 - ``data_copy(dst, src, DataCopyParams(block_count, block_len, src_stride, dst_stride))``: ``block_count`` rows of
   ``block_len`` 32 B blocks; the strides are the gaps between rows, in 32 B blocks on both sides.
+- ``data_copy(dst_ub, src_ub, count or DataCopyParams)``: UB to UB, on the vector pipe (counted as a Duplicate's
+  class: its 256 B repeats).
 - ``data_copy_pad(dst_ub, src_gm, DataCopyExtParams(...), DataCopyPadExtParams(...))``: rows of ``block_len``
   bytes; the GM gap ``src_stride`` in bytes, the UB gap ``dst_stride`` in 32 B blocks; each UB row starts on a
   32 B boundary, with ``left_padding`` elements before the data and the row filled up to its 32 B end with
@@ -28,9 +30,9 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from ..datamove import gm_to_ub, ub_to_gm, ub_to_gm_atomic
+from ..datamove import gm_to_ub, ub_to_gm, ub_to_gm_atomic, ub_to_ub
 from ..jit import DEVICE_OPTIONS, njit
-from ..schedule import PIPE_MTE2, PIPE_MTE3
+from ..schedule import PIPE_MTE2, PIPE_MTE3, PIPE_VECTOR
 from .dtypes import ALL, ElemType
 from .hazard import hz_issue, hz_rows, op_code
 from .pipe import FAULT_DTYPE
@@ -101,10 +103,26 @@ def data_copy(dst, src, params):  # type: ignore[no-untyped-def]
 def _data_copy(dst, src, params):  # type: ignore[no-untyped-def]
     to_ub = isinstance(dst, LocalTensorType) and isinstance(src, GlobalTensorType)
     to_gm = isinstance(dst, GlobalTensorType) and isinstance(src, LocalTensorType)
-    if not (to_ub or to_gm):
+    ub_ub = isinstance(dst, LocalTensorType) and isinstance(src, LocalTensorType)
+    if not (to_ub or to_gm or ub_ub):
         return None
     sz = dst.dtype.dt.size
     counted = not (isinstance(params, types.BaseNamedTuple) and params.instance_class is DataCopyParams)
+    if ub_ub:
+        def local(dst, src, params):  # type: ignore[no-untyped-def]
+            if counted:
+                rows, row_b, gap_src, gap_dst = np.int64(1), np.int64(params) * sz, np.int64(0), np.int64(0)
+            else:
+                rows, row_b = np.int64(params.block_count), np.int64(params.block_len) * BLOCK
+                gap_src, gap_dst = np.int64(params.src_stride) * BLOCK, np.int64(params.dst_stride) * BLOCK
+            core = core_of(dst)
+            ub_to_ub(core, plan_tensor(dst), plan_tensor(src), rows, row_b, row_b + gap_src, row_b + gap_dst)
+            found = hz_rows(core, PIPE_VECTOR, _DATA_COPY, src.buf, src.addr, rows, row_b, row_b + gap_src, False,
+                            src.gen >= 0)
+            hz_rows(core, PIPE_VECTOR, _DATA_COPY, dst.buf, dst.addr, rows, row_b, row_b + gap_dst, True,
+                    dst.gen >= 0, found)
+            hz_issue(core, PIPE_VECTOR)
+        return local
 
     def copy(dst, src, params):  # type: ignore[no-untyped-def]
         if counted:  # count elements, contiguous

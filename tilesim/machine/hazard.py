@@ -44,7 +44,7 @@ INSTRUCTIONS = ("DataCopy", "DataCopyPad", "GetValue", "SetValue", "Add", "Sub",
                 "Cast", "Compare", "CompareScalar", "Select", "ReduceSum", "ReduceMax", "ReduceMin", "WholeReduceSum",
                 "WholeReduceMax", "WholeReduceMin", "BlockReduceSum", "BlockReduceMax", "BlockReduceMin",
                 "PairReduceSum", "Brcb", "Gather", "Transpose", "GatherMask", "LeakyRelu", "Not", "And", "Or",
-                "SetAtomicAdd")
+                "SetAtomicAdd", "Copy")
 
 
 def op_code(name: str) -> int:
@@ -151,15 +151,17 @@ def hz_access(core, q, op, buf, addr, nbytes, write, queued, quiet=False):
 
 
 @checked_only(None)
-def hz_rows(core, q, op, buf, addr, rows, row_bytes, pitch, write, queued):
-    """:func:`hz_access` of ``rows`` rows of ``row_bytes``, ``pitch`` bytes apart (a DataCopy's UB side)."""
+def hz_rows(core, q, op, buf, addr, rows, row_bytes, pitch, write, queued, quiet=False):
+    """:func:`hz_access` of ``rows`` rows of ``row_bytes``, ``pitch`` bytes apart (a DataCopy's UB side); whether
+    it found a hazard."""
     if not core.checks:
-        return
+        return False
     if row_bytes == pitch or rows == 1:
-        hz_access(core, q, op, buf, addr, (rows - 1) * pitch + row_bytes, write, queued)
-        return
+        return hz_access(core, q, op, buf, addr, (rows - 1) * pitch + row_bytes, write, queued, quiet)
+    found = False
     for r in range(rows):
-        hz_access(core, q, op, buf, addr + r * pitch, row_bytes, write, queued)
+        found |= hz_access(core, q, op, buf, addr + r * pitch, row_bytes, write, queued, quiet or found)
+    return found
 
 
 @checked_only(None)
@@ -231,3 +233,33 @@ def hz_instruction(core, q, op, dst, dst_bytes, a, a_bytes, b, b_bytes):
     found |= hz_access(core, q, op, b.buf, b.addr, b_bytes, False, b.gen >= 0, found)
     hz_access(core, q, op, dst.buf, dst.addr, dst_bytes, True, dst.gen >= 0, found)
     hz_issue(core, q)
+
+
+@checked_only(None)
+def hz_level0(core, op, dst, d_blk, d_rep, d_end, a, a_blk, a_rep, a_end, b, b_blk, b_rep, b_end, repeat):
+    """Checked mode: a level-0 vector instruction of ``repeat`` repeats: each operand's 32 B blocks as its block
+    and repeat strides place them (``*_end``: the bytes to the end of the last lane it touches; 0 for an operand it
+    does not have), reads then the write, recorded and issued; its first hazard is reported. Blocks, not the span
+    they lie in: two instructions writing interleaved blocks (Brcb, a per-column Sub) touch different bytes."""
+    if not core.checks:
+        return
+    found = _operand_blocks(core, op, a, a_blk, a_rep, a_end, repeat, False, False)
+    found |= _operand_blocks(core, op, b, b_blk, b_rep, b_end, repeat, False, found)
+    _operand_blocks(core, op, dst, d_blk, d_rep, d_end, repeat, True, found)
+    hz_issue(core, PIPE_VECTOR)
+
+
+@njit(cache=True)
+def _operand_blocks(core, op, t, blk, rep, end, repeat, write, quiet):
+    if end <= 0:
+        return False
+    if blk == 1 and (rep == 8 or repeat == 1):  # the blocks are contiguous
+        return hz_access(core, PIPE_VECTOR, op, t.buf, t.addr, end, write, t.gen >= 0, quiet)
+    found = False
+    for r in range(repeat):
+        for k in range(8):
+            off = (r * rep + k * blk) * 32
+            if off < end:
+                found |= hz_access(core, PIPE_VECTOR, op, t.buf, t.addr + off, min(32, end - off), write,
+                                   t.gen >= 0, quiet or found)
+    return found

@@ -100,16 +100,18 @@ from ..intrinsics import address_as_pointer
 from ..jit import DEVICE_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
 from .dtypes import ALL
-from .hazard import hz_access, hz_instruction, op_code
+from .hazard import hz_access, hz_instruction, hz_level0, op_code
 from .pipe import FAULT_DTYPE, fault
 from .tensor import X_MASK_HI, X_MASK_LO, core_of, ctx_words, plan_tensor
 from .vector import (
     LOOP_OPTIONS,
     MarkerType,
     lane_on,
+    last_lane,
     level0_mask,
     load,
     marker,
+    mask_span,
     op_name,
     params_ok,
     reset_mask,
@@ -150,15 +152,6 @@ def _family(name: str) -> tuple[str, str]:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Checked mode
-
-
-@njit(cache=True, inline="always")
-def _top_lane(lo, hi, lanes):
-    """The highest lane the mask (lo, hi) turns on among ``lanes``, -1 for none."""
-    for lane in range(lanes - 1, -1, -1):
-        if lane_on(lo, hi, lane):
-            return lane
-    return -1
 
 
 @checked_only(True)
@@ -425,16 +418,16 @@ def _repeat_op(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  #
         lo, hi, n, tail = level0_mask(src.ctx, mask, repeat, lanes)
         if n <= 0 or (lo == 0 and (hi == 0 or lanes <= 64)):
             return  # a NOP on A2: dst is not written (b32 lanes take only mask[0])
-        top = _top_lane(lo, hi, lanes)  # the span of dst, for checked mode and the hazard check
+        top = last_lane(lo, hi, np.int64(0), lanes)  # the span of dst, for checked mode and the hazard check
         o = np.int64(order)
         ds, sb, sr = np.int64(dst_rep), np.int64(src_blk), np.int64(src_rep)
         step = _dst_step(op, dt, o)
-        src_bytes = span(n, sb, sr)
+        src_bytes = mask_span(n, sb, sr, last_lane(lo, hi, tail, lanes), tail, sz, lanes)
         dst_bytes = (n - 1) * ds * step + (top // group) * sz + (step if whole else sz)
         if not (vec_ok(core, ps, src_bytes) and _src_in(core, ps, lo, hi, n, sb, sr, tail, sz)
                 and _dst_ok(core, pd, dst_bytes, 32 if pair else step)):
             return
-        hz_instruction(core, PIPE_VECTOR, code, pd, dst_bytes, ps, src_bytes, ps, 0)
+        hz_level0(core, code, pd, 1, 8, dst_bytes, ps, sb, sr, src_bytes, ps, 1, 8, 0, n)
         _walk(op, dst, src, lo, hi, n, sb, sr, tail, ds, o)
         count_vector(core, VEC_REDUCE, n * 256, pd, ps, ps)
     return level0
@@ -498,7 +491,7 @@ def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
         if n <= 0 or (lo == 0 and (hi == 0 or per <= 64)):
             return
         out = 2 * sz if with_index else sz
-        src_bytes = span(n, 1, sr)
+        src_bytes = mask_span(n, 1, sr, last_lane(lo, hi, np.int64(0), per), np.int64(0), sz, per)
         need = _tmp_elems(0 if is_sum else 1, n, with_index, sz) * sz
         if not (vec_ok(core, ps, src_bytes) and _src_in(core, ps, lo, hi, n, 1, sr, 0, sz)
                 and _dst_ok(core, pd, out, out) and _work_ok(core, pw, work.nbytes, need)):

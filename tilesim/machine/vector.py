@@ -53,7 +53,7 @@ from ..intrinsics import address_as_pointer, f32_as_u32, fp16_nearest_bits, fp16
 from ..jit import DEVICE_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
 from .dtypes import ALL
-from .hazard import hz_instruction, op_code
+from .hazard import hz_instruction, hz_level0, op_code
 from .pipe import FAULT_DTYPE, fault
 from .structs import ConstantType, constant_type
 from .tensor import X_COUNTER_MODE, X_MASK_HI, X_MASK_LO, KernelContextType, core_of, ctx_words, plan_tensor
@@ -63,6 +63,8 @@ BinaryRepeatParams = namedtuple("BinaryRepeatParams", ["dst_blk_stride", "src0_b
                                 defaults=(1, 1, 1, 8, 8, 8))
 UnaryRepeatParams = namedtuple("UnaryRepeatParams", ["dst_blk_stride", "src_blk_stride", "dst_rep_stride",
                                                      "src_rep_stride"], defaults=(1, 1, 8, 8))
+CopyRepeatParams = namedtuple("CopyRepeatParams", ["dst_stride", "src_stride", "dst_repeat_size", "src_repeat_size"],
+                              defaults=(1, 1, 8, 8))
 
 
 class Marker:
@@ -98,14 +100,14 @@ MASK_PLACEHOLDER = marker("MASK_PLACEHOLDER")
 # operation -> (counter class, the dtypes the API allows)
 _B16_32 = ("half", "float", "int16_t", "int32_t")
 _F = ("half", "float")
+_ANY_B16_32 = ("half", "bfloat16_t", "float", "int16_t", "uint16_t", "int32_t", "uint32_t")
 OPS = {"Add": (VEC_BINARY, _B16_32), "Sub": (VEC_BINARY, _B16_32), "Mul": (VEC_BINARY, _B16_32),
        "Div": (VEC_DIV, _F), "Max": (VEC_BINARY, _B16_32), "Min": (VEC_BINARY, _B16_32),
        "Adds": (VEC_SCALAR, _B16_32), "Muls": (VEC_SCALAR, _B16_32), "Maxs": (VEC_SCALAR, _B16_32),
        "Mins": (VEC_SCALAR, _B16_32), "Exp": (VEC_UNARY, _F), "Ln": (VEC_UNARY, _F), "Abs": (VEC_UNARY, _F),
        "Sqrt": (VEC_UNARY, _F), "Rsqrt": (VEC_UNARY, _F), "Reciprocal": (VEC_UNARY, _F),
-       "Relu": (VEC_UNARY, ("half", "float", "int32_t")), "Duplicate": (VEC_DUP, ("half", "bfloat16_t", "float",
-                                                                                 "int16_t", "uint16_t", "int32_t",
-                                                                                 "uint32_t"))}
+       "Relu": (VEC_UNARY, ("half", "float", "int32_t")), "Duplicate": (VEC_DUP, _ANY_B16_32),
+       "Copy": (VEC_DUP, _ANY_B16_32)}
 for _n in OPS:
     marker(_n)
 
@@ -154,6 +156,8 @@ def _apply(op, a, b):  # type: ignore[no-untyped-def]
     if n == "Relu":
         zero = np.float32(0) if f else 0
         return lambda op, a, b: np.maximum(a, zero)
+    if n == "Copy":
+        return lambda op, a, b: a
     if n == "Duplicate":
         return lambda op, a, b: b
     return None
@@ -352,6 +356,32 @@ def params_ok(core, t, repeat, blk):
     return True
 
 
+@njit(cache=True)
+def last_lane(lo, hi, tail, per):
+    """The last lane a level-0 call's last repeat computes: the mask's highest bit among the ``per`` lanes, or the
+    counter mode's ``tail`` - 1 (-1: none)."""
+    if tail > 0:
+        return tail - 1
+    for lane in range(min(per, 128) - 1, -1, -1):
+        if lane_on(lo, hi, lane):
+            return np.int64(lane)
+    return np.int64(-1)
+
+
+@njit(cache=True, inline="always")
+def mask_span(repeat, blk, rep, lane, tail, sz, per):
+    """Bytes from an operand's start to the end of the last element a level-0 walk reads or writes: the last
+    repeat's ``lane`` (:func:`last_lane`), or in counter mode a full repeat before a short last one, whichever ends
+    later (as CPU-debug's CalculateVectorMaxOffset bounds an access: not the whole last repeat)."""
+    if repeat <= 0 or lane < 0:
+        return np.int64(0)
+    epb = 32 // sz
+    end = ((repeat - 1) * rep + lane // epb * blk) * 32 + (lane % epb + 1) * sz
+    if tail > 0 and repeat > 1:
+        end = max(end, ((repeat - 2) * rep + (per - 1) // epb * blk) * 32 + ((per - 1) % epb + 1) * sz)
+    return end
+
+
 @njit(cache=True, inline="always")
 def span(repeat, blk, rep):
     """Bytes from an operand's start to the end of the last block a level-0 walk touches."""
@@ -409,41 +439,45 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
     if len(args) != 3:
         return None
     params = args[2]
-    unary_params = isinstance(params, types.BaseNamedTuple) and params.instance_class is UnaryRepeatParams
+    unary_params = isinstance(params, types.BaseNamedTuple) and params.instance_class in (UnaryRepeatParams,
+                                                                                          CopyRepeatParams)
     dup_params = isinstance(params, types.BaseTuple) and not isinstance(params, types.BaseNamedTuple)
 
     def level0(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
-        mask, repeat, params = args
+        mask, given, params = args
         core = core_of(dst)
-        lo, hi, repeat, tail = level0_mask(dst.ctx, mask, repeat, per)
+        lo, hi, repeat, tail = level0_mask(dst.ctx, mask, given, per)
         if dup_params:  # Duplicate: (dst_blk_stride, dst_rep_stride)
             ds, dr = np.int64(params[0]), np.int64(params[1])
             as_, ar, bs, br = ds, dr, ds, dr
         elif unary_params:
-            ds, as_, dr, ar = (np.int64(params.dst_blk_stride), np.int64(params.src_blk_stride),
-                               np.int64(params.dst_rep_stride), np.int64(params.src_rep_stride))
+            ds, as_, dr, ar = (np.int64(params[0]), np.int64(params[1]), np.int64(params[2]),  # Copy's alike
+                               np.int64(params[3]))
             bs, br = as_, ar
         else:
             ds, as_, bs = (np.int64(params.dst_blk_stride), np.int64(params.src0_blk_stride),
                            np.int64(params.src1_blk_stride))
             dr, ar, br = (np.int64(params.dst_rep_stride), np.int64(params.src0_rep_stride),
                           np.int64(params.src1_rep_stride))
-        if not params_ok(core, plan_tensor(dst), repeat, ds):
+        if not params_ok(core, plan_tensor(dst), np.int64(given), ds):  # counter mode ignores repeat_times
             return
         if repeat <= 0 or (lo == 0 and hi == 0):
             return  # a NOP on A2: dst is not written
         pd = plan_tensor(dst)
         src = a if has_src else dst
-        if has_src and not vec_ok(core, plan_tensor(a), span(repeat, as_, ar)):
+        lane = last_lane(lo, hi, tail, per)
+        a_end = mask_span(repeat, as_, ar, lane, tail, sz, per) if has_src else np.int64(0)
+        b_end = mask_span(repeat, bs, br, lane, tail, sz, per) if two else np.int64(0)
+        d_end = mask_span(repeat, ds, dr, lane, tail, sz, per)
+        if has_src and not vec_ok(core, plan_tensor(a), a_end):
             return
-        if two and not vec_ok(core, plan_tensor(b), span(repeat, bs, br)):
+        if two and not vec_ok(core, plan_tensor(b), b_end):
             return
         # the shadow: the strided walk's span counts as written (its lanes' own states are not followed yet)
-        if not vec_out(core, pd, span(repeat, ds, dr)):
+        if not vec_out(core, pd, d_end):
             return
-        hz_instruction(core, PIPE_VECTOR, code, pd, span(repeat, ds, dr), plan_tensor(src),
-                       span(repeat, as_, ar) if has_src else 0, plan_tensor(b if two else src),
-                       span(repeat, bs, br) if two else 0)
+        hz_level0(core, code, pd, ds, dr, d_end, plan_tensor(src), as_, ar, a_end, plan_tensor(b if two else src),
+                  bs, br, b_end, repeat)
         _strided(op, dst, src, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tail)
         count_vector(core, cls, repeat * 256, pd, plan_tensor(src), plan_tensor(b if two else src))
     return level0
@@ -503,6 +537,10 @@ rsqrt = _instruction("Rsqrt", "unary", "rsqrt")
 reciprocal = _instruction("Reciprocal", "unary", "reciprocal")
 relu = _instruction("Relu", "unary", "relu")
 duplicate = _instruction("Duplicate", "fill", "duplicate")
+copy = _instruction("Copy", "unary", "copy")
+copy.__doc__ = ("Copy(dst, src, mask, repeat_times, CopyRepeatParams(dst_stride, src_stride, dst_repeat_size, "
+                "src_repeat_size)): dst = src over the lanes the mask selects, UB to UB through the vector unit "
+                "(vcopy; strides in 32 B blocks, as UnaryRepeatParams'), or Copy(dst, src, count).")
 
 
 def set_vector_mask(ctx, *mask):  # type: ignore[no-untyped-def]
