@@ -543,7 +543,7 @@ def _brcb_op(dst, src, repeat, params):  # type: ignore[no-untyped-def]
         src_bytes, dst_bytes = n * 8 * sz, span(n, db, dr)
         if not (vec_ok(core, ps, src_bytes) and vec_ok(core, pd, dst_bytes)):
             return
-        hz_instruction(core, PIPE_VECTOR, code, pd, dst_bytes, ps, src_bytes, ps, 0)
+        hz_level0(core, code, pd, db, dr, dst_bytes, ps, 1, 8, src_bytes, ps, 1, 8, 0, n)
         s = carray(address_as_pointer(core.base + src.addr, st), 8 * n)
         for i in range(n):
             for j in range(8):
