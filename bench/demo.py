@@ -1,10 +1,12 @@
-"""``make demo``: RmsNormGrad (both of its kernels), GroupNormBackward, SwiGluGrad, SwiGlu, the layer-norm backward
-and NsaCompressGrad on the emulated Ascend910B1, in one table.
+"""``make demo``: RmsNormGrad (both of its kernels), RmsNorm, GroupNormBackward, SwiGluGrad, SwiGlu, Softmax, the
+layer-norm backward and NsaCompressGrad on the emulated Ascend910B1, in one table.
 
 Runs ``kernels.rms_norm_grad`` on [4096, 4096] bf16 (split-N: whole rows per UB tile) and on [64, 12288] fp32
-(split-D: rows too long for the UB, cut into column tiles), ``kernels.group_norm_backward`` on [32, 512, 64·64] with
+(split-D: rows too long for the UB, cut into column tiles), ``kernels.rms_norm`` (the forward, on the programming
+model) on [4096, 4096] bf16 (NORMAL: a row at a time), ``kernels.group_norm_backward`` on [32, 512, 64·64] with
 32 groups in fp32 and bf16, and ``kernels.swiglu_grad`` on x [8192, 2·4096] bf16 (dim -1: A and B the two column
-halves, y_grad [8192, 4096]) and ``kernels.swiglu`` (its forward) on the same x, ``kernels.layer_norm_grad`` (the
+halves, y_grad [8192, 4096]) and ``kernels.swiglu`` (its forward) on the same x, ``kernels.softmax`` (tilesim's
+kernel on the A2 SoftMax API) on [4096, 4096] fp16, ``kernels.layer_norm_grad`` (the
 LayerNormGrad and LayerNormGradBeta APIs per UB tile of whole rows) on [4096, 4096] in fp32 and fp16 and
 ``kernels.nsa_compress_grad`` on input [8192, 32, 128] bf16 (TND, 4 sequences of 2048 tokens, blockSize 32, stride
 16: overlapping windows), with realistic inputs (the makers of ``kernels.ops``, which the explorer uses too), and
@@ -32,12 +34,15 @@ from kernels.ops import (
     layer_norm_grad_inputs,
     nsa_compress_grad_inputs,
     rms_norm_grad_inputs,
+    rms_norm_inputs,
+    softmax_inputs,
     swiglu_grad_inputs,
     swiglu_inputs,
 )
 from tilesim.cost import estimated, total_us
 from tilesim.precision import compare
 from tiling.layer_norm_grad import TMP_MODES
+from tiling.rms_norm import MODE_NAMES
 
 REPEATS = 5
 SPLIT = {1: "split-N", 2: "split-D"}
@@ -50,7 +55,7 @@ def case(op: str, inputs: dict[str, Any], label: str) -> tuple[Callable[..., Any
     api = getattr(kernels, op)
 
     def call(out: Any = None) -> Any:
-        if op in ("swiglu_grad", "swiglu"):
+        if op in ("swiglu_grad", "swiglu", "softmax"):
             return (api(**inputs, out=None if out is None else out[0]),)
         return api(**inputs, out=out)
 
@@ -60,6 +65,12 @@ def case(op: str, inputs: dict[str, Any], label: str) -> tuple[Callable[..., Any
 def rms_norm_grad_case(shape: tuple[int, int], dtype: str) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
     """kernels.rms_norm_grad on ``shape``: (call, golden dx, shape label)."""
     return case("rms_norm_grad", rms_norm_grad_inputs(shape, dtype), "x".join(map(str, shape)))
+
+
+def rms_norm_case(shape: tuple[int, int], dtype: str) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
+    """kernels.rms_norm (the forward, on tilesim's programming model) on ``shape``, gamma in x's dtype: (call,
+    golden y, shape label)."""
+    return case("rms_norm", rms_norm_inputs(shape, dtype), "x".join(map(str, shape)))
 
 
 def group_norm_backward_case(shape: tuple[int, int, int],
@@ -86,6 +97,12 @@ def swiglu_case(shape: tuple[int, int], dtype: str,
     return case("swiglu", swiglu_inputs(shape, dtype, dim=dim), "x".join(sizes))
 
 
+def softmax_case(shape: tuple[int, int], dtype: str) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
+    """kernels.softmax (tilesim's kernel on the A2 SoftMax API) over the last axis of ``shape``: (call, golden y,
+    shape label)."""
+    return case("softmax", softmax_inputs(shape, dtype), "x".join(map(str, shape)))
+
+
 def layer_norm_grad_case(shape: tuple[int, int],
                          dtype: str) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
     """kernels.layer_norm_grad over the last axis of ``shape`` (epsilon 1e-5): (call, golden pd_x, shape label)."""
@@ -102,8 +119,10 @@ def nsa_compress_grad_case(shape: tuple[int, int, int],
 
 
 CASES = [(rms_norm_grad_case, (4096, 4096), "bf16"), (rms_norm_grad_case, (64, 12288), "fp32"),
+         (rms_norm_case, (4096, 4096), "bf16"),
          (group_norm_backward_case, (32, 512, 64 * 64), "fp32"), (group_norm_backward_case, (32, 512, 64 * 64), "bf16"),
          (swiglu_grad_case, (8192, 8192), "bf16"), (swiglu_case, (8192, 8192), "bf16"),
+         (softmax_case, (4096, 4096), "fp16"),
          (layer_norm_grad_case, (4096, 4096), "fp32"), (layer_norm_grad_case, (4096, 4096), "fp16"),
          (nsa_compress_grad_case, (8192, 32, 128), "bf16")]
 
@@ -112,7 +131,13 @@ def tiling_key(op: str, t: Any) -> str:
     """The tiling key and what it selects: RmsNormGrad's split, GroupNormGrad's UB mode and reduction, SwiGluGrad's
     dtype kernel (the key is the ge::DataType) with its base tile, double buffering and DataCopy path, the
     layer-norm backward's UB tile (whole rows x the 32 B-aligned H), its temporaries and isReuseSource,
-    NsaCompressGrad's (one) key with its core count and whether windows overlap (inputGrad via the fp32 workspace)."""
+    NsaCompressGrad's (one) key with its core count and whether windows overlap (inputGrad via the fp32 workspace),
+    RmsNorm's mode (and ops-nn's is_performance flag)."""
+    if op == "rms_norm":
+        return f"{t.tiling_key} {MODE_NAMES[t.tiling_key]}{', perf' if t.is_performance else ''}"
+    if op == "softmax":
+        return (f"{t.tiling_key} {t.dtype} tile {t.tile_rows}x{t.cols_align}{', DB' if t.buffer_num == 2 else ''}, "
+                f"{t.range_m + (t.tail_m > 0)} API pass")
     if op == "nsa_compress_grad":
         return f"key {t.tiling_key}, {t.block_dim} cores{', overlap' if t.is_overlap else ''}"
     if op == "layer_norm_grad":
@@ -178,8 +203,9 @@ def table(rows: list[dict[str, str]]) -> str:
 
 
 def main() -> None:
-    print(f"tilesim demo: aclnnRmsNormGrad, aclnnGroupNormBackward, aclnnSwiGluGrad, aclnnSwiGlu, a layer-norm "
-          f"backward and aclnnNsaCompressGrad on the emulated {tilesim.DEFAULT_SOC}, checks off\n")
+    print(f"tilesim demo: aclnnRmsNormGrad, aclnnRmsNorm, aclnnGroupNormBackward, aclnnSwiGluGrad, aclnnSwiGlu, "
+          f"aclnnSoftmax, a layer-norm backward and aclnnNsaCompressGrad on the emulated {tilesim.DEFAULT_SOC}, "
+          f"checks off\n")
     rows = [run_case(make, shape, dtype) for make, shape, dtype in CASES]
     print(table(rows))
     print(f"\nG: groups; det: the deterministic two-stage dgamma/dbeta reduction; 2·n: x's split axis (A, B); tile: "
@@ -188,10 +214,13 @@ def main() -> None:
           f"free UB (framework); S: sequences, bs: NsaCompressGrad's blockSize/stride, overlap: windows overlap "
           f"(inputGrad accumulated in an fp32 workspace); UB: per-core UB plan / capacity (bytes); MTE2/MTE3: bytes "
           f"GM->UB / UB->GM, all cores; dx MARE: max relative error vs float64 math (pd_x for layer_norm_grad, "
-          f"input_grad for nsa_compress_grad, y for swiglu), pass = MERE < T and MARE < limit (10T); first call: "
-          f"with Numba compile/cache load; wall: median of {REPEATS} later calls into the first call's outputs, on "
-          f"this CPU; est. NPU: the cost model's time for the call on the SoC (tilesim.cost; `tilesim trace` draws "
-          f"its timeline).")
+          f"input_grad for nsa_compress_grad, y for swiglu, rms_norm and softmax), pass = MERE < T and MARE < limit "
+          f"(10T); "
+          f"first call: with Numba compile/cache load; wall: median of {REPEATS} later calls into the first call's "
+          f"outputs, on this CPU; est. NPU: the cost model's time for the call on the SoC (tilesim.cost; `tilesim "
+          f"trace` draws its timeline); rms_norm's key: its mode (NORMAL, SPLIT_D, MERGE_N, SINGLE_ROW), perf: "
+          f"ops-nn's is_performance; softmax's key: x's dtype, its tile (rows x 32 B-aligned cols), DB and the SoftMax "
+          f"API's passes a tile.")
 
 
 if __name__ == "__main__":

@@ -27,8 +27,14 @@ from tiling.group_norm_backward import check_args as group_norm_backward_check_a
 from tiling.group_norm_backward import group_norm_backward as group_norm_backward_tiling
 from tiling.layer_norm_grad import layer_norm_grad as layer_norm_grad_tiling
 from tiling.nsa_compress_grad import nsa_compress_grad as nsa_compress_grad_tiling
+from tiling.rms_norm import check_args as rms_norm_check_args
+from tiling.rms_norm import out_shapes as rms_norm_out_shapes
+from tiling.rms_norm import rms_norm as rms_norm_tiling
+from tiling.rms_norm import ub_plan as rms_norm_ub_plan
 from tiling.rms_norm_grad import rms_norm_grad as rms_norm_grad_tiling
 from tiling.rms_norm_grad import ub_plan as rms_norm_grad_ub_plan
+from tiling.softmax import check_args as softmax_check_args
+from tiling.softmax import softmax as softmax_tiling
 from tiling.swiglu import check_args as swiglu_check_args
 from tiling.swiglu import out_shape as swiglu_out_shape
 from tiling.swiglu import swiglu as swiglu_tiling
@@ -38,7 +44,9 @@ from tiling.swiglu_grad import ub_plan as swiglu_grad_ub_plan
 from . import group_norm_backward as _group_norm_backward
 from . import layer_norm_grad as _layer_norm_grad
 from . import nsa_compress_grad as _nsa_compress_grad
+from . import rms_norm as _rms_norm
 from . import rms_norm_grad as _rms_norm_grad
+from . import softmax as _softmax
 from . import swiglu as _swiglu
 from . import swiglu_grad as _swiglu_grad
 from .common import checks_default
@@ -126,6 +134,39 @@ def _execute(op: str, workspace: Any, workspace_size: int, executor: Executor | 
 def rms_norm_grad(workspace: Any, workspace_size: int, executor: Executor | None, stream: Any = None) -> int:
     """aclnnRmsNormGrad: runs the executor on ``workspace``; returns the status."""
     return _execute("rms_norm_grad", workspace, workspace_size, executor)
+
+
+def rms_norm_get_workspace_size(x: Any, gamma: Any, epsilon: float, y_out: Any, rstd_out: Any, *,
+                                soc: str | SocSpec = DEFAULT_SOC) -> tuple[int, int, Executor | None]:
+    """aclnnRmsNormGetWorkspaceSize: ``(status, workspace_size, executor)``; the workspace is the tiling's 256 B +
+    16 MiB, which the kernels do not touch. An empty x succeeds with workspace 0 and an executor that computes
+    nothing."""
+    try:
+        require(x=x, gamma=gamma, yOut=y_out, rstdOut=rstd_out)
+        spec = get_soc(soc)
+        rows, _ = rms_norm_check_args(x, gamma, epsilon, spec)
+        y_shape, rstd_shape = rms_norm_out_shapes(x, gamma)
+        y = _check_output("yOut", y_out, y_shape, dtype_name(x))
+        r = _check_output("rstdOut", rstd_out, rstd_shape, FP32)
+        t = None
+        if rows:
+            t = rms_norm_tiling(x, gamma, float(epsilon), soc=spec)
+            rms_norm_ub_plan(t, spec).check()
+    except AclnnError as e:
+        return _fail(e), 0, None
+
+    def run(ws: np.ndarray | None) -> None:
+        if t is not None:
+            _rms_norm.run(t, spec, x, gamma, y, r, ws, checks_default(None))
+
+    size = 0 if t is None else t.workspace_size
+    _recent[0] = ""
+    return ACLNN_SUCCESS, size, Executor("rms_norm", size, run, t)
+
+
+def rms_norm(workspace: Any, workspace_size: int, executor: Executor | None, stream: Any = None) -> int:
+    """aclnnRmsNorm: runs the executor on ``workspace``; returns the status."""
+    return _execute("rms_norm", workspace, workspace_size, executor)
 
 
 def group_norm_backward_get_workspace_size(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: Any, N: int,  # noqa: N803
@@ -216,6 +257,36 @@ def swi_glu(workspace: Any, workspace_size: int, executor: Executor | None, stre
     return _execute("swi_glu", workspace, workspace_size, executor)
 
 
+def softmax_get_workspace_size(x: Any, dim: int, out: Any, *,
+                               soc: str | SocSpec = DEFAULT_SOC) -> tuple[int, int, Executor | None]:
+    """aclnnSoftmaxGetWorkspaceSize (``self`` is ``x``): ``(status, workspace_size, executor)``, checked in
+    aclnnSoftmax's order (None first; an empty x then succeeds with workspace 0 and an executor that computes
+    nothing); the workspace is the tiling's 16 MiB, which the kernel does not touch."""
+    try:
+        require(x=x, out=out)
+        spec = get_soc(soc)
+        rows, cols = softmax_check_args(x, dim, out, spec)
+        t = None
+        if rows * cols:
+            res = _check_output("out", out, shape_of(x), dtype_name(x))
+            t = softmax_tiling(x, dim, soc=spec)
+    except AclnnError as e:
+        return _fail(e), 0, None
+
+    def run(ws: np.ndarray | None) -> None:
+        if t is not None:
+            _softmax.run(t, spec, x, res, ws, checks_default(None))
+
+    size = 0 if t is None else t.workspace_size
+    _recent[0] = ""
+    return ACLNN_SUCCESS, size, Executor("softmax", size, run, t)
+
+
+def softmax(workspace: Any, workspace_size: int, executor: Executor | None, stream: Any = None) -> int:
+    """aclnnSoftmax: runs the executor on ``workspace``; returns the status."""
+    return _execute("softmax", workspace, workspace_size, executor)
+
+
 def layer_norm_grad_get_workspace_size(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, epsilon: float,
                                       pd_x: Any, pd_gamma: Any, pd_beta: Any, *, soc: str | SocSpec = DEFAULT_SOC,
                                       tmp: str = "shared",
@@ -275,5 +346,6 @@ def nsa_compress_grad(workspace: Any, workspace_size: int, executor: Executor | 
 __all__ = ["ACLNN_ERR_PARAM_NULLPTR", "Executor", "get_recent_err_msg", "group_norm_backward",
            "group_norm_backward_get_workspace_size", "layer_norm_grad", "layer_norm_grad_get_workspace_size",
            "nsa_compress_grad", "nsa_compress_grad_get_workspace_size",
-           "rms_norm_grad", "rms_norm_grad_get_workspace_size",
+           "rms_norm", "rms_norm_get_workspace_size", "rms_norm_grad", "rms_norm_grad_get_workspace_size",
+           "softmax", "softmax_get_workspace_size",
            "swi_glu", "swi_glu_get_workspace_size", "swi_glu_grad", "swi_glu_grad_get_workspace_size"]

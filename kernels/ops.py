@@ -41,10 +41,15 @@ from tiling.layer_norm_grad import TMP_MODES, plan_for
 from tiling.layer_norm_grad import check_tiling as ln_check_tiling
 from tiling.layer_norm_grad import layer_norm_grad as ln_tiling
 from tiling.nsa_compress_grad import nsa_compress_grad as nsa_tiling
+from tiling.rms_norm import MODE_MERGE_N, MODE_NAMES, MODE_SPLIT_D
+from tiling.rms_norm import check_tiling as rms_norm_check_tiling
+from tiling.rms_norm import rms_norm as rms_norm_tiling
 from tiling.rms_norm_grad import SPLIT_D, SPLIT_N
 from tiling.rms_norm_grad import check_tiling as rms_check_tiling
 from tiling.rms_norm_grad import rms_norm_grad as rms_tiling
 from tiling.rms_norm_grad import ub_plan as rms_ub_plan
+from tiling.softmax import check_tiling as softmax_check_tiling
+from tiling.softmax import softmax as softmax_tiling
 from tiling.swiglu import check_tiling as swiglu_fwd_check_tiling
 from tiling.swiglu import swiglu as swiglu_fwd_tiling
 from tiling.swiglu_grad import BLOCK, L2_CACHE_LINE, MAX_BLOCK_COUNT
@@ -57,7 +62,9 @@ from .group_norm_backward import group_norm_backward
 from .layer_norm_grad import layer_norm_grad
 from .nsa_compress_grad import nsa_compress_grad
 from .nsa_compress_grad import ub_plan as nsa_ub_plan
+from .rms_norm import rms_norm
 from .rms_norm_grad import rms_norm_grad
+from .softmax import softmax
 from .swiglu import swiglu
 from .swiglu_grad import swiglu_grad
 
@@ -131,6 +138,21 @@ def swiglu_inputs(shape: tuple[int, ...], dtype: str, seed: int = 0, *, dim: int
     """x ~ U(-3, 3) of ``shape`` in ``dtype``, A and B its halves along ``dim``."""
     x = np.random.default_rng(seed).uniform(-3.0, 3.0, shape).astype(np.float32).astype(DTYPES[dtype])
     return {"x": x, "dim": dim}
+
+
+def softmax_inputs(shape: tuple[int, ...], dtype: str, seed: int = 0, *, dim: int = -1) -> Inputs:
+    """x ~ N(0, 2²) of ``shape`` in ``dtype`` (logits), normalised along ``dim``."""
+    x = (np.random.default_rng(seed).standard_normal(shape, dtype=np.float32) * np.float32(2.0)).astype(DTYPES[dtype])
+    return {"x": x, "dim": dim}
+
+
+def rms_norm_inputs(shape: tuple[int, ...], dtype: str, seed: int = 0, *, gamma_dtype: str | None = None) -> Inputs:
+    """x ~ U(-2, 2) of ``shape`` [rows, D] in ``dtype``; gamma ~ U(0.5, 1.5) of [D] in ``gamma_dtype`` (x's dtype by
+    default; "fp32" with b16 x is the mixed-dtype kernel); epsilon 1e-6."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-2.0, 2.0, shape).astype(np.float32).astype(DTYPES[dtype])
+    gamma = rng.uniform(0.5, 1.5, shape[-1]).astype(np.float32).astype(DTYPES[gamma_dtype or dtype])
+    return {"x": x, "gamma": gamma, "epsilon": RMS_EPS}
 
 
 def layer_norm_grad_inputs(shape: tuple[int, ...], dtype: str, seed: int = 0) -> Inputs:
@@ -393,6 +415,75 @@ def swiglu_candidates(inputs: Inputs, soc: SocSpec) -> list[Candidate]:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# RmsNorm
+
+
+def rms_norm_candidates(inputs: Inputs, soc: SocSpec) -> list[Candidate]:
+    """Cores x every mode whose kernel takes the inputs and whose plan fits (SINGLE_ROW only for b16 x with fp32
+    gamma, MERGE_N up to numColAlign 2040) x its tile: MERGE_N's rows a pass (8 up to the core's rows, steps of 8),
+    SPLIT_D's column tile (64 columns up to the row, a multiple of 16), NORMAL's and SINGLE_ROW's whole row; the
+    modes the op does not pick get only their smallest and largest tiles."""
+    spec = get_soc(soc)
+    x, gamma, eps = inputs["x"], inputs["gamma"], inputs["epsilon"]
+    official = rms_norm_tiling(x, gamma, eps, soc=spec)
+
+    def make(**kw: Any) -> Any:
+        return rms_norm_check_tiling(rms_norm_tiling(x, gamma, eps, soc=spec, **kw), x, gamma, eps, spec)
+
+    def sweep() -> Iterator[Any]:
+        for cores in core_counts(spec):
+            rows = ceil_div(official.num_row, cores)
+            for mode in MODE_NAMES:
+                mine = mode == official.tiling_key
+                fixed = {"core_num": cores, "mode": mode}
+                count = TILES if mine else OTHER_TILES
+                if mode == MODE_MERGE_N:
+                    yield from with_tiles(make, fixed, lambda v: {"row_factor": v}, 8, align_up(rows, 8), 8, own=mine,
+                                          count=count)
+                elif mode == MODE_SPLIT_D:
+                    yield from with_tiles(make, fixed, lambda v: {"ub_factor": v}, LANES,
+                                          align_up(official.num_col, 16), 16, own=mine, count=count)
+                elif (t := legal(make, **fixed)) is not None:
+                    yield t
+
+    return collect(official, sweep(), rms_norm_params)
+
+
+def rms_norm_params(t: Any) -> dict[str, Any]:
+    """The tile a UB pass holds: MERGE_N row_factor rows, SPLIT_D ub_factor columns of a row, NORMAL and
+    SINGLE_ROW one row (their queues hold one buffer each)."""
+    tile = {MODE_MERGE_N: f"{t.row_factor}x{t.num_col}", MODE_SPLIT_D: f"1x{t.ub_factor}"}.get(t.tiling_key,
+                                                                                                f"1x{t.num_col}")
+    return {"block_dim": t.block_dim, "buffer_num": 1, "tile": tile, "mode": MODE_NAMES[t.tiling_key]}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Softmax
+
+
+def softmax_candidates(inputs: Inputs, soc: SocSpec) -> list[Candidate]:
+    """Cores x buffer_num 1, 2 x tiles of whole rows from one row up to what fits beside the SoftMax API's largest
+    tmp (at most the core's rows); the tmp is the API's largest for the tile, so that it takes a tile in one pass
+    where its own tiling lets it."""
+    spec = get_soc(soc)
+    x, dim = inputs["x"], inputs["dim"]
+    official = softmax_tiling(x, dim, soc=spec)
+
+    def make(**kw: Any) -> Any:
+        return softmax_check_tiling(softmax_tiling(x, dim, soc=spec, **kw), official, spec)
+
+    return collect(official, (t for cores in core_counts(spec) for nb in (1, 2)
+                              for t in with_tiles(make, {"core_num": cores, "buffer_num": nb},
+                                                  lambda v: {"tile_rows": v}, 1,
+                                                  ceil_div(official.rows, min(cores, official.rows)))),
+                   softmax_params)
+
+
+def softmax_params(t: Any) -> dict[str, Any]:
+    return {"block_dim": t.block_dim, "buffer_num": t.buffer_num, "tile": f"{t.tile_rows}x{t.cols}"}
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # layer-norm backward (LayerNormGrad + LayerNormGradBeta)
 
 LN_ARGS = ("dy", "x", "variance", "mean", "gamma")
@@ -539,6 +630,23 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
         reference=lambda inputs: (reference.swiglu(**inputs),), output_names=("y",),
         bounds=lambda inputs: reference.swiglu_bounds(**inputs),
         doc=_doc("aclnnSwiGlu: y = silu(A)*B, on tilesim's programming model.", swiglu_candidates.__doc__)),
+    OpSpec(
+        name="rms_norm", dtypes=("fp32", "bf16", "fp16"), default_shape=(256, 1024),
+        shape_help="[rows, D]: x; gamma [D] in x's dtype; y as x, rstd [rows, 1] fp32; epsilon 1e-6",
+        make_inputs=rms_norm_inputs, candidates=rms_norm_candidates, run=_api_run(rms_norm),
+        reference=lambda inputs: reference.rms_norm(**inputs), output_names=("y", "rstd"),
+        bounds=lambda inputs: reference.rms_norm_bounds(**inputs),
+        doc=_doc("aclnnRmsNorm: y in x's dtype, rstd fp32, on tilesim's programming model.",
+                 rms_norm_candidates.__doc__)),
+    OpSpec(
+        name="softmax", dtypes=("fp32", "fp16"), default_shape=(256, 1024),
+        shape_help="x [rows, cols], normalised along the last axis (dim -1); y as x",
+        make_inputs=softmax_inputs, candidates=softmax_candidates,
+        run=lambda inputs, t, soc: (softmax(**inputs, tiling=t, soc=soc),),
+        reference=lambda inputs: (reference.softmax(**inputs),), output_names=("y",),
+        bounds=lambda inputs: reference.softmax_bounds(**inputs),
+        doc=_doc("aclnnSoftmax on the last axis (fp32, fp16): tilesim's kernel on the A2 SoftMax API, on tilesim's "
+                 "programming model.", softmax_candidates.__doc__)),
     OpSpec(
         name="layer_norm_grad", dtypes=("fp32", "fp16"), default_shape=(256, 1024),
         shape_help="[rows, H]: x and dy; variance, mean [rows]; gamma [H]; epsilon 1e-5",

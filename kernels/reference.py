@@ -36,6 +36,16 @@ def rms_norm_grad(dy: Any, x: Any, rstd: Any, gamma: Any) -> tuple[np.ndarray, n
     return dx.reshape(np.shape(x)), dgamma.reshape(np.shape(gamma))
 
 
+def rms_norm(x: Any, gamma: Any, epsilon: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
+    """``(y, rstd)`` in float64: rstd = 1 / sqrt(mean(x²) + ε) over the last axes gamma covers, of x's leading axes
+    with 1 for each of gamma's; y = x · rstd · gamma of x's shape."""
+    g = _f64(gamma)
+    x2 = _f64(x).reshape(-1, g.size)
+    r = 1.0 / np.sqrt(np.mean(x2 * x2, axis=1, keepdims=True) + float(epsilon))
+    lead = np.shape(x)[:np.ndim(x) - np.ndim(gamma)]
+    return (x2 * r * g.reshape(1, -1)).reshape(np.shape(x)), r.reshape(lead + (1,) * np.ndim(gamma))
+
+
 def group_norm_backward(dy: Any, x: Any, mean: Any, rstd: Any, gamma: Any, N: int, C: int, HxW: int,  # noqa: N803
                         group: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """GroupNorm backward in float64 with centred x̂ = (x − mean)·rstd and γ inside the group sums:
@@ -68,6 +78,19 @@ def swiglu(x: Any, dim: int = -1) -> np.ndarray:
     """y = silu(A)·B = A·σ(A)·B in float64, A and B the first and second halves of x along ``dim``."""
     a, b = np.split(_f64(x), 2, axis=dim)
     return a * (0.5 * (1.0 + np.tanh(0.5 * a))) * b  # σ without exp's overflow for large |A|
+
+
+def softmax(x: Any, dim: int = -1) -> np.ndarray:
+    """softmax along ``dim`` in float64, as the kernel forms it: ``exp(x − max) / Σ exp(x − max)`` (a row with a
+    NaN, a +inf or only -inf is NaN throughout; a 0-d x is its own row)."""
+    xx = _f64(x)
+    if xx.ndim == 0:
+        return softmax(xx.reshape(1), 0).reshape(())
+    if xx.size == 0:
+        return xx.copy()
+    with np.errstate(invalid="ignore"):
+        e = np.exp(xx - np.max(xx, axis=dim, keepdims=True))
+        return e / np.sum(e, axis=dim, keepdims=True)
 
 
 def layer_norm_grad(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any,
@@ -139,6 +162,15 @@ def rms_norm_grad_bounds(dy: Any, x: Any, rstd: Any, gamma: Any) -> tuple[ErrorB
             ErrorBound(np.sum(dyx * r, axis=0).reshape(np.shape(gamma)), dy2.shape[0] + OPS_SLACK))
 
 
+def rms_norm_bounds(x: Any, gamma: Any, epsilon: float = 1e-6) -> tuple[ErrorBound, ErrorBound]:
+    """y: |x|·r·|g|, rstd: r, both through the row's sum of D squares (r is what the inputs give, all terms
+    positive)."""
+    g = np.abs(_f64(gamma))
+    d = g.size
+    y, r = rms_norm(np.abs(_f64(x)), g, epsilon)
+    return ErrorBound(np.abs(y), d + OPS_SLACK), ErrorBound(r, d + OPS_SLACK)
+
+
 def group_norm_backward_bounds(dy: Any, x: Any, mean: Any, rstd: Any, gamma: Any, N: int, C: int,  # noqa: N803
                                HxW: int, group: int) -> tuple[ErrorBound, ErrorBound, ErrorBound]:
     """dx: r·(|γ·dy| + Σ|γ·dy|/D + |x̂|·Σ|γ·dy·x̂|/D) with |x̂| = (|x| + |mean|)·r, sums over the D = (C/G)·HxW
@@ -172,6 +204,22 @@ def swiglu_bounds(x: Any, dim: int = -1) -> tuple[ErrorBound]:
     a, b = np.split(_f64(x), 2, axis=dim)
     s = 0.5 * (1.0 + np.tanh(0.5 * a))
     return (ErrorBound(np.abs(a) * s * np.abs(b), EXP_ROUNDINGS + OPS_SLACK),)
+
+
+def softmax_bounds(x: Any, dim: int = -1) -> tuple[ErrorBound]:
+    """y·(1 + (|x − max| + max_row |x − max|)/k) with k = n − 1 + 2·Exp's roundings + slack, n the row's length:
+    x − max is one rounding, which Exp turns into a relative error of |x − max|·u, so an element carries its own and
+    (through the sum of n terms) the row's largest; the sum and the division add their roundings."""
+    xx = _f64(x)
+    if xx.ndim == 0:
+        (b,) = softmax_bounds(xx.reshape(1), 0)
+        return (ErrorBound(b.magnitude.reshape(()), b.roundings),)
+    if xx.size == 0:
+        return (ErrorBound(xx.copy(), OPS_SLACK),)
+    y = softmax(xx, dim)
+    d = np.abs(xx - np.max(xx, axis=dim, keepdims=True))
+    k = xx.shape[dim] - 1 + 2 * EXP_ROUNDINGS + OPS_SLACK
+    return (ErrorBound(y * (1.0 + (d + np.max(d, axis=dim, keepdims=True)) / k), k),)
 
 
 def layer_norm_grad_bounds(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any,

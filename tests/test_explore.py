@@ -32,6 +32,8 @@ CASES = {
     "group_norm_backward": ((3, 64, 36), "fp32"),
     "swiglu_grad": ((26, 200), "fp16"),
     "swiglu": ((26, 200), "bf16"),
+    "rms_norm": ((26, 200), "bf16"),
+    "softmax": ((50, 100), "fp16"),
     "layer_norm_grad": ((50, 200), "fp32"),
     "nsa_compress_grad": ((256, 4, 32), "bf16"),
 }

@@ -24,6 +24,8 @@ SHAPES = {
     "group_norm_backward": (3, 64, 36),  # N > 2: the two-stage reduction; HxW not a multiple of 8
     "swiglu_grad": (26, 200),  # colLen 100: DataCopyPad rows
     "swiglu": (26, 200),  # the same split, forward
+    "rms_norm": (26, 200),  # D 200: MERGE_N's masked tail Adds and Muls, rows padded to 32 B
+    "softmax": (50, 100),  # cols 100: a masked tail past one 64-wide block, rows padded to 32 B
     "layer_norm_grad": (50, 200),
     "nsa_compress_grad": (256, 4, 32),  # 4 sequences of 64 tokens, 3 windows each
 }

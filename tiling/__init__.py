@@ -12,15 +12,26 @@ from .layer_norm_grad_api import (
     get_layer_norm_grad_nd_tiling_info,
 )
 from .nsa_compress_grad import NsaCompressGradTiling, nsa_compress_grad
+from .rms_norm import RmsNormTiling, rms_norm
 from .rms_norm_grad import RmsNormGradTiling, rms_norm_grad
+from .softmax import (
+    SoftmaxOpTiling,
+    SoftMaxTiling,
+    get_soft_max_max_tmp_size,
+    get_soft_max_min_tmp_size,
+    soft_max_tiling_func,
+    softmax,
+)
 from .swiglu import SwiGluTiling, swiglu
 from .swiglu_grad import SwiGluGradTiling, swiglu_grad
 
 __all__ = [
     "GroupNormBackwardTiling", "LayerNormGradBetaTiling", "LayerNormGradOpTiling", "LayerNormGradTiling",
-    "NsaCompressGradTiling", "RmsNormGradTiling", "SwiGluGradTiling", "SwiGluTiling",
+    "NsaCompressGradTiling", "RmsNormGradTiling", "RmsNormTiling", "SwiGluGradTiling", "SwiGluTiling",
     "get_layer_norm_grad_beta_max_min_tmp_size",
     "get_layer_norm_grad_beta_nd_tiling_info", "get_layer_norm_grad_max_min_tmp_size",
     "get_layer_norm_grad_nd_tiling_info", "group_norm_backward", "layer_norm_grad", "nsa_compress_grad", "replace",
-    "rms_norm_grad", "swiglu", "swiglu_grad",
+    "rms_norm", "rms_norm_grad", "swiglu", "swiglu_grad",
+    "SoftMaxTiling", "SoftmaxOpTiling", "get_soft_max_max_tmp_size", "get_soft_max_min_tmp_size",
+    "soft_max_tiling_func", "softmax",
 ]

@@ -1,0 +1,478 @@
+"""aclnnSoftmax on the last axis: a kernel of tilesim's own around the Ascend C high-level ``SoftMax`` API, written
+on tilesim's programming model as a user's kernel on A2 would be (ops-nn's Ascend C SoftmaxV2 kernel is registered
+for the 950 only; the A2 binary's source is not public), and the op API.
+
+**The outer kernel and its tiling are tilesim's** (:mod:`tiling.softmax`). x is [rows, cols] in GM; each core takes
+its rows (``block_rows``, one more on the first ``former_num`` cores) in tiles of ``tile_rows``:
+- CopyIn: DataCopyPad of the tile's rows (``cols`` elements each) into the VECIN queue, each row padded with zeros
+  to ``cols_align`` (32 B: the API's srcK must be aligned); EnQue.
+- Compute: DeQue x, AllocTensor y, then ``SoftMax<T>(y, x, sharedTmpBuffer, tiling, {m, cols_align, m, cols})``
+  (:func:`softmax_rows`) with the tmp TBuf as the sharedTmpBuffer; FreeTensor x; EnQue y.
+- CopyOut: DeQue; DataCopyPad of the ``cols`` real elements of each row to GM; FreeTensor.
+The padding is computed on (it never enters a max or a sum: the reductions mask it off) and never written back.
+
+**The API's steps and its tiling function are asc-devkit's** (mirror-cann/asc-devkit, the A2 build:
+``impl/adv_api/detail/activation/softmax/membase/v220/softmax_impl.h`` ``SoftMaxNDImpl`` / ``SingleSoftMaxImpl``,
+``…/v220/softmax_common_impl/softmax_common_nd_reduce.h`` ``NewReduceMaxLastNDImpl`` / ``NewReduceSumLastNDImpl``,
+``…/v220/softmax_common_impl/softmax_common_broadcast.h`` ``AlignedBroadCastImpl``,
+``…/softmax_common/softmax_common_arithmetic.h`` and ``softmax_common_reduce.h``, and the kernel-side
+``SoftMaxTilingFunc`` of ``…/softmax_common/softmax_tiling_func.h``), mirrored call for call in the order the NPU
+build (not CPU-debug) issues them, with every PipeBarrier<PIPE_V>, SetMaskCount / SetMaskNorm, SetVectorMask and
+ResetMask of theirs, the mask-register (``isSetMask = false``) forms as :data:`~tilesim.machine.MASK_PLACEHOLDER`,
+and their uint8 casts. Per pass of ``reduce_m`` rows (float work, 64 lanes a repeat):
+- half: Cast to fp32 (CAST_NONE) into the tmp; float works in place in y.
+- ReduceMax over each row of ``cols`` (the padding masked off): cols < 64: WholeReduceMax with mask cols, a repeat a
+  row (repStride cols_align/8); otherwise a per-row fold into 64 lanes: [64, 128) a Copy of the first 64;
+  [128, 512) Max of the first two 64-wide blocks with repeat = rows, then Max of each further block (rows as
+  repeats, or per row with the later blocks as repeats accumulating into the same 64: dst = src1, repStride 0);
+  from 512 BlockReduceMax of the first 512 (8 repeats) and the accumulating Max of the rest; the tail past the
+  last whole 64 by a Max masked to it; then BlockReduceMax 64 → 8 → 1 in counter mode (one row:
+  WholeReduceMax of 8 repeats at repStride 0, which writes the max 8 times).
+- Broadcast each row's max to 8 floats (16 with the host tiling of half: ``reduce_k``) by Brcb, then a counter-mode
+  Copy back (unless one row longer than 64 already holds 8 copies).
+- Sub: counter mode, cols_align < 192: one Sub per 32 B column block with rows as blocks (blkStride
+  cols_align/8, repStride cols_align) and the max block re-read (src1 blkStride reduce_k/8); otherwise one Sub a
+  row of count cols_align with src1 strides 0. Exp over the pass. ReduceSum as ReduceMax (Add, BlockReduceSum,
+  WholeReduceSum). Div as Sub. half: Cast back with CAST_ROUND (``FLOAT2HALF_ROUND_MODE`` of v220: ties away from
+  zero).
+The API re-computes its tiling from the tmp's size when the shape it is given is not the tiling's (a core's last,
+shorter tile): :func:`kernel_tiling_func` (with sizeof(float) for the reduce block: ``reduce_k`` 8 even for half).
+
+The vector ``Copy`` (vcopy; ``FirstBlockCopyImpl`` and ``AlignedBroadCastImpl``) and the UB-to-UB ``DataCopy`` of
+one 32 B block (``BasicBlockReduce*Impl`` and ``AlignedBroadCastImpl`` with 16-float rows and one row) are the
+machine's ``asc.copy`` and ``asc.data_copy`` between LocalTensors.
+
+**Non-finite rows**, as the emulated instructions give them (tilesim.machine's Max and the reductions propagate NaN,
+its documented choice where Huawei's docs are silent): a row of all -inf has max -inf, so x − max is NaN and the row
+is NaN; a +inf makes its own lane inf − inf = NaN, so the sum and the whole row are NaN; a NaN gives a NaN max and a
+NaN row; -inf beside finite values gives 0 there. Large finite values are exact (x − max ≤ 0).
+
+**Syncs.** The API's PipeBarrier<PIPE_V>s are the only V-V syncs (BiSheng's auto-sync adds none where they suffice);
+``SoftMaxNDImpl`` has none between two full passes, where the next pass only overwrites what the last one read (a
+write after read within PIPE_V, which in-order issue keeps). **Checked mode reports what the NPU would not** for
+some shapes, from two rules of tilesim.machine (reported to the project, not worked around here):
+- a level-0 operand is bounded by its last repeat's 8 whole blocks at its block stride, where asc-tools' CPU-debug
+  check (``CalculateVectorMaxOffset``) stops at the last lane the mask enables: the masked WholeReduce (cols < 64)
+  and tail fold (cols % 64 ≠ 0) of a pass's last row, and the column-block Sub / Div (cols_align < 192) of a pass
+  whose rows are not a multiple of 8, then "leave" a queue buffer or the tmp they stay inside on the NPU;
+- the pipe-hazard check records a strided operand as one contiguous span, so with auto-sync off the column-block
+  Sub / Div (one instruction per 32 B column, disjoint blocks) and AlignedBroadCastImpl's two interleaved Brcbs
+  (16-float rows: half with the host tiling, rows ≥ 2 a pass) look like unordered writes of the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from typing import Any
+
+import numpy as np
+
+from tilesim import machine as asc  # AscendC::
+from tilesim.errors import tiling_error
+from tilesim.jit import njit
+from tilesim.launch import RunReport, workspace
+from tilesim.launcher import kernel, launch
+from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
+from tiling.common import dtype_name
+from tiling.softmax import SoftmaxOpTiling, check_args, check_tiling
+from tiling.softmax import softmax as make_tiling
+
+from .common import output
+
+GM_NAMES = ["x", "y"]
+FLOAT_REPEAT = 64  # FLOAT_REPEAT_SIZE: floats a repeat
+FLOAT_BLK = 8  # FLOAT_NUM_PER_BLK: floats a 32 B block
+HALF_REPEAT = 128  # HALF_REPEAT_SIZE
+MAX_REPEAT = 255  # MAX_REPEAT_TIMES
+MAX_REPEAT_STRIDE = 255 * 8  # SOFTMAX_MAX_REPEAT_STRIDE: a row past this many floats cannot be a uint8 repStride
+BIG_BLOCK = 512  # SOFTMAX_FLOAT_SPECIAL_BLOCKREDUCE_LEN
+SUB_DIV_COLS = 192  # SOFTMAX_SUB_DIV_ROW_COLUMN_SIZE
+BRCB_ROWS = 8  # BRCB_BROADCAST_NUMBER
+FULL = np.uint64(0xFFFFFFFFFFFFFFFF)
+ONLY_VALUE = int(asc.ReduceOrder.ORDER_ONLY_VALUE)
+PH = asc.MASK_PLACEHOLDER
+
+# The API's tiling inside the kernel (the fields SoftMaxNDImpl reads)
+ApiTiling = namedtuple("ApiTiling", ["src_m", "src_k", "split_m", "split_k", "split_size", "reduce_m", "reduce_k",
+                                     "reduce_size", "range_m", "tail_m", "tail_split_size"])
+
+
+@njit(cache=True, inline="always")
+def _u8(v):
+    """``(uint8_t)v``, as the API casts its repeat counts."""
+    return v & 255
+
+
+@njit(cache=True)
+def kernel_tiling_func(work_size, m, k, ori_m, sz):
+    """SoftMaxTilingFunc (kernel side, ``softmax_tiling_func.h``) as SoftMaxImpl calls it for a shape other than the
+    tiling's: ``workLocal.GetSize()`` floats of tmp, {m, k, ori_m, k}, sizeof(T) and sizeof(float) (so the reduce
+    block is 8 floats whatever T). ``CalculateNDSplitM``: b16 ``work / (8 + k + 64)``, float ``work / (8 + 64)``
+    rows, at most m; cut to a multiple of 8 when fewer than ori_m and more than 8."""
+    epb = 32 // 4
+    reduce_m = work_size // (epb + k + FLOAT_REPEAT) if sz == 2 else work_size // (epb + FLOAT_REPEAT)
+    reduce_m = min(reduce_m, m)
+    if ori_m > reduce_m > BRCB_ROWS:
+        reduce_m = reduce_m // BRCB_ROWS * BRCB_ROWS
+    reduce_m = min(reduce_m, ori_m)
+    tail = ori_m % reduce_m
+    return ApiTiling(m, k, reduce_m, k, reduce_m * k, reduce_m, epb, reduce_m * epb, ori_m // reduce_m, tail,
+                     tail * k)
+
+
+@njit(cache=True, inline="always")
+def _reset_mask(ctx):
+    """ResetMask: the mask register all ones."""
+    asc.set_vector_mask(ctx, FULL, FULL)
+
+
+@njit(cache=True)
+def _fold(is_max, dst, a, b, mask, repeat, params):
+    """Max (ReduceMax's folds) or Add (ReduceSum's), level-0."""
+    if is_max:
+        asc.max_(dst, a, b, mask, repeat, params)
+    else:
+        asc.add(dst, a, b, mask, repeat, params)
+
+
+@njit(cache=True)
+def _whole_reduce(is_max, dst, src, mask, repeat, dst_rep, src_blk, src_rep):
+    """WholeReduceMax (ORDER_ONLY_VALUE) or WholeReduceSum."""
+    if is_max:
+        asc.whole_reduce_max(dst, src, mask, repeat, dst_rep, src_blk, src_rep, ONLY_VALUE)
+    else:
+        asc.whole_reduce_sum(dst, src, mask, repeat, dst_rep, src_blk, src_rep)
+
+
+@njit(cache=True)
+def _block_reduce(is_max, dst, src, repeat, mask, dst_rep, src_blk, src_rep):
+    """BlockReduceMax or BlockReduceSum."""
+    if is_max:
+        asc.block_reduce_max(dst, src, repeat, mask, dst_rep, src_blk, src_rep)
+    else:
+        asc.block_reduce_sum(dst, src, repeat, mask, dst_rep, src_blk, src_rep)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# asc-devkit's SoftMax (v220), step by step
+
+
+@njit(cache=True)
+def _split_reduce(is_max, dst, src, m, src_k, mask, split_num):
+    """ReduceMaxLastNDSplitImpl / ReduceSumLastNDSplitImpl: one WholeReduce a row (rows as repeats, 255 at a
+    time), ``mask`` lanes from block ``split_num`` of 64, the results one after another."""
+    rng, tail = m // MAX_REPEAT, m % MAX_REPEAT
+    rs = src_k // FLOAT_BLK
+    for i in range(rng):
+        _whole_reduce(is_max, dst[i * MAX_REPEAT], src[split_num * FLOAT_REPEAT + i * MAX_REPEAT * src_k], mask,
+                      MAX_REPEAT, 1, 1, rs)
+    if tail != 0:
+        _whole_reduce(is_max, dst[rng * MAX_REPEAT], src[split_num * FLOAT_REPEAT + rng * MAX_REPEAT * src_k], mask,
+                      tail, 1, 1, rs)
+
+
+@njit(cache=True)
+def _first_block_copy(dst, src, m, src_k, dst_rep, src_rep):
+    """FirstBlockCopyImpl (the NPU build): each row's first 64 floats into dst, rows as repeats."""
+    rng, tail = m // MAX_REPEAT, m % MAX_REPEAT
+    for i in range(rng):
+        asc.copy(dst[i * MAX_REPEAT * FLOAT_REPEAT], src[i * MAX_REPEAT * src_k], PH, MAX_REPEAT,
+                 asc.CopyRepeatParams(1, 1, dst_rep, src_rep))
+    if tail != 0:
+        asc.copy(dst[rng * MAX_REPEAT * FLOAT_REPEAT], src[rng * MAX_REPEAT * src_k], PH, tail,
+                 asc.CopyRepeatParams(1, 1, dst_rep, src_rep))
+
+
+@njit(cache=True)
+def _tail_fold(is_max, dst, src, m, src_k, mask, src_rep, split_count):
+    """TailMaxImpl / TailAddImpl (float): fold each row's last ``mask`` elements (after ``split_count`` blocks of
+    64) into its 64 lanes; per row when a row is longer than a uint8 repStride reaches, else rows as repeats."""
+    start = FLOAT_REPEAT * split_count
+    if src_k > MAX_REPEAT_STRIDE:
+        for i in range(m):
+            _fold(is_max, dst[i * FLOAT_REPEAT], dst[i * FLOAT_REPEAT], src[start + i * src_k], mask, 1,
+                  asc.BinaryRepeatParams(1, 1, 1, 8, 8, 8))
+    else:
+        rng, tail = m // MAX_REPEAT, m % MAX_REPEAT
+        for i in range(rng):
+            o = i * MAX_REPEAT * FLOAT_REPEAT
+            _fold(is_max, dst[o], dst[o], src[start + i * MAX_REPEAT * src_k], mask, MAX_REPEAT,
+                  asc.BinaryRepeatParams(1, 1, 1, 8, 8, _u8(src_rep)))
+        if tail != 0:
+            o = rng * MAX_REPEAT * FLOAT_REPEAT
+            _fold(is_max, dst[o], dst[o], src[start + rng * MAX_REPEAT * src_k], mask, tail,
+                  asc.BinaryRepeatParams(1, 1, 1, 8, 8, _u8(src_rep)))
+
+
+@njit(cache=True)
+def _next_block(ctx, is_max, dst, src, split_m, src_rep, split_block, src_k):
+    """NextBlockMaxImpl / NextBlockAddImpl (the NPU build): fold blocks 2 .. split_block-1 of each row into its 64
+    lanes: rows as repeats when there are more rows than blocks, else per row with the blocks as repeats
+    accumulating into the row's 64 lanes (dst = src1, their repStrides 0)."""
+    if split_m > split_block:
+        for i in range(2, split_block):
+            asc.pipe_barrier(ctx, asc.PIPE_V)
+            _fold(is_max, dst, dst, src[FLOAT_REPEAT * i], PH, split_m, asc.BinaryRepeatParams(1, 1, 1, 8, 8, src_rep))
+    else:
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        for j in range(split_m):
+            _fold(is_max, dst[j * FLOAT_REPEAT], src[HALF_REPEAT + j * src_k], dst[j * FLOAT_REPEAT], PH,
+                  _u8(split_block - 2), asc.BinaryRepeatParams(1, 1, 1, 0, 8, 0))
+
+
+@njit(cache=True)
+def _big_block_reduce(ctx, is_max, dst, src, split_block, split_m, split_k):
+    """BigBlockReduceMax / BigBlockReduceSum: per row, BlockReduce of the first 512 floats (8 repeats) into its 64
+    lanes, then the row's further 64-wide blocks folded in as repeats of one accumulating instruction."""
+    for i in range(split_m):
+        _block_reduce(is_max, dst[FLOAT_REPEAT * i], src[i * split_k], FLOAT_BLK, PH, 1, 1, 8)
+    remain = _u8(split_block - FLOAT_BLK)
+    if remain == 0:
+        return
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    for j in range(split_m):
+        _fold(is_max, dst[j * FLOAT_REPEAT], src[BIG_BLOCK + j * split_k], dst[j * FLOAT_REPEAT], PH, remain,
+              asc.BinaryRepeatParams(1, 1, 1, 0, 8, 0))
+
+
+@njit(cache=True)
+def _basic_block_reduce(ctx, is_max, dst, src, m, reduce_k):
+    """BasicBlockReduceMaxImpl / BasicBlockReduceSumImpl: each row's 64 lanes to one value. One row: WholeReduce of
+    8 repeats at repStride 0 (the value 8 times; 16 by a copy of the block for 16-float rows); more: BlockReduce
+    64 → 8 in place, then 8 → 1, in counter mode."""
+    if m == 1:
+        _whole_reduce(is_max, dst, src, PH, 8, 1, 1, 0)
+        if reduce_k == 2 * FLOAT_BLK:
+            asc.pipe_barrier(ctx, asc.PIPE_V)
+            asc.data_copy(dst[FLOAT_BLK], dst, FLOAT_BLK)  # UB to UB, one block
+    else:
+        asc.set_mask_count(ctx)
+        asc.set_vector_mask(ctx, m * FLOAT_REPEAT)
+        _block_reduce(is_max, src, src, 1, PH, 1, 1, 8)
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        asc.set_vector_mask(ctx, m * FLOAT_BLK)
+        _block_reduce(is_max, dst, src, 1, PH, 1, 1, 8)
+        asc.set_mask_norm(ctx)
+        _reset_mask(ctx)
+
+
+@njit(cache=True)
+def _aligned_broadcast(ctx, dst, tmp, m, dst_k):
+    """AlignedBroadCastImpl: each row's value (dst[r]) to its ``dst_k`` floats by Brcb into ``tmp`` (16-float rows:
+    two Brcbs of block stride 2, or for one row a Brcb and a copy of its block), then a counter-mode Copy back."""
+    repeat = (m + BRCB_ROWS - 1) // BRCB_ROWS
+    if dst_k == BRCB_ROWS * 2:
+        if m != 1:
+            asc.brcb(tmp, dst, _u8(repeat), asc.BrcbRepeatParams(2, BRCB_ROWS * 2))
+            asc.brcb(tmp[BRCB_ROWS], dst, _u8(repeat), asc.BrcbRepeatParams(2, BRCB_ROWS * 2))
+        else:
+            asc.brcb(tmp, dst, _u8(repeat), asc.BrcbRepeatParams(1, BRCB_ROWS))
+            asc.pipe_barrier(ctx, asc.PIPE_V)
+            asc.data_copy(tmp[FLOAT_BLK], tmp, FLOAT_BLK)  # UB to UB, one block
+    else:
+        asc.brcb(tmp, dst, _u8(repeat), asc.BrcbRepeatParams(1, BRCB_ROWS))
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.set_mask_count(ctx)
+    asc.set_vector_mask(ctx, m * dst_k)
+    asc.copy(dst, tmp, PH, 1, asc.CopyRepeatParams(1, 1, 8, 8))
+    asc.set_mask_norm(ctx)
+    _reset_mask(ctx)
+
+
+@njit(cache=True)
+def reduce_last_nd(ctx, is_max, dst, src, tmp, m, k, src_k, dst_k):
+    """NewReduceMaxLastNDImpl / NewReduceSumLastNDImpl (with the broadcast): ``dst`` gets each of the ``m`` rows'
+    max (sum) of its first ``k`` floats, ``dst_k`` copies a row; rows are ``src_k`` floats apart in ``src``;
+    ``tmp`` holds 64 floats a row."""
+    split_count, tail_k = k // FLOAT_REPEAT, k % FLOAT_REPEAT
+    rs = src_k // FLOAT_BLK
+    if k < FLOAT_REPEAT:
+        _split_reduce(is_max, dst, src, m, src_k, k, 0)
+        _reset_mask(ctx)
+    else:
+        if k >= BIG_BLOCK:
+            _big_block_reduce(ctx, is_max, tmp, src, split_count, m, src_k)
+        elif k >= HALF_REPEAT:
+            _fold(is_max, tmp, src, src[FLOAT_REPEAT], PH, _u8(m), asc.BinaryRepeatParams(1, 1, 1, 8, _u8(rs), _u8(rs)))
+            _next_block(ctx, is_max, tmp, src, _u8(m), _u8(rs), split_count, src_k)
+        else:
+            _first_block_copy(tmp, src, m, src_k, 8, _u8(rs))
+        if tail_k != 0:
+            asc.pipe_barrier(ctx, asc.PIPE_V)
+            _tail_fold(is_max, tmp, src, m, src_k, tail_k, rs, split_count)
+            _reset_mask(ctx)
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        _basic_block_reduce(ctx, is_max, dst, tmp, m, dst_k)
+    if m != 1 or k <= FLOAT_REPEAT:
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        _aligned_broadcast(ctx, dst, tmp, m, dst_k)
+
+
+@njit(cache=True)
+def generic_nd(ctx, is_div, dst, src0, src1, m, src_k, reduce_k):
+    """GenericSubNDImpl / GenericDivNDImpl: ``dst = src0 − (or /) src1`` with src1 a row's broadcast block, in
+    counter mode: rows shorter than 192 floats one instruction per 32 B column block (rows as the blocks of a
+    repeat), longer ones one instruction a row (src1's strides 0 re-read its block)."""
+    asc.set_mask_count(ctx)
+    if src_k < SUB_DIV_COLS:
+        blk = _u8(src_k // FLOAT_BLK)
+        rblk = _u8(reduce_k // FLOAT_BLK)
+        asc.set_vector_mask(ctx, m * FLOAT_BLK)
+        for j in range(blk):
+            p = asc.BinaryRepeatParams(blk, blk, rblk, _u8(src_k), _u8(src_k), _u8(reduce_k))
+            if is_div:
+                asc.div(dst[j * FLOAT_BLK], src0[j * FLOAT_BLK], src1, PH, 1, p)
+            else:
+                asc.sub(dst[j * FLOAT_BLK], src0[j * FLOAT_BLK], src1, PH, 1, p)
+    else:
+        asc.set_vector_mask(ctx, src_k)
+        for j in range(m):
+            p = asc.BinaryRepeatParams(1, 1, 0, 8, 8, 0)
+            if is_div:
+                asc.div(dst[j * src_k], src0[j * src_k], src1[j * reduce_k], PH, 1, p)
+            else:
+                asc.sub(dst[j * src_k], src0[j * src_k], src1[j * reduce_k], PH, 1, p)
+    asc.set_mask_norm(ctx)
+    _reset_mask(ctx)
+
+
+@njit(cache=True)
+def _single_softmax_half(ctx, dst, src, work, api, offset, split, m, k):
+    """SingleSoftMaxImpl (half): widen into the tmp (tmpBuffer0: a pass's rows; tmpBuffer1: its reduce results;
+    tmpBuffer2: 64 floats a row), softmax in fp32 there, narrow into dst with CAST_ROUND."""
+    tmp0 = work
+    tmp1 = work[api.split_size]
+    tmp2 = work[api.split_size + api.reduce_size]
+    asc.cast(tmp0, src[offset], asc.CAST_NONE, split)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    reduce_last_nd(ctx, True, tmp1, tmp0, tmp2, m, k, api.split_k, api.reduce_k)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    generic_nd(ctx, False, tmp0, tmp0, tmp1, m, api.src_k, api.reduce_k)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.exp(tmp0, tmp0, split)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    reduce_last_nd(ctx, False, tmp1, tmp0, tmp2, m, k, api.split_k, api.reduce_k)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    generic_nd(ctx, True, tmp0, tmp0, tmp1, m, api.src_k, api.reduce_k)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.cast(dst[offset], tmp0, asc.CAST_ROUND, split)
+
+
+@njit(cache=True)
+def _single_softmax_float(ctx, dst, src, work, api, offset, split, m, k):
+    """SingleSoftMaxImpl (float, isReuseSource false): the max and sum into the tmp (tmpBuffer0: reduce results,
+    tmpBuffer1: 64 floats a row), x − max, Exp and the division in dst."""
+    tmp0 = work
+    tmp1 = work[api.reduce_size]
+    d = dst[offset]
+    reduce_last_nd(ctx, True, tmp0, src[offset], tmp1, m, k, api.split_k, api.reduce_k)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    generic_nd(ctx, False, d, src[offset], tmp0, m, api.src_k, api.reduce_k)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.exp(d, d, split)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    reduce_last_nd(ctx, False, tmp0, d, tmp1, m, k, api.split_k, api.reduce_k)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    generic_nd(ctx, True, d, d, tmp0, m, api.src_k, api.reduce_k)
+
+
+@njit(cache=True)
+def softmax_rows(ctx, dst, src, shared_tmp, t, m):
+    """``SoftMax<T>(dst, src, sharedTmpBuffer, tiling, {m, cols_align, m, cols})``, the A2 implementation:
+    SoftMaxImpl (the tiling re-computed from the tmp's size when m rows are not the tiling's srcM) and
+    SoftMaxNDImpl (``range_m`` passes of ``split_m`` rows, then one of ``tail_m``, each a SingleSoftMaxImpl; a
+    PipeBarrier<PIPE_V> only before the tail pass)."""
+    work = shared_tmp.reinterpret_cast(asc.float32)
+    sz = asc.size_of(src.dtype)
+    if m != t.src_m or t.cols_align != t.src_k:
+        api = kernel_tiling_func(work.get_size(), m, t.cols_align, m, sz)
+    else:
+        api = ApiTiling(t.src_m, t.src_k, t.split_m, t.split_k, t.split_size, t.reduce_m, t.reduce_k, t.reduce_size,
+                        t.range_m, t.tail_m, t.tail_split_size)
+    asc.set_mask_norm(ctx)
+    _reset_mask(ctx)
+    offset = 0
+    split = api.split_size
+    rows = api.split_m
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    for i in range(api.range_m + 1):
+        if sz == 2:
+            _single_softmax_half(ctx, dst, src, work, api, offset, split, rows, t.cols)
+        else:
+            _single_softmax_float(ctx, dst, src, work, api, offset, split, rows, t.cols)
+        offset += api.split_size
+        if i == api.range_m - 1:
+            if api.tail_m == 0:
+                break
+            offset = api.range_m * api.split_size
+            split = api.tail_split_size
+            rows = api.tail_m
+            asc.pipe_barrier(ctx, asc.PIPE_V)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tilesim's kernel around it
+
+
+@kernel
+def softmax_kernel(ctx, t, x, y):
+    """Init (the x and y queues of buffer_num tiles, the tmp TBuf), then the core's rows tile by tile: CopyIn,
+    Compute (the SoftMax API), CopyOut."""
+    sz = asc.size_of(x.dtype)
+    pipe = asc.TPipe(ctx)
+    in_queue_x = pipe.init_buffer(asc.TQue(asc.VECIN, 1), t.buffer_num, t.tile_rows * t.cols_align * sz)
+    out_queue_y = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), t.buffer_num, t.tile_rows * t.cols_align * sz)
+    tmp_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), t.tmp_size)
+    c = asc.get_block_idx(ctx)
+    start = c * t.block_rows + min(c, t.former_num)
+    n = t.block_rows + (1 if c < t.former_num else 0)
+    for r0 in range(start, start + n, t.tile_rows):
+        m = min(t.tile_rows, start + n - r0)
+        rows = asc.DataCopyExtParams(m, t.cols * sz, 0, 0)
+        xl = in_queue_x.alloc_tensor(x.dtype)  # CopyIn: rows padded with zeros to cols_align
+        asc.data_copy_pad(xl, x[r0 * t.cols], rows, asc.DataCopyPadExtParams(True, 0, t.cols_align - t.cols, 0))
+        in_queue_x.enque(xl)
+        xl = in_queue_x.deque(x.dtype)  # Compute
+        yl = out_queue_y.alloc_tensor(x.dtype)
+        softmax_rows(ctx, yl, xl, tmp_buf.get(asc.uint8), t, m)
+        in_queue_x.free_tensor(xl)
+        out_queue_y.enque(yl)
+        yl = out_queue_y.deque(x.dtype)  # CopyOut: the cols real elements of each row
+        asc.data_copy_pad(y[r0 * t.cols], yl, rows)
+        out_queue_y.free_tensor(yl)
+
+
+def run(t: SoftmaxOpTiling, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.ndarray | None,
+        checks: bool | None, auto_sync: bool = True) -> RunReport:
+    """Launch the kernel on arrays already validated (x any layout, y C-contiguous of x's shape): the device part of
+    the op. ``auto_sync`` is BiSheng's ``--cce-auto-sync`` for checked mode. The workspace is passed and not
+    touched."""
+    return launch(softmax_kernel, t, np.ascontiguousarray(x), y, block_dim=t.block_dim, soc=spec, checks=checks,
+                  workspace=ws, op="softmax", gm_names=GM_NAMES, auto_sync=auto_sync)
+
+
+def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: SoftmaxOpTiling | None = None,
+            checks: bool | None = False, out: np.ndarray | None = None) -> np.ndarray:
+    """aclnnSoftmax along ``dim`` (the last axis, or one whose elements are contiguous: see
+    :mod:`tiling.softmax`) by tilesim's kernel on the A2 SoftMax API; y in x's dtype and shape (fp32, fp16). An
+    empty x gives an empty y without a launch.
+
+    ``tiling`` runs a TilingData made with ``tiling.softmax(x, dim, core_num=..., tile_rows=..., buffer_num=...,
+    tmp_size=...)`` (checked first); ``checks=True`` runs checked mode; ``out`` writes into an existing array.
+    Errors raise :class:`tilesim.AclnnError` with the aclnn status; inputs are never modified and nothing is
+    written on error. A non-contiguous x is copied first (aclnn's Contiguous)."""
+    spec = get_soc(soc)
+    rows, cols = check_args(x, dim, out, spec)
+    t = None
+    if rows * cols:
+        official = make_tiling(x, dim, soc=spec)
+        t = official if tiling is None else check_tiling(tiling, official, spec)
+    elif tiling is not None:
+        raise tiling_error("tiling", f"x {list(np.shape(x))} is empty: there is nothing to tile")
+    y = output(None if out is None else (out,), 0, "out", tuple(np.shape(x)), dtype_name(x))
+    if t is not None:
+        run(t, spec, x, y, workspace(t.workspace_size), checks)
+    return y
+
+
+__all__ = ["kernel_tiling_func", "reduce_last_nd", "run", "softmax", "softmax_kernel", "softmax_rows"]

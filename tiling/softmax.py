@@ -1,0 +1,396 @@
+"""Softmax host tiling: a kernel of tilesim's own around the Ascend C high-level ``SoftMax`` API, as a user's kernel on
+A2 would be written (ops-nn's Ascend C SoftmaxV2 kernel is registered for the 950 only, ``softmax_v2_def.cpp``, and
+the A2 binary's source is not public), plus the API's host helpers and the checks of aclnnSoftmax.
+
+Two parts, kept apart:
+
+- **asc-devkit's** (mirror-cann/asc-devkit ``impl/adv_api/tiling/activation/softmax_tiling.cpp``, reproduced field
+  for field): :class:`SoftMaxTiling` (the ``SoftMaxTiling`` struct), :func:`get_soft_max_max_tmp_size`,
+  :func:`get_soft_max_min_tmp_size` (A2: ``(32/sizeof(T) + srcK + 64)`` floats a row, for srcM rows or one) and
+  :func:`soft_max_tiling_func` (``SoftMaxTilingFunc``: ``baseM = min(tmp / 4 / (32/sizeof(T) + srcK + 64), srcM)``,
+  rounded down to 8 rows when it is less than srcM, then ``AdjustToBasicBlockBaseM``: with srcM a multiple of 8 and
+  srcK of 64, baseM is cut to a divisor of srcM and halved until baseM·srcK < 16384). A pass of the API covers
+  ``reduce_m`` (= ``split_m``) rows; ``range_m`` full passes and one of ``tail_m`` rows. The kernel-side
+  re-computation (``SoftMaxTilingFunc`` of ``softmax_common/softmax_tiling_func.h``, run by the API when the shape
+  it is given is not the tiling's) is the kernel module's: :func:`kernels.softmax.kernel_tiling_func`.
+- **tilesim's** (the outer kernel, :class:`SoftmaxOpTiling`): x is viewed as [rows, cols] (cols the normalised
+  axis), each row padded in UB to ``cols_align`` (32 B of x's dtype: the API's srcK must be 32 B aligned). Cores
+  take ``block_rows`` rows each, the first ``former_num`` one more; a core walks its rows in tiles of ``tile_rows``
+  through a VECIN queue for x and a VECOUT queue for y of ``buffer_num`` buffers each, and a TBuf of ``tmp_size``
+  bytes is the API's sharedTmpBuffer. Official choices: every vector core (``GetCoreNumAiv``; fewer when there
+  are fewer rows); a tile of as many rows as fit the whole UB (no API on this path uses the top 8 KiB of
+  scratch on A2) with one buffer each when that holds a core's rows, else two; the API's largest tmp
+  (``GetSoftMaxMaxTmpSize`` of the tile); and the tile cut to the rows the API's tiling takes in one pass
+  (``reduce_m``), so that a tile is one pass (see below). The API's tiling for a full tile
+  (``soft_max_tiling_func([tile_rows, cols_align], sizeof(T), tmp_size)``) rides in the TilingData's
+  ``src_m`` ... ``tail_reduce_size`` fields, as a real op embeds ``SoftMaxTiling`` in its TilingData.
+
+Free choices a user may override: ``core_num``, ``tile_rows``, ``buffer_num`` (1 or 2) and ``tmp_size`` (bytes, a
+multiple of 32, at least ``GetSoftMaxMinTmpSize``); a smaller tmp makes the API take a tile in several passes.
+
+The API's limits this tiling enforces (561002): its Max / Add folds take a row's 64-wide blocks past the first 512
+elements in one instruction whose repeat count is a uint8 (``(uint8_t)(splitBlock - 8)`` in ``BigBlockReduceMax``
+/ ``Sum``), so cols must be below 64·264 = 16896 (only fp16 rows that long fit the UB); a pass's rows are a uint8
+repeat count for cols in [128, 512) (``NewReduceMaxLastNDImpl``) and ⌈rows/8⌉ one for the broadcast
+(``AlignedBroadCastImpl``), so tile_rows ≤ 255 there and ≤ 2040 elsewhere; DataCopyPad's blockCount ≤ 4095.
+
+aclnnSoftmax's checks (``op_api/aclnn_softmax.cpp``), in its order: x or out None 161001; an empty x succeeds
+without a launch (the op returns an empty y); x's or out's dtype not supported 161002; dim outside
+[-ndim, ndim-1] (a 0-d x counts as 1-d) 161002; rank above 8 or out's shape not x's 161002. tilesim's own
+refusals, all 161002 unless stated: bfloat16 and float64 (the SoftMax API takes half and float, ``SoftMax.md``;
+aclnn runs float64 on the AI CPU and its A2 bf16 kernel is not public); an out dtype other than x's (aclnn would
+Cast the result in a second kernel, not modelled); a ``dim`` whose elements are not contiguous in x (the kernel
+normalises the last axis of a contiguous x; an axis followed only by axes of size 1, or of size 1 itself, is one;
+tilesim does not transpose on the host); a SoC other than 910B / 910_93 561003 (the kernel is built on the v220
+implementation of the API and on DataCopyPad, which 310P lacks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from tilesim.errors import ACLNN_ERR_INNER_FIND_KERNEL_ERROR, AclnnError, invalid, tiling_error
+from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
+from tilesim.ub import UbPlan, shared_plan
+
+from .common import BF16, FP16, FP32, ITEMSIZE, align_up, ceil_div, dtype_name, numel, remembered, require, shape_of
+
+BLOCK = 32
+FLOAT_SIZE = 4
+BASICBLOCK_UNIT = 64  # SOFTMAX_BASICBLOCK_UNIT: floats of a repeat, the per-row fold buffer of the reductions
+BASIC_TILE_NUM = 8  # BASIC_TILE_NUM: rows of a basic block
+BASICBLOCK_MIN_SIZE = 256  # SOFTMAX_BASICBLOCK_MIN_SIZE
+SUPPORT_TYPESIZE = (2, 4)
+MAX_RANK = 8
+MAX_COLS = 64 * 264 - 1  # BigBlockReduce*'s (uint8_t)(cols / 64 - 8) repeats: cols / 64 at most 263
+MAX_PASS_ROWS_U8 = 255  # cols in [128, 512): NewReduce*LastNDImpl's (uint8_t)(originalSrcM) repeats
+MAX_PASS_ROWS = 255 * 8  # AlignedBroadCastImpl's (uint8_t) Brcb repeats of 8 rows
+MAX_BLOCK_COUNT = 4095  # DataCopyPad's blockCount
+TILING_KEY = {FP32: 0, FP16: 1}  # the ge::DataType of x
+SUPPORTED_SOCS = ("Ascend910B", "Ascend910_93")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# asc-devkit: the SoftMax API's host helpers
+
+
+@dataclass(frozen=True)
+class SoftMaxTiling:
+    """The SoftMax API's ``SoftMaxTiling`` (``softmax_tilingdata.h``), official names in snake_case: the shape
+    (src_m x src_k), the max / sum outputs' shape (out_max_*: a 32 B block a row), a pass's rows and elements
+    (split_* = reduce_m x src_k), a pass's reduce results (reduce_*: reduce_m x 32/sizeof(T) floats), the full
+    passes (range_m) and the last pass's rows (tail_m) and sizes."""
+
+    src_m: int
+    src_k: int
+    src_size: int
+    out_max_m: int
+    out_max_k: int
+    out_max_size: int
+    split_m: int
+    split_k: int
+    split_size: int
+    reduce_m: int
+    reduce_k: int
+    reduce_size: int
+    range_m: int
+    tail_m: int
+    tail_split_size: int
+    tail_reduce_size: int
+
+
+API_FIELDS = tuple(f.name for f in fields(SoftMaxTiling))
+
+
+def _api_checks(func: str, src_shape: Any, type_size: int) -> tuple[int, int]:
+    """HighLevelApiCheck's shape and type-size checks and the assertions of the helpers (561002, with their
+    messages): a non-empty shape, a positive last axis of whole 32 B blocks, a type size of 2 or 4. Returns
+    (srcM, srcK) (``GetLastAxisShapeND``)."""
+    dims = tuple(int(d) for d in src_shape)
+    if not dims or numel(dims) <= 0:
+        raise tiling_error("src_shape", f"[{func}] Input shape size should be greater than 0!")
+    if dims[-1] * type_size % BLOCK:
+        raise tiling_error("src_shape", f"[{func}] The shape LastAxis data size must be 32-byte aligned!")
+    if type_size not in SUPPORT_TYPESIZE:
+        raise tiling_error("type_size", f"[{func}] Type size {type_size} is unsupported! Support typesize is 2 4.")
+    return numel(dims) // dims[-1], dims[-1]
+
+
+def get_soft_max_max_tmp_size(src_shape: Any, type_size: int, is_reuse_source: bool = False) -> int:
+    """GetSoftMaxMaxTmpSize (A2): bytes of the sharedTmpBuffer with which one pass takes every row:
+    ``srcM·(32/sizeof(T) + srcK + 64)`` floats. ``is_reuse_source`` has no effect (the API warns)."""
+    m, k = _api_checks("GetSoftMaxMaxTmpSize", src_shape, type_size)
+    return m * (BLOCK // type_size + k + BASICBLOCK_UNIT) * FLOAT_SIZE
+
+
+def get_soft_max_min_tmp_size(src_shape: Any, type_size: int, is_reuse_source: bool = False) -> int:
+    """GetSoftMaxMinTmpSize (A2): bytes for one row a pass: ``32/sizeof(T) + srcK + 64`` floats."""
+    _, k = _api_checks("GetSoftMaxMinTmpSize", src_shape, type_size)
+    return (BLOCK // type_size + k + BASICBLOCK_UNIT) * FLOAT_SIZE
+
+
+def _adjust_to_basic_block(base_m: int, src_m: int, src_k: int) -> int:
+    """AdjustToBasicBlockBaseM: with srcM a multiple of 8 and srcK of 64, baseM a divisor of srcM (in steps of 8)
+    and baseM·srcK below 64·256 (the comment: "max repeat only support 255")."""
+    if base_m > BASIC_TILE_NUM and src_m % BASIC_TILE_NUM == 0 and src_k % BASICBLOCK_UNIT == 0:
+        base_m = base_m // BASIC_TILE_NUM * BASIC_TILE_NUM
+        while src_m % base_m:
+            base_m -= BASIC_TILE_NUM
+        while base_m * src_k >= BASICBLOCK_UNIT * BASICBLOCK_MIN_SIZE:
+            base_m //= 2
+    return base_m
+
+
+def soft_max_tiling_func(src_shape: Any, type_size: int, local_work_space_size: int) -> SoftMaxTiling:
+    """SoftMaxTilingFunc (host, A2): the API's tiling of ``src_shape`` (its last axis srcK, 32 B aligned; the rest
+    srcM) for a sharedTmpBuffer of ``local_work_space_size`` bytes."""
+    src_m, src_k = _api_checks("SoftMaxTilingFunc", src_shape, type_size)
+    if local_work_space_size <= 0:
+        raise tiling_error("local_work_space_size",
+                           "[SoftMaxTilingFunc] The localWorkSpaceSize should be greater than 0!")
+    epb = BLOCK // type_size
+    base_m = min(local_work_space_size // FLOAT_SIZE // (epb + src_k + BASICBLOCK_UNIT), src_m)
+    if src_m > base_m > BASIC_TILE_NUM:
+        base_m = base_m // BASIC_TILE_NUM * BASIC_TILE_NUM
+    base_m = _adjust_to_basic_block(base_m, src_m, src_k)
+    tail = src_m % base_m if base_m else 0
+    return SoftMaxTiling(src_m=src_m, src_k=src_k, src_size=src_m * src_k, out_max_m=src_m, out_max_k=epb,
+                         out_max_size=src_m * epb, split_m=base_m, split_k=src_k, split_size=base_m * src_k,
+                         reduce_m=base_m, reduce_k=epb, reduce_size=base_m * epb,
+                         range_m=src_m // base_m if base_m else 0, tail_m=tail, tail_split_size=tail * src_k,
+                         tail_reduce_size=tail * epb)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tilesim: the outer kernel's tiling
+
+
+@dataclass(frozen=True)
+class SoftmaxOpTiling:
+    """The TilingData of tilesim's softmax kernel: x as [rows, cols] with rows padded to ``cols_align`` in UB;
+    ``block_dim`` cores, the first ``former_num`` taking ``block_rows + 1`` rows and the others ``block_rows``;
+    tiles of ``tile_rows`` rows through queues of ``buffer_num`` buffers; a sharedTmpBuffer of ``tmp_size`` bytes;
+    ``itemsize`` (x's); then the SoftMax API's :class:`SoftMaxTiling` of a full tile, field for field;
+    ``tiling_key`` (x's ge::DataType: fp32 0, fp16 1) and ``workspace_size`` (the library's 16 MiB,
+    ``GetLibApiWorkSpaceSize``, which the kernel does not touch)."""
+
+    rows: int
+    cols: int
+    cols_align: int
+    block_dim: int
+    former_num: int
+    block_rows: int
+    tile_rows: int
+    buffer_num: int
+    tmp_size: int
+    itemsize: int
+    src_m: int
+    src_k: int
+    src_size: int
+    out_max_m: int
+    out_max_k: int
+    out_max_size: int
+    split_m: int
+    split_k: int
+    split_size: int
+    reduce_m: int
+    reduce_k: int
+    reduce_size: int
+    range_m: int
+    tail_m: int
+    tail_split_size: int
+    tail_reduce_size: int
+    tiling_key: int
+    workspace_size: int
+
+    @property
+    def dtype(self) -> str:
+        return FP32 if self.itemsize == 4 else FP16
+
+    @property
+    def softmax_tiling(self) -> SoftMaxTiling:
+        """The SoftMax API's tiling of a full tile, as its own struct."""
+        return SoftMaxTiling(**{f: getattr(self, f) for f in API_FIELDS})
+
+    @property
+    def tile_bytes(self) -> int:
+        """Bytes of one queue buffer: tile_rows rows of cols_align elements."""
+        return self.tile_rows * self.cols_align * self.itemsize
+
+    def rows_of_core(self, c: int) -> tuple[int, int]:
+        """(first row, rows) of core ``c``."""
+        return c * self.block_rows + min(c, self.former_num), self.block_rows + (c < self.former_num)
+
+
+def contiguous_axis(s: tuple[int, ...], d: int) -> bool:
+    """Whether softmax over axis ``d`` of a C-contiguous array of shape ``s`` is a last-axis softmax of a reshape
+    (no transpose): the axes after ``d`` are all of size 1, or axis ``d`` is (each element its own group)."""
+    return numel(s[d + 1:]) == 1 or s[d] == 1
+
+
+def check_args(x: Any, dim: Any, out: Any, soc: SocSpec) -> tuple[int, int]:
+    """aclnnSoftmax's checks and tilesim's refusals (module docstring), in aclnn's order; ``out`` None is allowed
+    here (the op API makes y; the aclnn form checks it first). Returns (rows, cols), rows·cols = 0 for an empty
+    x."""
+    require(x=x)
+    s_x = shape_of(x)
+    if numel(s_x) == 0:
+        return 0, 0
+    if soc.short_soc not in SUPPORTED_SOCS:
+        raise AclnnError(ACLNN_ERR_INNER_FIND_KERNEL_ERROR,
+                         f"softmax has no kernel for {soc.name} ({soc.short_soc}): tilesim's kernel is built on the "
+                         f"v220 SoftMax API and DataCopyPad; {', '.join(SUPPORTED_SOCS)} only")
+    t_x = dtype_name(x)
+    if t_x not in (FP32, FP16):
+        why = {BF16: "; the SoftMax API takes half and float only (aclnnSoftmax's A2 bf16 kernel is not public)",
+               "float64": "; aclnn runs float64 on the AI CPU, which tilesim does not model"}.get(t_x, "")
+        raise invalid("x", f"dtype {t_x} not supported; supported: {FP32}, {FP16}{why}")
+    has_out = out is not None and hasattr(out, "dtype") and hasattr(out, "shape")  # else the op API's out check
+    if has_out:
+        t_o = dtype_name(out)
+        if t_o not in (FP32, FP16, BF16, "float64"):
+            raise invalid("out", f"dtype {t_o} not supported; supported: {FP32}, {FP16}")
+        if t_o != t_x:
+            raise invalid("out", f"dtype {t_o} must be x's ({t_x}): aclnn casts the result to out's dtype in a "
+                                 "second kernel, which tilesim does not run")
+    if isinstance(dim, bool) or not isinstance(dim, int | np.integer):
+        raise invalid("dim", f"must be an integer, got {type(dim).__name__}")
+    nd = max(len(s_x), 1)
+    dim = int(dim)
+    if not -nd <= dim <= nd - 1:
+        raise invalid("dim", f"{dim} must be in [{-nd}, {nd - 1}] for x of rank {len(s_x)}")
+    if len(s_x) > MAX_RANK:
+        raise invalid("x", f"rank {len(s_x)} must be at most {MAX_RANK}")
+    if has_out and shape_of(out) != s_x:
+        raise invalid("out", f"shape {list(shape_of(out))} must be x's {list(s_x)}")
+    s = s_x or (1,)
+    d = dim % nd
+    if not contiguous_axis(s, d):
+        raise invalid("dim", f"{dim} (axis {d} of x {list(s_x)}) is not supported: the kernel normalises the last "
+                             f"axis of a contiguous x (dim -1 or {nd - 1}, or an axis followed only by axes of size "
+                             "1); tilesim does not transpose x on the host")
+    cols = s[d]
+    return numel(s) // cols, cols
+
+
+def _fit_rows(ub: int, cols_align: int, isz: int, nb: int) -> int:
+    """Rows a tile can hold: two queues of nb buffers of rows x cols_align elements and the API's largest tmp
+    (32/sizeof(T) + cols_align + 64 floats a row) in the UB."""
+    per_row = 2 * nb * cols_align * isz + (BLOCK // isz + cols_align + BASICBLOCK_UNIT) * FLOAT_SIZE
+    return ub // per_row
+
+
+def _row_cap(cols: int) -> int:
+    """The most rows a pass of the API takes (its uint8 repeat counts) and DataCopyPad moves (blockCount)."""
+    return MAX_PASS_ROWS_U8 if 128 <= cols < 512 else min(MAX_PASS_ROWS, MAX_BLOCK_COUNT)
+
+
+def _build(rows: int, cols: int, dtype: str, spec: SocSpec, block_dim: int, tile_rows: int, buffer_num: int,
+           tmp_size: int) -> SoftmaxOpTiling:
+    isz = ITEMSIZE[dtype]
+    cols_align = align_up(cols, BLOCK // isz)
+    api = soft_max_tiling_func((tile_rows, cols_align), isz, tmp_size)
+    return SoftmaxOpTiling(rows=rows, cols=cols, cols_align=cols_align, block_dim=block_dim,
+                           former_num=rows % block_dim, block_rows=rows // block_dim, tile_rows=tile_rows,
+                           buffer_num=buffer_num, tmp_size=tmp_size, itemsize=isz,
+                           **{f: getattr(api, f) for f in API_FIELDS}, tiling_key=TILING_KEY[dtype],
+                           workspace_size=spec.lib_workspace_size)
+
+
+@remembered(1)
+def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, core_num: int | None = None,
+            tile_rows: int | None = None, buffer_num: int | None = None,
+            tmp_size: int | None = None) -> SoftmaxOpTiling:
+    """The official tiling of tilesim's softmax kernel for ``x`` (anything with ``.shape`` and ``.dtype``) along
+    ``dim``; overrides of the free choices give a consistent alternative (None: the official choice)."""
+    spec = get_soc(soc)
+    rows, cols = check_args(x, dim, None, spec)
+    if rows * cols == 0:
+        raise tiling_error("x", f"shape {list(shape_of(x))} is empty: there is nothing to tile (aclnnSoftmax "
+                                "returns before launching)")
+    dtype = dtype_name(x)
+    isz = ITEMSIZE[dtype]
+    if cols > MAX_COLS:
+        raise tiling_error("x", f"the normalised axis has {cols} elements; the SoftMax API folds a row's 64-wide "
+                                "blocks past the first 512 with a uint8 repeat count (BigBlockReduceMax), so at "
+                                f"most {MAX_COLS}")
+    cores = spec.core_num_aiv if core_num is None else int(core_num)
+    if not 1 <= cores <= spec.core_num_aiv:
+        raise tiling_error("core_num", f"{cores} must be in [1, {spec.core_num_aiv}] (GetCoreNumAiv of {spec.name})")
+    if buffer_num is not None and buffer_num not in (1, 2):
+        raise tiling_error("buffer_num", f"{buffer_num} must be 1 or 2")
+    block_dim = min(cores, rows)
+    core_rows = ceil_div(rows, block_dim)
+    cols_align = align_up(cols, BLOCK // isz)
+    if tile_rows is None:
+        fit1 = min(_fit_rows(spec.ub_size, cols_align, isz, 1), _row_cap(cols))
+        if fit1 < 1:
+            need = 2 * cols_align * isz + (BLOCK // isz + cols_align + BASICBLOCK_UNIT) * FLOAT_SIZE
+            raise tiling_error("x", f"a row of {cols} elements needs {need} B of UB (x and y queues and the "
+                                    f"SoftMax API's tmp), more than the {spec.ub_size} B of {spec.name}")
+        nb = buffer_num or (1 if core_rows <= fit1 else 2)  # double buffers only where a core has several tiles
+        fit = min(_fit_rows(spec.ub_size, cols_align, isz, nb), _row_cap(cols))
+        if fit < 1:
+            raise tiling_error("buffer_num", f"{nb}: a row of {cols} elements does not fit the UB twice")
+        rows_t = min(core_rows, fit)
+        if tmp_size is None:  # cut the tile to what the API takes in one pass (AdjustToBasicBlockBaseM)
+            rows_t = soft_max_tiling_func((rows_t, cols_align), isz,
+                                          get_soft_max_max_tmp_size((rows_t, cols_align), isz)).reduce_m
+            if buffer_num is None and rows_t < core_rows:
+                nb = 2 if _fit_rows(spec.ub_size, cols_align, isz, 2) >= rows_t else 1
+    else:
+        rows_t = int(tile_rows)
+        if not 1 <= rows_t <= min(core_rows, _row_cap(cols)):
+            raise tiling_error("tile_rows", f"{rows_t} must be in [1, {min(core_rows, _row_cap(cols))}] (a core's "
+                                            "rows, the SoftMax API's and DataCopyPad's row limits)")
+        nb = buffer_num or (1 if rows_t >= core_rows else 2)
+    tmp = get_soft_max_max_tmp_size((rows_t, cols_align), isz) if tmp_size is None else int(tmp_size)
+    t = _build(rows, cols, dtype, spec, block_dim, rows_t, nb, tmp)
+    check_tiling(t, t, spec)
+    return t
+
+
+def check_tiling(t: SoftmaxOpTiling, official: SoftmaxOpTiling, soc: str | SocSpec) -> SoftmaxOpTiling:
+    """A user-made tiling must be a SoftmaxOpTiling of the same problem (rows, cols, cols_align, itemsize, key,
+    workspace) whose free choices are legal and whose other fields are what they give (the API's tiling
+    included), with a UB plan that fits (561002 naming the field otherwise). Returns ``t``."""
+    spec = get_soc(soc)
+    if not isinstance(t, SoftmaxOpTiling):
+        raise tiling_error("tiling", f"must be a tiling.softmax.SoftmaxOpTiling, got {type(t).__name__}")
+    for f in ("rows", "cols", "cols_align", "itemsize", "tiling_key", "workspace_size"):
+        if getattr(t, f) != getattr(official, f):
+            raise tiling_error(f"tiling.{f}", f"{getattr(t, f)} does not match x: {getattr(official, f)}")
+    if not 1 <= t.block_dim <= min(spec.core_num_aiv, t.rows):
+        raise tiling_error("tiling.block_dim", f"{t.block_dim} must be in [1, {min(spec.core_num_aiv, t.rows)}] "
+                                               "(the vector cores, at most one a row)")
+    cap = min(ceil_div(t.rows, t.block_dim), _row_cap(t.cols))
+    if not 1 <= t.tile_rows <= cap:
+        raise tiling_error("tiling.tile_rows", f"{t.tile_rows} must be in [1, {cap}] (a core's rows, the SoftMax "
+                                               "API's and DataCopyPad's row limits)")
+    if t.buffer_num not in (1, 2):
+        raise tiling_error("tiling.buffer_num", f"{t.buffer_num} must be 1 or 2")
+    low = get_soft_max_min_tmp_size((1, t.cols_align), t.itemsize)
+    if t.tmp_size < low or t.tmp_size % BLOCK:
+        raise tiling_error("tiling.tmp_size", f"{t.tmp_size} must be a multiple of 32 B and at least {low} B "
+                                              "(GetSoftMaxMinTmpSize: one row a pass)")
+    want = _build(t.rows, t.cols, official.dtype, spec, t.block_dim, t.tile_rows, t.buffer_num, t.tmp_size)
+    for f in (f.name for f in fields(t) if getattr(t, f.name) != getattr(want, f.name)):
+        raise tiling_error(f"tiling.{f}", f"{getattr(t, f)} does not match the free choices: {getattr(want, f)}")
+    if t.reduce_m < 1:
+        raise tiling_error("tiling.tmp_size", f"{t.tmp_size} B gives the SoftMax API no rows a pass")
+    ub_plan(t, spec).check()
+    return t
+
+
+@shared_plan
+def ub_plan(t: SoftmaxOpTiling, soc: str | SocSpec = DEFAULT_SOC) -> UbPlan:
+    """The kernel's InitBuffer calls, in order, under the names kernels.softmax gives them: the x and y queues of
+    ``buffer_num`` tiles each, then the sharedTmpBuffer TBuf."""
+    plan = UbPlan(get_soc(soc).ub_size)
+    plan.add("in_queue_x", t.tile_bytes, t.buffer_num)
+    plan.add("out_queue_y", t.tile_bytes, t.buffer_num)
+    plan.add("tmp_buf", t.tmp_size)
+    return plan
