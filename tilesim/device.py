@@ -134,7 +134,9 @@ def err_width(checks: bool, ub_size: int) -> int:
     """Columns of a core's err row: the count and the reports, then in checked mode the slot generations, the
     shadow and the pipe-hazard state (``tilesim.machine.sync``; a fast build compiles out everything that reads or
     writes them)."""
-    return hazard_col(ub_size) + HZ_WORDS + ub_size // HZ_GRANULE * HZ_GRANULE_WORDS if checks else GEN_COL
+    if not checks:
+        return GEN_COL
+    return (hazard_col(ub_size) + HZ_WORDS + ub_size // HZ_GRANULE * HZ_GRANULE_WORDS + 7) // 8 * 8  # rows on 64 B
 
 
 # The pipe-hazard state (checked mode), from hazard_col(ub_size) in a core's err row: the launch's setting of
