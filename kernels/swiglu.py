@@ -49,7 +49,7 @@ BETA = -1.0  # SwigluSingle::InitGmBuffer sets beta = -1: Muls(A, beta) before E
 
 
 @njit(cache=True)
-def _tile_length(t, sz):
+def tile_length(t, sz):
     """SwigluSingleTilingKernel.tileLength: elements of one queue buffer, rows of baseColLen padded to 32 B when
     colLen is not aligned (DataCopyPad lands every row on a block boundary)."""
     m = 32 // sz
@@ -58,13 +58,13 @@ def _tile_length(t, sz):
 
 
 @njit(cache=True)
-def _total_tiles(t):
+def total_tiles(t):
     """totalTileNum: rowTileNum · colTileNum, tails included."""
     return ((t.row_len + t.base_row_len - 1) // t.base_row_len) * ((t.col_len + t.base_col_len - 1) // t.base_col_len)
 
 
 @njit(cache=True)
-def _tile_param(t, tile, sz):
+def tile_param(t, tile, sz):
     """CaclOneTileParam: tile ``tile``'s compute length (curCalLen), the offsets of its A and B in x and of its y,
     and its copy parameters (CaclOneTileCopyParam: blockLen and the strides in 32 B blocks when colLen is aligned,
     in bytes otherwise; no stride for a single row)."""
@@ -87,31 +87,27 @@ def _tile_param(t, tile, sz):
 
 
 @njit(cache=True)
-def _copy_in(t, in_queue_a, in_queue_b, x, off_a, off_b, split):
-    """CopyIn / CopyIn_Non32BAligned: the tile's rows of A, then of B, each into its queue."""
-    a = in_queue_a.alloc_tensor(x.dtype)
+def copy_in_rows(t, queue, src, params):
+    """One queue's CopyIn of the GLU family's kernels: AllocTensor, rows from GM ``src`` by DataCopy (colLen 32 B
+    aligned) or DataCopyPad (isPad false), EnQue."""
+    lt = queue.alloc_tensor(src.dtype)
     if t.is_32b_aligned == 1:
-        asc.data_copy(a, x[off_a], split)
+        asc.data_copy(lt, src, params)
     else:
-        asc.data_copy_pad(a, x[off_a], split, asc.DataCopyPadExtParams(False, 0, 0, 0))
-    in_queue_a.enque(a)
-    b = in_queue_b.alloc_tensor(x.dtype)
-    if t.is_32b_aligned == 1:
-        asc.data_copy(b, x[off_b], split)
-    else:
-        asc.data_copy_pad(b, x[off_b], split, asc.DataCopyPadExtParams(False, 0, 0, 0))
-    in_queue_b.enque(b)
+        asc.data_copy_pad(lt, src, params, asc.DataCopyPadExtParams(False, 0, 0, 0))
+    queue.enque(lt)
 
 
 @njit(cache=True)
-def _copy_out(t, out_queue_c, y, off_c, indep):
-    """CopyOut / CopyOut_Non32BAligned: the tile's rows of y from the VECOUT queue."""
-    c = out_queue_c.deque(y.dtype)
+def copy_out_rows(t, queue, dst, params):
+    """One queue's CopyOut of the GLU family's kernels: DeQue, rows to GM ``dst`` by DataCopy or DataCopyPad,
+    FreeTensor."""
+    lt = queue.deque(dst.dtype)
     if t.is_32b_aligned == 1:
-        asc.data_copy(y[off_c], c, indep)
+        asc.data_copy(dst, lt, params)
     else:
-        asc.data_copy_pad(y[off_c], c, indep)
-    out_queue_c.free_tensor(c)
+        asc.data_copy_pad(dst, lt, params)
+    queue.free_tensor(lt)
 
 
 @njit(cache=True)
@@ -179,18 +175,19 @@ def swiglu_float_kernel(ctx, t, x, y):
     the ones Duplicate writes once), then Process."""
     sz = asc.size_of(x.dtype)
     nb = 2 if t.is_double_buffer == 1 else 1
-    n = _tile_length(t, sz)
+    n = tile_length(t, sz)
     pipe = asc.TPipe(ctx)
     in_queue_a = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
     in_queue_b = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
     out_queue_c = pipe.init_buffer(asc.TQue(asc.VECOUT, nb), nb, n * sz)
     tmp_queue = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
     asc.duplicate(tmp_queue.get(asc.float32), 1.0, n)
-    for tile in range(asc.get_block_idx(ctx), _total_tiles(t), asc.get_block_num(ctx)):
-        cal, off_a, off_b, off_c, split, indep = _tile_param(t, tile, sz)
-        _copy_in(t, in_queue_a, in_queue_b, x, off_a, off_b, split)
+    for tile in range(asc.get_block_idx(ctx), total_tiles(t), asc.get_block_num(ctx)):
+        cal, off_a, off_b, off_c, split, indep = tile_param(t, tile, sz)
+        copy_in_rows(t, in_queue_a, x[off_a], split)  # CopyIn: A, then B
+        copy_in_rows(t, in_queue_b, x[off_b], split)
         _compute_float(ctx, in_queue_a, in_queue_b, out_queue_c, tmp_queue, cal)
-        _copy_out(t, out_queue_c, y, off_c, indep)
+        copy_out_rows(t, out_queue_c, y[off_c], indep)
 
 
 @kernel
@@ -199,19 +196,20 @@ def swiglu_b16_kernel(ctx, t, x, y):
     fp32 TBufs of a tile each), then Process."""
     sz = asc.size_of(x.dtype)
     nb = 2 if t.is_double_buffer == 1 else 1
-    n = _tile_length(t, sz)
+    n = tile_length(t, sz)
     pipe = asc.TPipe(ctx)
     in_queue_a = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
     in_queue_b = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
     out_queue_c = pipe.init_buffer(asc.TQue(asc.VECOUT, nb), nb, n * sz)
     input_temp_buffer = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
     output_temp_buffer = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
-    for tile in range(asc.get_block_idx(ctx), _total_tiles(t), asc.get_block_num(ctx)):
-        cal, off_a, off_b, off_c, split, indep = _tile_param(t, tile, sz)
-        _copy_in(t, in_queue_a, in_queue_b, x, off_a, off_b, split)
+    for tile in range(asc.get_block_idx(ctx), total_tiles(t), asc.get_block_num(ctx)):
+        cal, off_a, off_b, off_c, split, indep = tile_param(t, tile, sz)
+        copy_in_rows(t, in_queue_a, x[off_a], split)  # CopyIn: A, then B
+        copy_in_rows(t, in_queue_b, x[off_b], split)
         _compute_b16(ctx, in_queue_a, in_queue_b, out_queue_c, input_temp_buffer, output_temp_buffer, cal, x.dtype,
                      t.round_mode)
-        _copy_out(t, out_queue_c, y, off_c, indep)
+        copy_out_rows(t, out_queue_c, y[off_c], indep)
 
 
 def run(t: SwiGluTiling, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.ndarray | None,

@@ -56,62 +56,21 @@ from tiling.swiglu_grad import SwiGluGradTiling, check_tiling, ub_plan
 from tiling.swiglu_grad import swiglu_grad as make_tiling
 
 from .common import output
-from .swiglu import _tile_length, _tile_param, _total_tiles
+from .swiglu import copy_in_rows, copy_out_rows, tile_length, tile_param, total_tiles
 
 GM_NAMES = ["yGrad", "x", "out"]
 BETA = -1.0  # SwiGluGradSingle::InitGmBuffer sets beta = -1: σ's Muls by beta, dA's Muls by -beta
-NO_PAD = asc.DataCopyPadExtParams(False, 0, 0, 0)  # DataCopyPadParams {false, 0, 0, 0}
 
 
 @njit(cache=True)
 def _copy_params(split, indep):
-    """The grad's DataCopyParams from SwiGluSinlgeTileCopyParam (as :func:`kernels.swiglu._tile_param` lays them
+    """The grad's DataCopyParams from SwiGluSinlgeTileCopyParam (as :func:`kernels.swiglu.tile_param` lays them
     out for the forward: ``split`` with its stride on the source, ``indep`` on the destination):
     splitCopyinParams (rows of A or B out of x), indepCopyinParams (rows of yGrad) and splitCopyoutParams (rows
     of dA or dB into the output)."""
     indep_in = asc.DataCopyParams(indep.block_count, indep.block_len, indep.dst_stride, 0)
     split_out = asc.DataCopyParams(split.block_count, split.block_len, 0, split.src_stride)
     return split, indep_in, split_out
-
-
-@njit(cache=True)
-def _copy_in(t, in_queue_a, in_queue_b, in_queue_l, y_grad, x, off_a, off_b, off_l, split_in, indep_in):
-    """CopyIn / CopyIn_Non32BAligned: A, L and B, each into its VECIN queue."""
-    a = in_queue_a.alloc_tensor(x.dtype)
-    if t.is_32b_aligned == 1:
-        asc.data_copy(a, x[off_a], split_in)
-    else:
-        asc.data_copy_pad(a, x[off_a], split_in, NO_PAD)
-    in_queue_a.enque(a)
-    lt = in_queue_l.alloc_tensor(x.dtype)
-    if t.is_32b_aligned == 1:
-        asc.data_copy(lt, y_grad[off_l], indep_in)
-    else:
-        asc.data_copy_pad(lt, y_grad[off_l], indep_in, NO_PAD)
-    in_queue_l.enque(lt)
-    b = in_queue_b.alloc_tensor(x.dtype)
-    if t.is_32b_aligned == 1:
-        asc.data_copy(b, x[off_b], split_in)
-    else:
-        asc.data_copy_pad(b, x[off_b], split_in, NO_PAD)
-    in_queue_b.enque(b)
-
-
-@njit(cache=True)
-def _copy_out(t, out_queue_m, out_queue_n, out, off_a, off_b, split_out):
-    """CopyOut / CopyOut_Non32BAligned: dA from the VECOUT queue M where A was, then dB from N where B was."""
-    m = out_queue_m.deque(out.dtype)
-    if t.is_32b_aligned == 1:
-        asc.data_copy(out[off_a], m, split_out)
-    else:
-        asc.data_copy_pad(out[off_a], m, split_out)
-    out_queue_m.free_tensor(m)
-    nt = out_queue_n.deque(out.dtype)
-    if t.is_32b_aligned == 1:
-        asc.data_copy(out[off_b], nt, split_out)
-    else:
-        asc.data_copy_pad(out[off_b], nt, split_out)
-    out_queue_n.free_tensor(nt)
 
 
 @njit(cache=True)
@@ -230,13 +189,16 @@ def _process_b16(ctx, t, y_grad, x, out, in_queue_a, in_queue_b, in_queue_l, out
     """SwiGluGradSingle::Process of the b16 kernel: SWIGLU_SINGLE_PROCESS (or its NON32BALIGNED form, by the
     tiling), tile after tile."""
     sz = asc.size_of(x.dtype)
-    for tile in range(asc.get_block_idx(ctx), _total_tiles(t), asc.get_block_num(ctx)):
-        cal, off_a, off_b, off_l, split, indep = _tile_param(t, tile, sz)
+    for tile in range(asc.get_block_idx(ctx), total_tiles(t), asc.get_block_num(ctx)):
+        cal, off_a, off_b, off_l, split, indep = tile_param(t, tile, sz)
         split_in, indep_in, split_out = _copy_params(split, indep)
-        _copy_in(t, in_queue_a, in_queue_b, in_queue_l, y_grad, x, off_a, off_b, off_l, split_in, indep_in)
+        copy_in_rows(t, in_queue_a, x[off_a], split_in)  # CopyIn: A, L, B
+        copy_in_rows(t, in_queue_l, y_grad[off_l], indep_in)
+        copy_in_rows(t, in_queue_b, x[off_b], split_in)
         _compute_b16(ctx, in_queue_a, in_queue_b, in_queue_l, out_queue_m, out_queue_n, temp_local, sig_local,
                      a_local, n_local, l_local, cal, x.dtype, round_mode)
-        _copy_out(t, out_queue_m, out_queue_n, out, off_a, off_b, split_out)
+        copy_out_rows(t, out_queue_m, out[off_a], split_out)  # CopyOut: dA where A was, dB where B was
+        copy_out_rows(t, out_queue_n, out[off_b], split_out)
 
 
 @kernel
@@ -245,7 +207,7 @@ def swiglu_grad_float_kernel(ctx, t, y_grad, x, out):
     of bufferNum buffers and depth, the tmp and sigmoid TBufs, fetched once), then Process."""
     sz = asc.size_of(x.dtype)
     nb = 2 if t.is_double_buffer == 1 else 1
-    n = _tile_length(t, sz)
+    n = tile_length(t, sz)
     pipe = asc.TPipe(ctx)
     in_queue_a = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
     in_queue_b = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
@@ -255,12 +217,15 @@ def swiglu_grad_float_kernel(ctx, t, y_grad, x, out):
     tmp_queue = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
     sig_queue = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
     temp_local, sig_local = tmp_queue.get(asc.float32), sig_queue.get(asc.float32)
-    for tile in range(asc.get_block_idx(ctx), _total_tiles(t), asc.get_block_num(ctx)):
-        cal, off_a, off_b, off_l, split, indep = _tile_param(t, tile, sz)
+    for tile in range(asc.get_block_idx(ctx), total_tiles(t), asc.get_block_num(ctx)):
+        cal, off_a, off_b, off_l, split, indep = tile_param(t, tile, sz)
         split_in, indep_in, split_out = _copy_params(split, indep)
-        _copy_in(t, in_queue_a, in_queue_b, in_queue_l, y_grad, x, off_a, off_b, off_l, split_in, indep_in)
+        copy_in_rows(t, in_queue_a, x[off_a], split_in)  # CopyIn: A, L, B
+        copy_in_rows(t, in_queue_l, y_grad[off_l], indep_in)
+        copy_in_rows(t, in_queue_b, x[off_b], split_in)
         _compute_float(ctx, in_queue_a, in_queue_b, in_queue_l, out_queue_m, out_queue_n, temp_local, sig_local, cal)
-        _copy_out(t, out_queue_m, out_queue_n, out, off_a, off_b, split_out)
+        copy_out_rows(t, out_queue_m, out[off_a], split_out)  # CopyOut: dA where A was, dB where B was
+        copy_out_rows(t, out_queue_n, out[off_b], split_out)
 
 
 @kernel
@@ -270,7 +235,7 @@ def swiglu_grad_b16_kernel(ctx, t, y_grad, x, out):
     once), then Process."""
     sz = asc.size_of(x.dtype)
     nb = 2 if t.is_double_buffer == 1 else 1
-    n = _tile_length(t, sz)
+    n = tile_length(t, sz)
     pipe = asc.TPipe(ctx)
     in_queue_a = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
     in_queue_b = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
@@ -293,7 +258,7 @@ def swiglu_grad_b16_kernel_200(ctx, t, y_grad, x, out):
     colLen that is not 32 B aligned): the Init of :func:`swiglu_grad_b16_kernel`."""
     sz = asc.size_of(x.dtype)
     nb = 2 if t.is_double_buffer == 1 else 1
-    n = _tile_length(t, sz)
+    n = tile_length(t, sz)
     pipe = asc.TPipe(ctx)
     in_queue_a = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
     in_queue_b = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
