@@ -14,14 +14,14 @@ CASES = ["4096:fp32", "65536:fp32", "999x1001:fp32", "999x1001:bf16", "4096x4096
 WORKER = """
 import sys, time
 import numpy as np
-from examples.add_tail import add_tail, make_inputs
+from examples.add_tail import OPS, add_tail
 built = {}
 print("ready", flush=True)
 for line in sys.stdin:
     key = line.strip()
     if key not in built:
         shape, dtype = key.split(":")
-        inputs = make_inputs(tuple(int(s) for s in shape.split("x")), dtype)
+        inputs = OPS["add_tail"].make_inputs(tuple(int(s) for s in shape.split("x")), dtype, 0)
         out = np.empty_like(inputs["x"])
         call = lambda i=inputs, o=out: add_tail(**i, out=o)
         for _ in range(3):

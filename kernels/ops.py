@@ -6,9 +6,9 @@ A sweep (``candidates``) crosses an op's free choices, so that a table of a few 
 trend without running every value:
 - the core count: 1, 2, 4, ... and all the SoC's vector cores (the official count); ``block_dim`` is what the
   tiling makes of it (fewer when there is less work than cores);
-- the tile: the size the op's own host code picks for those choices, plus :data:`TILES` sizes from a small one
-  (a row, a 256 B repeat, a 512 B cache line: whatever the op's unit is) to the largest the UB takes, spread
-  geometrically;
+- the tile: the size the op's own host code picks for those choices, plus :data:`tilesim.opspec.TILES` sizes
+  from a small one (a row, a 256 B repeat, a 512 B cache line: whatever the op's unit is) to the largest the UB
+  takes, spread geometrically (:func:`tilesim.opspec.with_tiles`);
 - buffer_num 1 and 2 where the kernel has queues to deepen, and the op's split or mode where it has one. A
   split or mode the host code would not pick for these inputs is there to compare against: it gets only its
   smallest and largest tiles (:data:`OTHER_TILES`), which keeps a sweep of a default shape to a few dozen runs.
@@ -23,15 +23,24 @@ Inputs are dicts keyed by the op API's argument names (scalars included), so ``r
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
-from tilesim.errors import AclnnError, invalid
-from tilesim.opspec import Accumulation, Candidate, Inputs, OpSpec
+from tilesim.errors import invalid
+from tilesim.opspec import (
+    DTYPES,
+    TILES,
+    Accumulation,
+    Candidate,
+    Inputs,
+    OpSpec,
+    collect,
+    core_counts,
+    legal,
+    with_tiles,
+)
 from tilesim.soc import SocSpec, get_soc
 from tiling.common import FP32, align_up, ceil_div, dtype_name
 from tiling.group_norm_backward import EIGHT_BLOCK, MODE_2, MODE_3, MODE_5, UB_MODES, elements_per_block
@@ -68,14 +77,12 @@ from .softmax import softmax
 from .swiglu import swiglu
 from .swiglu_grad import swiglu_grad
 
-DTYPES = {"fp32": np.dtype(np.float32), "bf16": np.dtype(ml_dtypes.bfloat16), "fp16": np.dtype(np.float16)}
 RMS_EPS = 1e-6  # the forward RmsNorm's epsilon, for rstd
 GN_EPS = 1e-5  # torch.nn.GroupNorm's default, for the forward's rstd
 GN_MAX_GROUPS = 32
 LN_EPS = 1e-5  # torch.nn.LayerNorm's default
 NSA_SEQS = 4  # NsaCompressGrad: sequences of equal length
 NSA_BLOCK_SIZE, NSA_STRIDE = 32, 16
-TILES = 3  # explicit tile sizes per sweep: the smallest, one between, the largest that fits
 OTHER_TILES = 2  # for a split or mode the op's host code does not pick for the inputs: the smallest, the largest
 LANES = 64  # fp32 elements of one 256 B repeat: the smallest split-D tile swept
 
@@ -189,67 +196,6 @@ def nsa_compress_grad_inputs(shape: tuple[int, ...], dtype: str, seed: int = 0, 
 
 # ----------------------------------------------------------------------------------------------------------------
 # sweeps
-
-
-def core_counts(soc: SocSpec) -> list[int]:
-    """1, 2, 4, ... below the SoC's core count (GetCoreNumAiv), then that count (what the official tilings use)."""
-    n = soc.core_num_aiv
-    return sorted({1 << i for i in range(n.bit_length()) if 1 << i < n} | {n})
-
-
-def tile_sizes(fits: Callable[[int], bool], lo: int, hi: int, step: int = 1, count: int = TILES) -> list[int]:
-    """Up to ``count`` tile sizes, multiples of ``step``: ``lo`` (rounded up to a step, at most ``hi``), the
-    largest size up to ``hi`` that ``fits``, and between them sizes spread geometrically, rounded to a power of
-    two steps. ``fits`` must be monotonic (a larger tile never fits where a smaller one does not): the largest
-    is found by bisection, so a sweep costs a few tiling calls, not one per size. Empty when ``lo`` does not
-    fit."""
-    u_hi = hi // step
-    if u_hi < 1:
-        return []
-    u_lo = min(ceil_div(lo, step), u_hi)
-    if not fits(u_lo * step):
-        return []
-    a, b = u_lo, u_hi
-    while a < b:
-        mid = (a + b + 1) // 2
-        if fits(mid * step):
-            a = mid
-        else:
-            b = mid - 1
-    units = {u_lo, a}
-    for i in range(1, count - 1):
-        v = u_lo * (a / u_lo) ** (i / (count - 1))
-        units.add(min(max(1 << round(math.log2(v)), u_lo), a))
-    return [u * step for u in sorted(units)]
-
-
-def legal(make: Callable[..., Any], **overrides: Any) -> Any | None:
-    """``make(**overrides)``: a tiling its checks accept, or None where the tiling function, the tiling check or
-    the UB plan refuses it (an AclnnError; UbOverflowError is one)."""
-    try:
-        return make(**overrides)
-    except AclnnError:
-        return None
-
-
-def with_tiles(make: Callable[..., Any], fixed: dict[str, Any], tile: Callable[[int], dict[str, Any]], lo: int,
-               hi: int, step: int = 1, *, own: bool = True, count: int = TILES) -> Iterator[Any]:
-    """The legal tilings of ``make(**fixed)`` (the op's own tile for those choices; not with ``own=False``) and of
-    ``make(**fixed, **tile(size))`` for ``count`` :func:`tile_sizes` between ``lo`` and ``hi``."""
-    def at(size: int) -> Any | None:
-        return legal(make, **fixed, **tile(size))
-
-    sizes = tile_sizes(lambda s: at(s) is not None, lo, hi, step, count)
-    for t in (legal(make, **fixed) if own else None, *(at(s) for s in sizes)):
-        if t is not None:
-            yield t
-
-
-def collect(official: Any, tilings: Iterable[Any], params: Callable[[Any], dict[str, Any]]) -> list[Candidate]:
-    """The official tiling first, then the swept ones in order, each once; params come from the tiling itself, so
-    equal tilings have equal params."""
-    unique = dict.fromkeys([official, *tilings])
-    return [Candidate(t, params(t), official=t == official) for t in unique]
 
 
 # ----------------------------------------------------------------------------------------------------------------

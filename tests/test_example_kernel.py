@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import tilesim
-from examples.add_tail import OPS, add_tail, max_tile_len, reference, tiling
+from examples.add_tail import OPS, add_tail, reference
+from examples.add_tail import add_tail_tiling as tiling
 from tilesim import AclnnError, get_soc
 from tilesim.precision import compare
 
@@ -67,22 +68,26 @@ def test_multidimensional_input_and_alpha() -> None:
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("n", [1, 7, 1000, 12345, 999 * 1001])
-def test_split_covers_the_length(n: int, dtype: str) -> None:
-    """Former cores take one 32 B block more, whole blocks each; the last core ends at the data's end."""
-    t = tiling(np.empty(n, DT[dtype]), soc=SPEC)
-    m = 32 // np.dtype(DT[dtype]).itemsize
-    assert t.former_length % m == 0 and t.tail_length % m == 0 and t.tile_len % m == 0
-    assert t.former_num < t.block_dim <= SPEC.core_num_aiv
-    assert t.former_length == t.tail_length + m
-    assert 1 <= t.last_length <= t.tail_length and t.tail_length - t.last_length < m
-    assert t.former_num * t.former_length + (t.block_dim - t.former_num - 1) * t.tail_length + t.last_length == n
+def test_split_covers_the_length_in_whole_blocks(n: int, dtype: str) -> None:
+    """The cores' ranges, as the kernel's CopyIns read them: whole 32 B blocks, one block more on some cores than
+    on others at most, back to back from 0 to n (the last ending with the data)."""
+    x = np.zeros(n, DT[dtype])
+    t = tiling(x, soc=SPEC)
+    assert t.block_dim == min(SPEC.core_num_aiv, -(-n * x.itemsize // 32)) and t.tile_len % (32 // x.itemsize) == 0
+    with tilesim.capture() as runs:
+        add_tail(x, x, tiling=t)
+    read = runs[0].counter("mte2_bytes") // 2  # x and y alike
+    pad = runs[0].counter("mte2_pad_bytes") // 2
+    blocks = (read + pad) // 32
+    assert ((read + pad) % 32 == 0).all() and blocks.max() - blocks.min() <= 1 and pad[:-1].sum() == 0
+    assert read.sum() == n * x.itemsize
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("buffer_num", [1, 2])
 def test_largest_tile_fills_the_ub(dtype: str, buffer_num: int) -> None:
     x = np.empty(10**6, DT[dtype])
-    top = max_tile_len(x.itemsize, buffer_num, SPEC)
+    top = tiling(x, core_num=1, buffer_num=buffer_num).tile_len  # the official tile: the largest that fits
     with tilesim.capture() as runs:  # the kernel's InitBuffer calls place the buffers
         add_tail(x, x, tiling=tiling(x, tile_len=top, buffer_num=buffer_num))
     plan = runs[0].ub_plan
@@ -136,9 +141,10 @@ def test_hand_made_tiling_is_checked() -> None:
     x, y = inputs(1000, "bf16")
     t = tiling(x, core_num=4)
     out = np.zeros_like(x)
-    for field, value in [("last_length", t.last_length + 1), ("former_num", t.former_num + 1),
-                         ("total_length", 999), ("block_dim", 0), ("tile_len", 24)]:
-        with pytest.raises(AclnnError, match=field) as e:
+    for field, value, words in [("total_length", 999, "tiling.total_length"), ("block_dim", 0, "core_num"),
+                                ("tile_len", 24, "tile_len"), ("buffer_num", 3, "buffer_num"),
+                                ("alpha", 0.25, "tiling.alpha")]:
+        with pytest.raises(AclnnError, match=words) as e:
             add_tail(x, y, tiling=dataclasses.replace(t, **{field: value}), out=out)
         assert e.value.status == 561002
     assert not out.view(np.uint16).any()

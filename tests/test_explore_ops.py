@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import tilesim
-from kernels.ops import OPS, core_counts, default_groups, tile_sizes
+from kernels.ops import OPS, default_groups
+from tilesim.opspec import core_counts, tile_sizes
 from tilesim.precision import Expected, compare, judge
 
 SOC = tilesim.get_soc(tilesim.DEFAULT_SOC)

@@ -228,7 +228,7 @@ def test_the_worked_example_is_clean_in_either_setting(dtype: type, auto_sync: b
     """examples/add_tail.py has the queues' syncs and its own PipeBarrier<PIPE_V>s: nothing to find, with two
     buffers a queue (the ping-pong's slot reuse) and a tail."""
     x = np.linspace(-2, 2, 3 * 1000 + 7).astype(dtype)
-    t = add_tail_mod.tiling(x, core_num=3, tile_len=512, buffer_num=2)
+    t = add_tail_mod.add_tail_tiling(x, core_num=3, tile_len=512, buffer_num=2)
     z = np.zeros_like(x)
     launch(add_tail_mod.add_tail_kernel, t, x, x, z, block_dim=t.block_dim, checks=True, auto_sync=auto_sync)
     np.testing.assert_array_equal(z, add_tail_mod.add_tail(x, x))

@@ -281,19 +281,19 @@ def test_unchecked_only_the_gm_bounds_remain(name):
 
 def test_op_api_leaves_the_callers_array_alone_when_the_checked_run_fails(monkeypatch):
     """No shipped op can be broken from outside: each validates a hand-made tiling (add_tail insists on exactly
-    what its free choices give). So the validator is bypassed here, and the last core given 64 elements more than
-    x holds: its CopyIn leaves x. The checked run raises and ``out`` keeps what it held."""
+    what its free choices give). So the validator is bypassed here, and the cores given 64 elements more than x
+    holds: the last core's CopyIn leaves x. The checked run raises and ``out`` keeps what it held."""
     x = np.arange(1000, dtype=np.float32)
     y = np.ones_like(x)
-    t = add_tail_mod.tiling(x, core_num=2)
-    broken = dataclasses.replace(t, last_length=t.last_length + 64)
+    t = add_tail_mod.add_tail_tiling(x, core_num=2)
+    broken = dataclasses.replace(t, total_length=t.total_length + 64)
     with pytest.raises(tilesim.AclnnError):
         add_tail_mod.add_tail(x, y, tiling=broken, checks=True)  # the validator refuses it
-    monkeypatch.setattr(add_tail_mod, "check_tiling", lambda t, x, soc: t)
+    monkeypatch.setattr(add_tail_mod, "match_tiling", lambda t, *args, **choices: t)
     out = np.full_like(x, 123.0)
     with pytest.raises(tilesim.CheckError) as ei:
         add_tail_mod.add_tail(x, y, tiling=broken, checks=True, out=out)
     v = ei.value.violations[0]
     assert (v.kind, v.kernel, v.core, v.memory, v.offset) == ("GM out of bounds", "add_tail", 1, 'GM tensor "x"',
-                                                              4 * t.former_length)
+                                                              4 * (1064 // 8 // 2 * 8))  # core 1's first tile
     assert (out == 123.0).all()

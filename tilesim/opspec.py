@@ -7,16 +7,20 @@ op: the command line finds the specs by module name (``kernels.ops`` by default,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
+from .errors import AclnnError, tiling_error
 from .precision import ErrorBound
 from .soc import SocSpec
 
 Inputs = dict[str, Any]
+DTYPES = {"fp32": np.dtype(np.float32), "bf16": np.dtype(ml_dtypes.bfloat16), "fp16": np.dtype(np.float16)}
 
 
 @dataclass(frozen=True)
@@ -69,3 +73,95 @@ class OpSpec:
     doc: str = field(default="", compare=False)
     bounds: Callable[[Inputs], tuple[ErrorBound, ...]] | None = None
     accumulations: Callable[[Any], dict[str, Accumulation]] | None = None
+
+
+def uniform_inputs(*names: str, low: float = -2.0, high: float = 2.0) -> Callable[[tuple[int, ...], str, int],
+                                                                                Inputs]:
+    """A ``make_inputs`` for an op whose inputs are arrays of one shape and dtype: each of ``names`` uniform in
+    [low, high), drawn in fp32 and rounded to the dtype, the same for a seed."""
+    def make_inputs(shape: tuple[int, ...], dtype: str, seed: int = 0) -> Inputs:
+        rng = np.random.default_rng(seed)
+        return {k: rng.uniform(low, high, shape).astype(np.float32).astype(DTYPES[dtype]) for k in names}
+
+    return make_inputs
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Building an op's sweep (``candidates``) and checking a hand-made tiling: the shipped ops' and a user's alike.
+
+TILES = 3  # explicit tile sizes per sweep: the smallest, one between, the largest that fits
+
+
+def core_counts(soc: SocSpec) -> list[int]:
+    """1, 2, 4, ... below the SoC's core count (GetCoreNumAiv), then that count (what the official tilings use)."""
+    n = soc.core_num_aiv
+    return sorted({1 << i for i in range(n.bit_length()) if 1 << i < n} | {n})
+
+
+def tile_sizes(fits: Callable[[int], bool], lo: int, hi: int, step: int = 1, count: int = TILES) -> list[int]:
+    """Up to ``count`` tile sizes, multiples of ``step``: ``lo`` (rounded up to a step, at most ``hi``), the
+    largest size up to ``hi`` that ``fits``, and between them sizes spread geometrically, rounded to a power of
+    two steps. ``fits`` must be monotonic (a larger tile never fits where a smaller one does not): the largest
+    is found by bisection, so a sweep costs a few tiling calls, not one per size. Empty when ``lo`` does not
+    fit."""
+    u_hi = hi // step
+    if u_hi < 1:
+        return []
+    u_lo = min(-(-lo // step), u_hi)
+    if not fits(u_lo * step):
+        return []
+    a, b = u_lo, u_hi
+    while a < b:
+        mid = (a + b + 1) // 2
+        if fits(mid * step):
+            a = mid
+        else:
+            b = mid - 1
+    units = {u_lo, a}
+    for i in range(1, count - 1):
+        v = u_lo * (a / u_lo) ** (i / (count - 1))
+        units.add(min(max(1 << round(math.log2(v)), u_lo), a))
+    return [u * step for u in sorted(units)]
+
+
+def legal(make: Callable[..., Any], **overrides: Any) -> Any | None:
+    """``make(**overrides)``: a tiling its checks accept, or None where the tiling function, the tiling check or
+    the UB plan refuses it (an AclnnError; UbOverflowError is one)."""
+    try:
+        return make(**overrides)
+    except AclnnError:
+        return None
+
+
+def with_tiles(make: Callable[..., Any], fixed: dict[str, Any], tile: Callable[[int], dict[str, Any]], lo: int,
+               hi: int, step: int = 1, *, own: bool = True, count: int = TILES) -> Iterator[Any]:
+    """The legal tilings of ``make(**fixed)`` (the op's own tile for those choices; not with ``own=False``) and of
+    ``make(**fixed, **tile(size))`` for ``count`` :func:`tile_sizes` between ``lo`` and ``hi``."""
+    def at(size: int) -> Any | None:
+        return legal(make, **fixed, **tile(size))
+
+    sizes = tile_sizes(lambda s: at(s) is not None, lo, hi, step, count)
+    for t in (legal(make, **fixed) if own else None, *(at(s) for s in sizes)):
+        if t is not None:
+            yield t
+
+
+def collect(official: Any, tilings: Iterable[Any], params: Callable[[Any], dict[str, Any]]) -> list[Candidate]:
+    """The official tiling first, then the swept ones in order, each once; params come from the tiling itself, so
+    equal tilings have equal params."""
+    unique = dict.fromkeys([official, *tilings])
+    return [Candidate(t, params(t), official=t == official) for t in unique]
+
+
+def match_tiling(t: Any, make: Callable[..., Any], *args: Any, **choices: Any) -> Any:
+    """``t``, a hand-made tiling, if it is what ``make(*args, **choices)`` (the tiling function, with the free
+    choices read from ``t``) gives, field for field; else a 561002 naming the first field that differs
+    (``tiling.<field>``), or the rule the tiling function refuses the choices by."""
+    try:
+        want = make(*args, **choices)
+    except AclnnError as e:
+        raise tiling_error("tiling", f"its free choices are refused: {e.message}") from None
+    for f in (f.name for f in fields(t) if getattr(t, f.name) != getattr(want, f.name)):
+        raise tiling_error(f"tiling.{f}", f"{getattr(t, f)} does not match the arguments and the free choices: "
+                                          f"{getattr(want, f)}")
+    return t

@@ -40,12 +40,13 @@ the kernel binary is compiled per dtype.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from tilesim.errors import ACLNN_ERR_INNER_FIND_KERNEL_ERROR, AclnnError, invalid, tiling_error
+from tilesim.opspec import match_tiling
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan, shared_plan
 
@@ -322,15 +323,8 @@ def check_tiling(t: Any, x: Any, gamma: Any, epsilon: float, soc: str | SocSpec)
         raise tiling_error("tiling", f"must be a tiling.rms_norm.RmsNormTiling, got {type(t).__name__}")
     if not 1 <= t.block_dim <= spec.core_num_aiv:
         raise tiling_error("tiling.block_dim", f"{t.block_dim} must be in [1, {spec.core_num_aiv}]")
-    try:
-        want = rms_norm(x, gamma, epsilon, soc=spec, core_num=t.block_dim, mode=t.tiling_key,
+    return match_tiling(t, rms_norm, x, gamma, epsilon, soc=spec, core_num=t.block_dim, mode=t.tiling_key,
                         row_factor=t.row_factor, ub_factor=t.ub_factor)
-    except AclnnError as e:
-        raise tiling_error("tiling", f"its free choices are refused: {e.message}") from None
-    for f in (f.name for f in fields(t) if getattr(t, f.name) != getattr(want, f.name)):
-        raise tiling_error(f"tiling.{f}", f"{getattr(t, f)} does not match the arguments and the free choices: "
-                                          f"{getattr(want, f)}")
-    return t
 
 
 @shared_plan

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from tilesim.errors import ACLNN_ERR_INNER_FIND_KERNEL_ERROR, AclnnError, invalid, tiling_error
+from tilesim.opspec import match_tiling
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan, shared_plan
 
@@ -376,9 +377,7 @@ def check_tiling(t: SoftmaxOpTiling, official: SoftmaxOpTiling, soc: str | SocSp
     if t.tmp_size < low or t.tmp_size % BLOCK:
         raise tiling_error("tiling.tmp_size", f"{t.tmp_size} must be a multiple of 32 B and at least {low} B "
                                               "(GetSoftMaxMinTmpSize: one row a pass)")
-    want = _build(t.rows, t.cols, official.dtype, spec, t.block_dim, t.tile_rows, t.buffer_num, t.tmp_size)
-    for f in (f.name for f in fields(t) if getattr(t, f.name) != getattr(want, f.name)):
-        raise tiling_error(f"tiling.{f}", f"{getattr(t, f)} does not match the free choices: {getattr(want, f)}")
+    match_tiling(t, _build, t.rows, t.cols, official.dtype, spec, t.block_dim, t.tile_rows, t.buffer_num, t.tmp_size)
     if t.reduce_m < 1:
         raise tiling_error("tiling.tmp_size", f"{t.tmp_size} B gives the SoftMax API no rows a pass")
     ub_plan(t, spec).check()
