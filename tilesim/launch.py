@@ -311,7 +311,7 @@ def run_cores(cores: Callable[..., None], block_dim: int, *args: Any) -> None:
     (its gufunc recompiles the whole call tree) and wakes Numba's thread pool on every launch.
     """
     global _pool
-    n = 1 if _local.serial else max(1, min(numba.get_num_threads(), block_dim))
+    n = _thread_count(block_dim)
     if n == 1:  # no store fence: a thread sees its own stores, and a later reader on another thread takes a lock
         cores(0, block_dim, *_thread_ub(args, 0, 1))
         _end_phase()
@@ -328,6 +328,33 @@ def run_cores(cores: Callable[..., None], block_dim: int, *args: Any) -> None:
         for f in futures:
             f.result()
     _end_phase()
+
+
+def _thread_count(block_dim: int) -> int:
+    """How many host threads :func:`run_cores` spreads ``block_dim`` cores over."""
+    return 1 if _local.serial else max(1, min(numba.get_num_threads(), block_dim))
+
+
+_orders: dict[tuple[int, int], np.ndarray] = {}
+
+
+def interleaved(block_dim: int) -> np.ndarray:
+    """The core at each position of :func:`run_cores`'s split of ``block_dim`` cores that deals the cores to the
+    host threads in turn (thread k runs cores k, k + n, ... as far as its share goes), for a ``cores`` loop that
+    runs core ``order[i]`` at position i. On the NPU the cores stream GM side by side; run core by core, each
+    thread's stream jumps by a whole core's stride, and neighbouring cores on the two threads at once keep the
+    host's memory streams closer together than a block of cores each."""
+    n = _thread_count(block_dim)
+    order = _orders.get((block_dim, n))
+    if order is None:
+        cuts = [block_dim * k // n for k in range(n + 1)]
+        at, order, c = cuts[:-1], np.empty(block_dim, np.int64), 0
+        while c < block_dim:
+            for k in range(n):
+                if c < block_dim and at[k] < cuts[k + 1]:
+                    order[at[k]], at[k], c = c, at[k] + 1, c + 1
+        order = _orders[(block_dim, n)] = order
+    return order
 
 
 class SyncAllMismatch(RuntimeError):

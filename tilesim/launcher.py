@@ -212,10 +212,10 @@ kernel = importlib.import_module({k.py_func.__module__!r}).{k.py_func.__qualname
 {consts}
 
 @njit(cache=True, nogil=True, host=True)
-def cores(first, last, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, t{", " + gm if gm else ""}):
+def cores(first, last, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, order, t{", " + gm if gm else ""}):
     t = Tiling(*t)
-    for c in range(first, last):
-        kc = enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws, sync_at)
+    for i in range(first, last):
+        kc = enter_core(order[i], block_dim, arena, cnt, err, checks, ctx, ws, sync_at)
         kernel(kc, t{", " + tensors if tensors else ""})
         exit_core(kc)
 '''
@@ -260,6 +260,11 @@ def _contexts(block_dim: int) -> np.ndarray:
     if ctx is None:
         ctx = pool[block_dim] = np.zeros((block_dim, CTX_WORDS), np.int64)
     return ctx
+
+
+def _identity(block_dim: int) -> np.ndarray:
+    """Core i at position i: a SyncAll kernel's, whose cores each run on a thread of their own."""
+    return np.arange(block_dim, dtype=np.int64)
 
 
 def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec) -> None:
@@ -315,7 +320,8 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
     t = fields(tiling)
 
     def run() -> _launch.RunReport:
-        ln = _launch.prepare(op or k.name, spec, tiling, _plan(b"", (), spec.ub_size), block_dim, checked, names)
+        ln = _launch.prepare(op or k.name, spec, tiling, _plan(b"", (), spec.ub_size), block_dim, checked, names,
+                             phase_local_ub=not k.sync_all)  # a fast launch: a UB per host thread
         if checked:
             ln.err[:, hazard_col(spec.ub_size) + HZ_MANUAL_SYNC] = 0 if auto_sync else 1
         ctx = _contexts(block_dim)
@@ -326,10 +332,10 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
                 if k.sync_all:
                     bar = np.zeros(4, np.int64)
                     _launch.run_synced(cores, block_dim, bar, block_dim, ln.arena, ln.counters, ln.err,
-                                       ln.core_checks, ctx, ws, bar.ctypes.data, t, *flat)
+                                       ln.core_checks, ctx, ws, bar.ctypes.data, _identity(block_dim), t, *flat)
                 else:
                     _launch.run_cores(cores, block_dim, block_dim, ln.arena, ln.counters, ln.err, ln.core_checks,
-                                      ctx, ws, 0, t, *flat)
+                                      ctx, ws, 0, _launch.interleaved(block_dim), t, *flat)
         except _launch.SyncAllMismatch as e:
             raise KernelError(f"{k.name}: {e}") from None
         except Exception:

@@ -59,6 +59,7 @@ from .tensor import (
     Q_HEAD,
     Q_NEXT,
     Q_POS,
+    Q_SLOT,
     Q_STATE,
     Q_WORDS,
     X_PLAN,
@@ -157,6 +158,7 @@ def _place(w, nbytes, num, pos, depth):
     w[q + Q_POS] = pos
     w[q + Q_DEPTH] = depth
     w[q + Q_NEXT] = 0
+    w[q + Q_SLOT] = 0
     w[q + Q_COUNT] = 0
     w[q + Q_HEAD] = 0
     for k in range(num):
@@ -226,12 +228,14 @@ def _alloc_tensor(q, dtype):  # type: ignore[no-untyped-def]
         a = _queue_at(q)
         num = w[X_PLAN + 3 * q.buf + 2]
         k = w[a + Q_NEXT]
-        while w[a + Q_STATE + k % num] != FREE:
+        slot = w[a + Q_SLOT]  # k % num, kept without a division
+        while w[a + Q_STATE + slot] != FREE:
             k += 1
+            slot = slot + 1 if slot + 1 < num else 0
             if k - w[a + Q_NEXT] >= num:
                 fault(w, FAULT_ALLOC_NONE_FREE, q.buf, num)
-        slot = k % num
         w[a + Q_NEXT] = k + 1
+        w[a + Q_SLOT] = slot + 1 if slot + 1 < num else 0
         w[a + Q_STATE + slot] = ALLOCATED
         w[a + Q_GEN + slot] = k
         core = core_of(q)
@@ -249,7 +253,11 @@ def _alloc_tensor(q, dtype):  # type: ignore[no-untyped-def]
 @njit(cache=True, inline="always")
 def _slot_of(w, t):
     row = X_PLAN + 3 * t.buf
-    return (t.addr - w[row]) // w[row + 1]
+    off, size, last, slot = t.addr - w[row], w[row + 1], w[row + 2] - 1, 0
+    while slot < last and off >= size:  # a subtraction or two: a division costs more than the rest of the call
+        off -= size
+        slot += 1
+    return slot
 
 
 @overload_method(QueueType, "enque", jit_options=DEVICE_OPTIONS)
