@@ -2,8 +2,9 @@
 mode, reduction order, run reports, and RmsNormGrad end to end through ``tilesim.capture``.
 
 The small kernels here are written the way a kernel module writes its own (``kernels/rms_norm_grad.py``): an
-``@njit(parallel=True)`` launcher with ``prange`` over cores that calls a plain ``@njit`` per-core body, which
-builds its ``Core`` (the typed views of the arena are taken inside the body, never before the ``prange``).
+``@njit(nogil=True)`` loop over a range of cores (:func:`tilesim.launch.run_cores` gives each host thread its
+range) that calls a plain ``@njit`` per-core body, which builds its ``Core`` (the typed views of the arena are taken
+inside the body, never before the loop).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import re
 import ml_dtypes
 import numpy as np
 import pytest
-from numba import njit, prange
+from numba import njit
 
 import kernels
 import tilesim
@@ -28,7 +29,7 @@ from tilesim.datamove import (
     data_copy_rows_out,
 )
 from tilesim.device import COUNTER_NAMES, at, global_tensor, make_core, slot
-from tilesim.launch import arena, finish, prepare
+from tilesim.launch import arena, finish, prepare, run_cores
 from tilesim.precision import assert_close
 from tilesim.reduce import reduce_sum, reduce_sum_half_interval, whole_reduce_sum
 from tilesim.soc import MIB, get_soc, list_socs
@@ -215,9 +216,9 @@ def _scale_core(c, block_dim, arena_, plan, cnt, err, checks, src, dst, rows, d,
         data_copy_pad_out(core, gd, r * d, y, 1, d, d)
 
 
-@njit(cache=True, parallel=True)
-def _scale_launch(block_dim, arena_, plan, cnt, err, checks, src, dst, rows, d, n, kind, scale, bias):
-    for c in prange(block_dim):
+@njit(cache=True, nogil=True)
+def _scale_cores(first, last, block_dim, arena_, plan, cnt, err, checks, src, dst, rows, d, n, kind, scale, bias):
+    for c in range(first, last):
         _scale_core(c, block_dim, arena_, plan, cnt, err, checks, src, dst, rows, d, n, kind, scale, bias)
 
 
@@ -239,8 +240,8 @@ def run_scale(src: np.ndarray, rows: int, block_dim: int, scale: float, bias: fl
     dst = np.full(src.shape, np.nan, src.dtype)
     g_src = src.reshape(-1).view(np.uint16) if bf16 else src.reshape(-1)
     g_dst = dst.reshape(-1).view(np.uint16) if bf16 else dst.reshape(-1)
-    _scale_launch(block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, checks, g_src, g_dst,
-                  rows, d, da if bf16 else d, KIND_BF16 if bf16 else 0, scale, bias)
+    run_cores(_scale_cores, block_dim, block_dim, launch.arena, launch.plan_array, launch.counters, launch.err,
+              checks, g_src, g_dst, rows, d, da if bf16 else d, KIND_BF16 if bf16 else 0, scale, bias)
     return dst, finish(launch), launch
 
 
@@ -325,9 +326,10 @@ def _pad_core(c, block_dim, arena_, plan, cnt, err, checks, src, dst, rows, row_
     data_copy_pad_out(core, global_tensor(1, dst), c * rows * dst_stride, t, rows, row_len, dst_stride)
 
 
-@njit(cache=True, parallel=True)
-def _pad_launch(block_dim, arena_, plan, cnt, err, checks, src, dst, rows, row_len, src_stride, dst_stride):
-    for c in prange(block_dim):
+@njit(cache=True, nogil=True)
+def _pad_cores(first, last, block_dim, arena_, plan, cnt, err, checks, src, dst, rows, row_len, src_stride,
+               dst_stride):
+    for c in range(first, last):
         _pad_core(c, block_dim, arena_, plan, cnt, err, checks, src, dst, rows, row_len, src_stride, dst_stride)
 
 
@@ -352,8 +354,8 @@ def test_data_copy_pad_zero_fills_each_row_to_32_bytes(dtype, row_len, rows, che
     ar = arena(SOC, block_dim)
     ar[:block_dim, :plan.used] = 0xCD
     launch = prepare("pad", SOC, None, plan, block_dim, checks, ["src", "dst"])
-    _pad_launch(block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, checks, src, dst,
-                rows, row_len, src_stride, dst_stride)
+    run_cores(_pad_cores, block_dim, block_dim, launch.arena, launch.plan_array, launch.counters, launch.err,
+              checks, src, dst, rows, row_len, src_stride, dst_stride)
     rep = finish(launch)
     off = plan.buffers[1].offset
     for c in range(block_dim):
@@ -407,9 +409,9 @@ def _checked_core(c, block_dim, arena_, plan, cnt, err, checks, src, dst, what):
         data_copy_out(core, gd, c * n, x, n)
 
 
-@njit(cache=True, parallel=True)
-def _checked_launch(block_dim, arena_, plan, cnt, err, checks, src, dst, what):
-    for c in prange(block_dim):
+@njit(cache=True, nogil=True)
+def _checked_cores(first, last, block_dim, arena_, plan, cnt, err, checks, src, dst, what):
+    for c in range(first, last):
         _checked_core(c, block_dim, arena_, plan, cnt, err, checks, src, dst, what)
 
 
@@ -422,8 +424,8 @@ def run_checked(what: list[int], checks: bool):
     src = np.arange(block_dim * SLOT_ELEMS, dtype=np.float32)
     dst = np.zeros_like(src)
     launch = prepare("checked", SOC, None, plan, block_dim, checks, ["src", "dst"])
-    _checked_launch(block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, checks, src, dst,
-                    np.array(what, np.int64))
+    run_cores(_checked_cores, block_dim, block_dim, launch.arena, launch.plan_array, launch.counters, launch.err,
+              checks, src, dst, np.array(what, np.int64))
     return src, dst, launch
 
 
@@ -504,9 +506,9 @@ def _reduce_core(c, block_dim, arena_, plan, cnt, err, checks, src, counts, out)
     out[c, 0] = reduce_sum_half_interval(core, t, n)
 
 
-@njit(cache=True, parallel=True)
-def _reduce_launch(block_dim, arena_, plan, cnt, err, checks, src, counts, out):
-    for c in prange(block_dim):
+@njit(cache=True, nogil=True)
+def _reduce_cores(first, last, block_dim, arena_, plan, cnt, err, checks, src, counts, out):
+    for c in range(first, last):
         _reduce_core(c, block_dim, arena_, plan, cnt, err, checks, src, counts, out)
 
 
@@ -556,8 +558,8 @@ def test_reductions_follow_the_documented_order(checks):
     plan.check()
     launch = prepare("reduce", SOC, None, plan, len(COUNTS), checks, ["src"])
     out = np.full((len(COUNTS), 3), np.nan, np.float32)
-    _reduce_launch(len(COUNTS), launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks,
-                   src.reshape(-1), np.array(COUNTS, np.int64), out)
+    run_cores(_reduce_cores, len(COUNTS), len(COUNTS), launch.arena, launch.plan_array, launch.counters,
+              launch.err, launch.core_checks, src.reshape(-1), np.array(COUNTS, np.int64), out)
     finish(launch)
     differs_from_sequential = 0
     for c, n in enumerate(COUNTS):
@@ -588,8 +590,8 @@ def test_whole_reduce_sum_takes_up_to_255_repeats_an_instruction():
     def call() -> None:
         launch = prepare("reduce", SOC, None, plan, len(COUNTS), False, ["src"])
         out = np.zeros((len(COUNTS), 3), np.float32)
-        _reduce_launch(len(COUNTS), launch.arena, launch.plan_array, launch.counters, launch.err,
-                       launch.core_checks, src.reshape(-1), np.array(COUNTS, np.int64), out)
+        run_cores(_reduce_cores, len(COUNTS), len(COUNTS), launch.arena, launch.plan_array, launch.counters,
+                  launch.err, launch.core_checks, src.reshape(-1), np.array(COUNTS, np.int64), out)
         finish(launch)
         assert out[COUNTS.index(n), 2] == n
 
@@ -723,9 +725,10 @@ def _rows_core(c, block_dim, arena_, plan, cnt, err, checks, src, dst, rows, row
         data_copy_rows_out(core, gd, d_off, x, rows, row_len, dst_stride)
 
 
-@njit(cache=True, parallel=True)
-def _rows_launch(block_dim, arena_, plan, cnt, err, checks, src, dst, rows, row_len, src_stride, dst_stride, what):
-    for c in prange(block_dim):
+@njit(cache=True, nogil=True)
+def _rows_cores(first, last, block_dim, arena_, plan, cnt, err, checks, src, dst, rows, row_len, src_stride,
+                dst_stride, what):
+    for c in range(first, last):
         _rows_core(c, block_dim, arena_, plan, cnt, err, checks, src, dst, rows, row_len, src_stride, dst_stride,
                    what)
 
@@ -748,8 +751,8 @@ def run_rows(dtype, rows, row_len, src_gap, dst_gap, what, checks, fill=0xCD):
     ar = arena(SOC, block_dim)
     ar[:block_dim, :plan.used] = fill
     launch = prepare("rows", SOC, None, plan, block_dim, checks, ["src", "dst"])
-    _rows_launch(block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, checks, src, dst, rows,
-                 row_len, src_stride, dst_stride, np.array(what, np.int64))
+    run_cores(_rows_cores, block_dim, block_dim, launch.arena, launch.plan_array, launch.counters, launch.err,
+              checks, src, dst, rows, row_len, src_stride, dst_stride, np.array(what, np.int64))
     return src, dst, plan, ar, launch
 
 
