@@ -420,9 +420,10 @@ def _thread_ub(args: tuple[Any, ...], k: int, n: int) -> tuple[Any, ...]:
     a = launch.arena
     key = (id(a), launch.block_dim, k, n)  # a cached view keeps its arena, so the id is not reused meanwhile
     view = _ub_views.get(key)
-    if view is None:  # as_strided costs more than a small core's work
+    if view is None:  # as_strided costs more than a small core's work; two rows at least: a (1, ub) view would
+        # be C-contiguous, to Numba another array type and so another compile of the kernel
         view = _ub_views[key] = np.lib.stride_tricks.as_strided(a[k * (a.shape[0] // n)],
-                                                                 (launch.block_dim, a.shape[1]), (0, 1))
+                                                                 (max(launch.block_dim, 2), a.shape[1]), (0, 1))
     for i, x in enumerate(args):  # the arena comes early: this is a microsecond cheaper than rebuilding all
         if x is a:
             return (*args[:i], view, *args[i + 1:])
