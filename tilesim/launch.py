@@ -353,7 +353,7 @@ def interleaved(block_dim: int) -> np.ndarray:
             for k in range(n):
                 if c < block_dim and at[k] < cuts[k + 1]:
                     order[at[k]], at[k], c = c, at[k] + 1, c + 1
-        order = _orders[(block_dim, n)] = order
+        _orders[(block_dim, n)] = order
     return order
 
 
