@@ -1,195 +1,294 @@
-"""aclnnSwiGluGrad: the ops-nn kernel (``swi_glu_grad_single.hpp`` over ``swi_glu_grad_float.hpp`` /
-``swi_glu_grad_bf16.hpp``, tiles dealt by ``glu_tiling_kernel.hpp``) as device code on tilesim, and the op API.
+"""aclnnSwiGluGrad: the kernel on tilesim's programming model, and the op API.
 
-x is [rowLen, 2·colLen] in GM: A is columns [0, colLen) and B columns [colLen, 2·colLen) of every row; yGrad is
-[rowLen, colLen]; the output has x's layout (dA where A was, dB where B was). Each core runs tiles
-``idx, idx + blockDim, ...``; per tile CopyIn (rows of A and of B are strided reads of x: DataCopy with a
-srcStride when colLen is 32 B aligned, DataCopyPad with rows landing 32 B apart otherwise), Compute (fp32
-vector instructions in the kernel's order, σ(A) = 1 / (1 + exp(−A))), CopyOut (the same strides, into the
-output). b16 is widened exactly and rounded once at the end: CAST_RINT on 910B/910_93, CAST_NONE (also round
-to nearest even for fp32 to fp16) on 310P. There is no cross-core reduction: the op is deterministic.
+The ops-nn kernel (``activation/swi_glu_grad/op_kernel``: ``SwiGluGradSingle`` of ``swi_glu_grad_single.hpp`` over
+``SwiGluGradVector`` of ``swi_glu_grad_float.hpp`` for fp32 and ``SwiGluGradBF16`` of ``swi_glu_grad_bf16.hpp``
+for fp16 and bf16, tiles dealt by ``glu_tiling_kernel.hpp``), call for call. x is [rowLen, 2·colLen] in GM (A is
+columns [0, colLen) of every row, B columns [colLen, 2·colLen)), yGrad (L) is [rowLen, colLen]; the output has x's
+layout, dA (M) where A was and dB (N) where B was. Each core runs tiles ``GetBlockIdx(), + GetBlockNum(), ...``
+with the tile parameters of :mod:`kernels.swiglu` (the same ``SwigluSingleTilingKernel``); per tile:
+
+- CopyIn (CopyIn_Non32BAligned when colLen is not 32 B aligned): A, then L, then B, each AllocTensor, DataCopy
+  with the DataCopyParams ops-nn builds (the srcStride between rows in 32 B blocks) or DataCopyPad (the same
+  fields in bytes, DataCopyPadParams ``{false, 0, 0, 0}``), EnQue.
+- Compute, fp32 vector instructions of the count form: σ = 1 / (exp(A·β) + 1) with β = −1, dB = σ·A·L and
+  dA = (σ + A·σ·(1 − σ))·B·L, with the queue calls and the PipeBarrier<PIPE_V>s where ops-nn has them:
+
+  - fp32 (SwiGluGradVector), 8 barriers a tile. ops-nn leaves out the V-V barriers between Duplicate and Div,
+    between the two Muls into N, and along dA's chain from its first Mul on: the op is built with BiSheng's
+    auto-sync on (its CMake has no ``AUTO_SYNC false``), which inserts them. With auto-sync off
+    (``run(..., auto_sync=False)``) checked mode reports them.
+  - fp16/bf16 (SwiGluGradBF16), 17 barriers a tile: A and L widened exactly (CAST_NONE) into fp32 TBufs, B later
+    into A's; dB and dA each rounded once with ``downcastRoundMode_``: CAST_RINT where ``__CCE_AICORE__`` is 220
+    (910B, 910_93), CAST_NONE otherwise (310P; round to nearest even as well). The one V-V barrier ops-nn leaves
+    out here is between dA's last Mul and its Cast.
+- CopyOut (CopyOut_Non32BAligned): DeQue M, DataCopy (DataCopyPad) with the dstStride between rows of x,
+  FreeTensor; then N likewise.
+
+A padded row's tail (zeros in UB) is computed on and never written back. No cross-core reduction: the op is
+deterministic. Besides the barriers, a tile's syncs are its queue calls': 10 SetFlags (5 EnQue, 5 FreeTensor),
+5 DeQue waits, and 5 AllocTensor waits once a queue's buffers come round again.
+
+Where this differs from ops-nn: ops-nn compiles the kernel per SoC with the round mode in it; SwiGluGradTiling
+carries no round mode, so the b16 kernel has a build per ``__CCE_AICORE__`` here, :func:`swiglu_grad_b16_kernel`
+(220) and :func:`swiglu_grad_b16_kernel_200` (310P). The 310P build lacks the non-aligned path, as ops-nn's does
+(``#if __CCE_AICORE__ == 220``; the tiling refuses such a colLen there). DataCopyPad's isPad=false tail bytes,
+undefined on the NPU, are zeros here.
+
+On the host, a fast launch runs each core's tiles to the end before the next core's (each host thread one UB
+for its cores in turn); the NPU's cores run side by side, the k-th tile of each at about the same time.
 """
 
 from __future__ import annotations
 
-from collections import namedtuple
-from dataclasses import fields
 from typing import Any
 
 import numpy as np
 
-from tilesim.cast import CAST_NONE, CAST_RINT, elem_size
-from tilesim.datamove import data_copy_pad, data_copy_pad_out, data_copy_rows, data_copy_rows_out
-from tilesim.device import gm_tensor, make_core, slot
+from tilesim import machine as asc  # AscendC::
 from tilesim.jit import njit
-from tilesim.launch import finish, host_threads, prepare, reruns_on_overflow, run_cores, workspace
+from tilesim.launch import RunReport, workspace
+from tilesim.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tilesim.vector import add, adds, cast_from_f32, cast_to_f32, div, duplicate, exp, mul, muls
-from tiling.common import device_form, dtype_name, shape_of
-from tiling.swiglu_grad import (
-    A_TMP,
-    L_TMP,
-    OUT_TMP,
-    SIG,
-    TMP,
-    SwiGluGradTiling,
-    check_tiling,
-    ub_plan,
-)
-from tiling.swiglu_grad import A as Q_A
-from tiling.swiglu_grad import B as Q_B
-from tiling.swiglu_grad import L as Q_L
-from tiling.swiglu_grad import M as Q_M
-from tiling.swiglu_grad import N as Q_N
+from tiling.common import FP32, dtype_name, shape_of
+from tiling.swiglu_grad import SwiGluGradTiling, check_tiling, ub_plan
 from tiling.swiglu_grad import swiglu_grad as make_tiling
 
-from .common import KIND, checks_default, copy_back, gm_out, output, to_gm, write_targets
+from .common import output
+from .swiglu import copy_in_rows, copy_out_rows, tile_length, tile_param, total_tiles
 
-# GM tensor tags, for checked-mode reports.
 GM_NAMES = ["yGrad", "x", "out"]
-G_DY, G_X, G_OUT = range(3)
-BETA = -1.0  # InitGmBuffer sets beta = -1: σ's Muls by beta, dA's Muls by -beta
-
-DeviceTiling = namedtuple("DeviceTiling", [f.name for f in fields(SwiGluGradTiling)])
+BETA = -1.0  # SwiGluGradSingle::InitGmBuffer sets beta = -1: σ's Muls by beta, dA's Muls by -beta
 
 
 @njit(cache=True)
-def _sigmoid(core, sig, tmp, a, n):
-    """ComputeSigLocal: σ = 1 / (exp(beta·A) + 1), the division by a Duplicate of ones."""
-    muls(core, sig, a, BETA, n)
-    exp(core, sig, sig, n)
-    adds(core, sig, sig, 1.0, n)
-    duplicate(core, tmp, 1.0, n)
-    div(core, sig, tmp, sig, n)
+def _copy_params(split, indep):
+    """The grad's DataCopyParams from SwiGluSinlgeTileCopyParam (as :func:`kernels.swiglu.tile_param` lays them
+    out for the forward: ``split`` with its stride on the source, ``indep`` on the destination):
+    splitCopyinParams (rows of A or B out of x), indepCopyinParams (rows of yGrad) and splitCopyoutParams (rows
+    of dA or dB into the output)."""
+    indep_in = asc.DataCopyParams(indep.block_count, indep.block_len, indep.dst_stride, 0)
+    split_out = asc.DataCopyParams(split.block_count, split.block_len, 0, split.src_stride)
+    return split, indep_in, split_out
 
 
 @njit(cache=True)
-def _d_a_factor(core, m, sig, tmp, a, n):
-    """m = σ + A·σ·(1 − σ): dA's factor before yGrad and B, in the kernel's instruction order."""
-    muls(core, tmp, sig, -1.0, n)
-    adds(core, tmp, tmp, 1.0, n)
-    mul(core, m, sig, tmp, n)
-    mul(core, m, m, a, n)
-    muls(core, m, m, -BETA, n)
-    add(core, m, m, sig, n)
+def _compute_float(ctx, in_queue_a, in_queue_b, in_queue_l, out_queue_m, out_queue_n, temp_local, sig_local, n):
+    """SwiGluGradVector::Compute: σ in sigLocal, dB in N, dA in M, the fp32 queue buffers computed on directly."""
+    a = in_queue_a.deque(asc.float32)
+    asc.muls(sig_local, a, BETA, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.exp(sig_local, sig_local, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.adds(sig_local, sig_local, 1.0, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.duplicate(temp_local, 1.0, n)
+    asc.div(sig_local, temp_local, sig_local, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+
+    nt = out_queue_n.alloc_tensor(asc.float32)
+    asc.mul(nt, sig_local, a, n)
+    lt = in_queue_l.deque(asc.float32)
+    asc.mul(nt, nt, lt, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    out_queue_n.enque(nt)
+
+    asc.muls(temp_local, sig_local, -1.0, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.adds(temp_local, temp_local, 1.0, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    m = out_queue_m.alloc_tensor(asc.float32)
+    asc.mul(m, sig_local, temp_local, n)
+    asc.mul(m, m, a, n)
+    in_queue_a.free_tensor(a)
+    asc.muls(m, m, -BETA, n)
+    asc.add(m, m, sig_local, n)
+    b = in_queue_b.deque(asc.float32)
+    asc.mul(m, m, b, n)
+    in_queue_b.free_tensor(b)
+    asc.mul(m, m, lt, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    out_queue_m.enque(m)
+    in_queue_l.free_tensor(lt)
 
 
-@njit(cache=True, inline="always")
-def _compute_f32(core, k, n):
-    """SwiGluGradVector::Compute: fp32 in the queue buffers; dB = σ·A·yGrad, dA = m·B·yGrad."""
-    a, b, dy = slot(core, Q_A, k), slot(core, Q_B, k), slot(core, Q_L, k)
-    da, db = slot(core, Q_M, k), slot(core, Q_N, k)
-    sig, tmp = slot(core, SIG, 0), slot(core, TMP, 0)
-    _sigmoid(core, sig, tmp, a, n)
-    mul(core, db, sig, a, n)
-    mul(core, db, db, dy, n)
-    _d_a_factor(core, da, sig, tmp, a, n)
-    mul(core, da, da, b, n)
-    mul(core, da, da, dy, n)
+@njit(cache=True)
+def _compute_sig_local(ctx, in_queue_a, temp_local, sig_local, a_local, n, dtype):
+    """SwiGluGradBF16::ComputeSigLocal: A widened into aLocal (its queue buffer freed), σ into sigLocal."""
+    a16 = in_queue_a.deque(dtype)
+    asc.cast(a_local, a16, asc.CAST_NONE, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    in_queue_a.free_tensor(a16)
+    asc.muls(sig_local, a_local, BETA, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.exp(sig_local, sig_local, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.adds(sig_local, sig_local, 1.0, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.duplicate(temp_local, 1.0, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.div(sig_local, temp_local, sig_local, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
 
 
-@njit(cache=True, inline="always")
-def _compute_b16(core, k, n, kind, mode):
-    """SwiGluGradBF16::Compute: widen A and yGrad, compute and round dB; widen B into A's fp32 buffer, then dA
-    (yGrad before B here, unlike the fp32 kernel)."""
-    a16, b16, dy16 = slot(core, Q_A, k), slot(core, Q_B, k), slot(core, Q_L, k)
-    da16, db16 = slot(core, Q_M, k), slot(core, Q_N, k)
-    sig, tmp = slot(core, SIG, 0), slot(core, TMP, 0)
-    a, dy, out = slot(core, A_TMP, 0), slot(core, L_TMP, 0), slot(core, OUT_TMP, 0)
-    cast_to_f32(core, a, a16, n, kind)
-    _sigmoid(core, sig, tmp, a, n)
-    mul(core, out, sig, a, n)
-    cast_to_f32(core, dy, dy16, n, kind)
-    mul(core, out, out, dy, n)
-    cast_from_f32(core, db16, out, n, kind, mode)
-    _d_a_factor(core, out, sig, tmp, a, n)
-    cast_to_f32(core, a, b16, n, kind)
-    mul(core, out, out, dy, n)
-    mul(core, out, out, a, n)
-    cast_from_f32(core, da16, out, n, kind, mode)
+@njit(cache=True)
+def _compute_grad_n(ctx, in_queue_l, out_queue_n, l_local, n_local, n, dtype, round_mode):
+    """SwiGluGradBF16::ComputeGradN: L widened into lLocal (its queue buffer freed), dB = (σ·A)·L rounded into N."""
+    l16 = in_queue_l.deque(dtype)
+    asc.cast(l_local, l16, asc.CAST_NONE, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    in_queue_l.free_tensor(l16)
+    n16 = out_queue_n.alloc_tensor(dtype)
+    asc.mul(n_local, n_local, l_local, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.cast(n16, n_local, round_mode, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    out_queue_n.enque(n16)
 
 
-@njit(cache=True, inline="always")
-def _tile(core, t, k, tile, dy, x, out, kind, mode):
-    """One tile: CaclOneTileParam, CopyIn, Compute, CopyOut (SWIGLU_SINGLE_PROCESS_TILE and its unaligned form)."""
-    col, br, bc = t.col_len, t.base_row_len, t.base_col_len
-    col_tiles = (col + bc - 1) // bc
-    r_tile, c_tile = tile // col_tiles, tile % col_tiles
-    rows = br if r_tile < t.row_len // br else t.row_len % br
-    cols = bc if c_tile < col // bc else col % bc
-    off_a = r_tile * br * 2 * col + c_tile * bc
-    off_b = off_a + col
-    off_dy = r_tile * br * col + c_tile * bc
-    a, b, l = slot(core, Q_A, k), slot(core, Q_B, k), slot(core, Q_L, k)
-    da, db = slot(core, Q_M, k), slot(core, Q_N, k)
+@njit(cache=True)
+def _compute_b16(ctx, in_queue_a, in_queue_b, in_queue_l, out_queue_m, out_queue_n, temp_local, sig_local, a_local,
+                 n_local, l_local, n, dtype, round_mode):
+    """SwiGluGradBF16::Compute: σ, dB, then dA in nLocal (mLocal is the same buffer), B widened into aLocal (A is
+    dead by then; yGrad before B here, unlike the fp32 kernel), dA rounded into M."""
+    _compute_sig_local(ctx, in_queue_a, temp_local, sig_local, a_local, n, dtype)
+    asc.mul(n_local, sig_local, a_local, n)
+    _compute_grad_n(ctx, in_queue_l, out_queue_n, l_local, n_local, n, dtype, round_mode)
+
+    asc.muls(temp_local, sig_local, -1.0, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.adds(temp_local, temp_local, 1.0, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    m_local = n_local
+    asc.mul(m_local, sig_local, temp_local, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.mul(m_local, m_local, a_local, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.muls(m_local, m_local, -BETA, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.add(m_local, m_local, sig_local, n)
+
+    b16 = in_queue_b.deque(dtype)
+    b_local = a_local
+    asc.cast(b_local, b16, asc.CAST_NONE, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.mul(m_local, m_local, l_local, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    m16 = out_queue_m.alloc_tensor(dtype)
+    asc.mul(m_local, m_local, b_local, n)
+    in_queue_b.free_tensor(b16)
+    asc.cast(m16, m_local, round_mode, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    out_queue_m.enque(m16)
+
+
+@njit(cache=True)
+def _process_b16(ctx, t, y_grad, x, out, in_queue_a, in_queue_b, in_queue_l, out_queue_m, out_queue_n, temp_local,
+                 sig_local, a_local, n_local, l_local, round_mode):
+    """SwiGluGradSingle::Process of the b16 kernel: SWIGLU_SINGLE_PROCESS (or its NON32BALIGNED form, by the
+    tiling), tile after tile."""
+    sz = asc.size_of(x.dtype)
+    for tile in range(asc.get_block_idx(ctx), total_tiles(t), asc.get_block_num(ctx)):
+        cal, off_a, off_b, off_l, split, indep = tile_param(t, tile, sz)
+        split_in, indep_in, split_out = _copy_params(split, indep)
+        copy_in_rows(t, in_queue_a, x[off_a], split_in)  # CopyIn: A, L, B
+        copy_in_rows(t, in_queue_l, y_grad[off_l], indep_in)
+        copy_in_rows(t, in_queue_b, x[off_b], split_in)
+        _compute_b16(ctx, in_queue_a, in_queue_b, in_queue_l, out_queue_m, out_queue_n, temp_local, sig_local,
+                     a_local, n_local, l_local, cal, x.dtype, round_mode)
+        copy_out_rows(t, out_queue_m, out[off_a], split_out)  # CopyOut: dA where A was, dB where B was
+        copy_out_rows(t, out_queue_n, out[off_b], split_out)
+
+
+@kernel
+def swiglu_grad_float_kernel(ctx, t, y_grad, x, out):
+    """``SwiGluGradSingle<SwiGluGradVector<float, ..., bufferNum>, float, float>``: Init (InitUbBuffer: five queues
+    of bufferNum buffers and depth, the tmp and sigmoid TBufs, fetched once), then Process."""
+    sz = asc.size_of(x.dtype)
+    nb = 2 if t.is_double_buffer == 1 else 1
+    n = tile_length(t, sz)
+    pipe = asc.TPipe(ctx)
+    in_queue_a = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
+    in_queue_b = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
+    in_queue_l = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
+    out_queue_m = pipe.init_buffer(asc.TQue(asc.VECOUT, nb), nb, n * sz)
+    out_queue_n = pipe.init_buffer(asc.TQue(asc.VECOUT, nb), nb, n * sz)
+    tmp_queue = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
+    sig_queue = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
+    temp_local, sig_local = tmp_queue.get(asc.float32), sig_queue.get(asc.float32)
+    for tile in range(asc.get_block_idx(ctx), total_tiles(t), asc.get_block_num(ctx)):
+        cal, off_a, off_b, off_l, split, indep = tile_param(t, tile, sz)
+        split_in, indep_in, split_out = _copy_params(split, indep)
+        copy_in_rows(t, in_queue_a, x[off_a], split_in)  # CopyIn: A, L, B
+        copy_in_rows(t, in_queue_l, y_grad[off_l], indep_in)
+        copy_in_rows(t, in_queue_b, x[off_b], split_in)
+        _compute_float(ctx, in_queue_a, in_queue_b, in_queue_l, out_queue_m, out_queue_n, temp_local, sig_local, cal)
+        copy_out_rows(t, out_queue_m, out[off_a], split_out)  # CopyOut: dA where A was, dB where B was
+        copy_out_rows(t, out_queue_n, out[off_b], split_out)
+
+
+@kernel
+def swiglu_grad_b16_kernel(ctx, t, y_grad, x, out):
+    """``SwiGluGradSingle<SwiGluGradBF16<T, float, T, bufferNum>, T, T>`` for T half or bfloat16_t, built for
+    ``__CCE_AICORE__ == 220`` (910B, 910_93: CAST_RINT): Init (five queues, five fp32 TBufs of a tile each, fetched
+    once), then Process."""
+    sz = asc.size_of(x.dtype)
+    nb = 2 if t.is_double_buffer == 1 else 1
+    n = tile_length(t, sz)
+    pipe = asc.TPipe(ctx)
+    in_queue_a = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
+    in_queue_b = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
+    in_queue_l = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
+    out_queue_m = pipe.init_buffer(asc.TQue(asc.VECOUT, nb), nb, n * sz)
+    out_queue_n = pipe.init_buffer(asc.TQue(asc.VECOUT, nb), nb, n * sz)
+    tmp_queue = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
+    sig_queue = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
+    a_temp_buffer = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
+    l_temp_buffer = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
+    output_temp_buffer = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
+    _process_b16(ctx, t, y_grad, x, out, in_queue_a, in_queue_b, in_queue_l, out_queue_m, out_queue_n,
+                 tmp_queue.get(asc.float32), sig_queue.get(asc.float32), a_temp_buffer.get(asc.float32),
+                 output_temp_buffer.get(asc.float32), l_temp_buffer.get(asc.float32), asc.CAST_RINT)
+
+
+@kernel
+def swiglu_grad_b16_kernel_200(ctx, t, y_grad, x, out):
+    """The b16 kernel as built for ``__CCE_AICORE__ == 200`` (310P: half only, CAST_NONE, and no Process for a
+    colLen that is not 32 B aligned): the Init of :func:`swiglu_grad_b16_kernel`."""
+    sz = asc.size_of(x.dtype)
+    nb = 2 if t.is_double_buffer == 1 else 1
+    n = tile_length(t, sz)
+    pipe = asc.TPipe(ctx)
+    in_queue_a = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
+    in_queue_b = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
+    in_queue_l = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
+    out_queue_m = pipe.init_buffer(asc.TQue(asc.VECOUT, nb), nb, n * sz)
+    out_queue_n = pipe.init_buffer(asc.TQue(asc.VECOUT, nb), nb, n * sz)
+    tmp_queue = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
+    sig_queue = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
+    a_temp_buffer = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
+    l_temp_buffer = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
+    output_temp_buffer = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
     if t.is_32b_aligned == 1:
-        data_copy_rows(core, a, x, off_a, rows, cols, 2 * col)
-        data_copy_rows(core, l, dy, off_dy, rows, cols, col)
-        data_copy_rows(core, b, x, off_b, rows, cols, 2 * col)
-        n = rows * cols
-    else:
-        data_copy_pad(core, a, x, off_a, rows, cols, 2 * col, 0)
-        data_copy_pad(core, l, dy, off_dy, rows, cols, col, 0)
-        data_copy_pad(core, b, x, off_b, rows, cols, 2 * col, 0)
-        m = 32 // x.isz
-        n = rows * ((cols + m - 1) // m * m)
-    if kind == 0:
-        _compute_f32(core, k, n)
-    else:
-        _compute_b16(core, k, n, kind, mode)
-    if t.is_32b_aligned == 1:
-        data_copy_rows_out(core, out, off_a, da, rows, cols, 2 * col)
-        data_copy_rows_out(core, out, off_b, db, rows, cols, 2 * col)
-    else:
-        data_copy_pad_out(core, out, off_a, da, rows, cols, 2 * col)
-        data_copy_pad_out(core, out, off_b, db, rows, cols, 2 * col)
+        _process_b16(ctx, t, y_grad, x, out, in_queue_a, in_queue_b, in_queue_l, out_queue_m, out_queue_n,
+                     tmp_queue.get(asc.float32), sig_queue.get(asc.float32), a_temp_buffer.get(asc.float32),
+                     output_temp_buffer.get(asc.float32), l_temp_buffer.get(asc.float32), asc.CAST_NONE)
 
 
-@njit(cache=True, inline="always")  # compiled once, inside _cores
-def _core_tile(c, k, tile, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode):
-    """Core c's k-th tile (``tile`` of the whole op: the kernel's loop over tiles c, c + blockDim, ...)."""
-    core = make_core(c, block_dim, arena, plan, cnt, err, checks)
-    isz = elem_size(kind)
-    g_dy, g_x, g_out = gm_tensor(G_DY, dy, isz), gm_tensor(G_X, x, isz), gm_tensor(G_OUT, out, isz)
-    _tile(core, t, k, tile, g_dy, g_x, g_out, kind, mode)
+def kernel_for(t: SwiGluGradTiling, spec: SocSpec) -> Any:
+    """The kernel the tiling key selects (``TILING_KEY_IS``), in the SoC's build."""
+    if t.dtype == FP32:
+        return swiglu_grad_float_kernel
+    return swiglu_grad_b16_kernel if spec.arch == 220 else swiglu_grad_b16_kernel_200
 
 
-@njit(cache=True, nogil=True, host=True)
-def _cores(first, last, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode):
-    """Cores ``first .. last - 1``. The cores share no GM they write and no tile reads UB an earlier tile wrote, so
-    every order gives the NPU's bits and counters. A fast launch goes step by step, the k-th tile of each core in
-    turn, then the (k + 1)-th: it reads GM as the cores together do on the NPU, consecutive tiles side by side in
-    x and y_grad, where core after core read pieces of one row (512 B in bf16) 16 KiB apart, a stream the host's
-    prefetchers could not follow; its cores share the thread's one UB (phase_local_ub), and so does a launch that
-    records. A checked launch goes core after core: each core has a UB and a shadow of its own, which stay in the
-    host's L2 over its tiles."""
-    t = DeviceTiling(*t)  # a plain tuple from the host: see tiling.common.device_form
-    col_tiles = (t.col_len + t.base_col_len - 1) // t.base_col_len
-    total = (t.row_len + t.base_row_len - 1) // t.base_row_len * col_tiles
-    steps, cores = (total + block_dim - 1) // block_dim, last - first
-    for i in range(steps * cores):  # one call site of the inlined tile for both orders
-        if not checks:  # the fast and the record build (None, 0); the checked build (a bool) when it checks
-            k, c = i // cores, first + i % cores
-        else:
-            k, c = i % steps, first + i // steps
-        if c + k * block_dim < total:
-            _core_tile(c, k, c + k * block_dim, block_dim, arena, plan, cnt, err, checks, t, dy, x, out, kind, mode)
-
-
-@reruns_on_overflow
-def run(t: SwiGluGradTiling, spec: SocSpec, y_grad: np.ndarray, x: np.ndarray, out: np.ndarray, ws: np.ndarray | None,
-        checks: bool) -> None:
-    """Launch the kernel on arrays already validated: the device part of the op (``aclnnSwiGluGrad``). The 16 MiB
-    workspace the tiling asks for is not touched by the kernel."""
-    plan = ub_plan(t, spec).check()
-    launch = prepare("swiglu_grad", spec, t, plan, t.block_dim, checks, GM_NAMES, phase_local_ub=True)
-    kind = KIND[dtype_name(x)]
-    mode = CAST_RINT if spec.arch == 220 else CAST_NONE
-    with host_threads(y_grad, x, out):
-        run_cores(_cores, t.block_dim, t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err,
-                  launch.core_checks, device_form(DeviceTiling, t), to_gm(y_grad),
-                  to_gm(x), gm_out(out), kind, mode)
-    finish(launch, t.workspace_size)
+def run(t: SwiGluGradTiling, spec: SocSpec, y_grad: np.ndarray, x: np.ndarray, out: np.ndarray,
+        ws: np.ndarray | None, checks: bool | None, auto_sync: bool = True) -> RunReport:
+    """Launch the kernel on arrays already validated: the device part of the op (``aclnnSwiGluGrad``).
+    ``auto_sync`` is BiSheng's ``--cce-auto-sync`` for checked mode (ops-nn builds the op with it on). The 16 MiB
+    workspace the tiling asks for is passed and not touched."""
+    return launch(kernel_for(t, spec), t, np.ascontiguousarray(y_grad), np.ascontiguousarray(x), out,
+                  block_dim=t.block_dim, soc=spec, checks=checks, workspace=ws, op="swiglu_grad", gm_names=GM_NAMES,
+                  auto_sync=auto_sync)
 
 
 def swiglu_grad(y_grad: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC,
@@ -211,8 +310,8 @@ def swiglu_grad(y_grad: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFA
         t = tiling
     ub_plan(t, spec).check()
     res = output(None if out is None else (out,), 0, "out", shape_of(x), dtype_name(x))
-    checks = checks_default(checks)
-    targets = write_targets((res,), checks, (y_grad, x))
-    run(t, spec, y_grad, x, targets[0], workspace(t.workspace_size), checks)
-    copy_back((res,), targets)
+    run(t, spec, y_grad, x, res, workspace(t.workspace_size), checks)
     return res
+
+
+__all__ = ["run", "swiglu_grad", "swiglu_grad_b16_kernel", "swiglu_grad_b16_kernel_200", "swiglu_grad_float_kernel"]

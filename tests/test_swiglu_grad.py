@@ -239,7 +239,7 @@ def test_double_buffering_switched_off(rng, dtype, shape):
     out, rep = run(dy, x)
     assert rep.tiling == t
     queues = rep.ub_plan.buffers[:5]
-    assert [b.name for b in queues] == ["a", "b", "y_grad", "d_a", "d_b"]
+    assert [b.name for b in queues] == ["in_queue_a", "in_queue_b", "in_queue_l", "out_queue_m", "out_queue_n"]
     assert all(b.buffer_num == 1 and b.nbytes == align_up(t.tile_length * ISZ[dtype], 32) for b in queues)
     assert all(b.buffer_num == 1 for b in rep.ub_plan.buffers)
     assert rep.ub_plan.used <= 196608
