@@ -259,3 +259,58 @@ def test_set_atomic_add_adds_every_core_into_gm(dtype: type) -> None:
     want = 1 + x.astype(np.float64).reshape(cores, N).sum(axis=0)  # small integers: exact in every type
     np.testing.assert_array_equal(z.astype(np.float64), want)
     assert rep.total("atomic_bytes") == cores * N * np.dtype(dtype).itemsize
+
+
+@kernel
+def atomic_chunks(ctx, t, x, z):
+    """Core c adds rows c·K ... c·K + K − 1 of x (K = t.case) into z in turn, under SetAtomicAdd<float>; with
+    ``t.synced``, a SyncAll halfway."""
+    pipe = asc.TPipe(ctx)
+    q = pipe.init_buffer(asc.TQue(asc.VECIN, 1), 1, N * 4)
+    c, k_rows = asc.get_block_idx(ctx), t.case
+    asc.set_atomic_add(ctx, asc.float32)
+    for k in range(k_rows):
+        if t.synced == 1 and k == k_rows // 2:
+            asc.sync_all(ctx)
+        a = q.alloc_tensor(asc.float32)
+        asc.data_copy(a, x[(c * k_rows + k) * N], N)
+        asc.set_flag(ctx, asc.HardEvent.MTE2_MTE3, 0)
+        asc.wait_flag(ctx, asc.HardEvent.MTE2_MTE3, 0)
+        asc.data_copy(z, a, N)
+        asc.set_flag(ctx, asc.HardEvent.MTE3_MTE2, 0)
+        asc.wait_flag(ctx, asc.HardEvent.MTE3_MTE2, 0)
+        q.free_tensor(a)
+    asc.set_atomic_none(ctx)
+
+
+def _adds_in_order(z: np.ndarray, rows: np.ndarray, phases: list[range]) -> np.ndarray:
+    """z plus the rows of each phase, core after core, each core's rows in turn, in fp32 (the NPU's adds)."""
+    acc = z.copy()
+    for cores_rows in phases:
+        for r in cores_rows:
+            acc = (acc + rows[r]).astype(np.float32)
+    return acc
+
+
+@pytest.mark.parametrize("synced", [0, 1])
+@pytest.mark.parametrize("checks", [False, True])
+def test_atomic_adds_land_in_core_order_on_every_host_thread(synced: int, checks: bool) -> None:
+    """The order of fp32 adds shows in the bits: the cores' adds land core after core (in each SyncAll phase),
+    as when the cores run one after another, though the launch (1 MiB of GM) runs on all the host threads."""
+    cores, k_rows = 8, 512
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((cores * k_rows, N)) * 10.0 ** rng.integers(-4, 8, (cores * k_rows, 1)))
+    x = x.astype(np.float32)
+    z0 = rng.standard_normal(N).astype(np.float32)
+    half = k_rows // 2
+    if synced:
+        phases = [[r for c in range(cores) for r in range(c * k_rows, c * k_rows + half)],
+                  [r for c in range(cores) for r in range(c * k_rows + half, (c + 1) * k_rows)]]
+    else:
+        phases = [list(range(cores * k_rows))]
+    want = _adds_in_order(z0, x, phases)
+    assert not np.array_equal(want, _adds_in_order(z0, x, [list(range(cores * k_rows))[::-1]]))  # order shows
+    z = z0.copy()
+    rep = launch(atomic_chunks, Case(k_rows, synced), x, z, block_dim=cores, checks=checks)
+    np.testing.assert_array_equal(z, want)
+    assert rep.total("atomic_bytes") == x.nbytes

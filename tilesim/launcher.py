@@ -38,11 +38,13 @@ from .machine import dtypes
 from .machine.convert import api_fault_text
 from .machine.hazard import INSTRUCTIONS, hz_end
 from .machine.pipe import FAULT_API_TABLE, FAULT_CAST, FAULT_DTYPE, FAULT_TEXT, FAULT_UB_OVERFLOW
-from .machine.sync import FAULT_SYNC_ALL
+from .machine.sync import FAULT_SYNC_ALL, core_done
 from .machine.tensor import (
     CTX_WORDS,
     N_EVENT_POOLS,
+    X_ARRIVED,
     X_ATOMIC,
+    X_ATOMIC_TURN,
     X_BASE,
     X_BLOCK_NUM,
     X_CNT_AT,
@@ -65,6 +67,7 @@ from .machine.tensor import (
     X_WS_AT,
     X_WS_SIZE,
     core_of,
+    ctx_words,
     make_context,
 )
 from .soc import DEFAULT_SOC, SocSpec, get_soc
@@ -106,6 +109,7 @@ def enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws, sync_at):
     w[X_ATOMIC] = 0
     w[X_SYNC_AT] = sync_at
     w[X_SYNC_GEN] = 0
+    w[X_ATOMIC_TURN] = 0
     return make_context((np.int64(ctx.ctypes.data) + i * np.int64(ctx.strides[0]), checks_field(checks)), None)
 
 
@@ -114,6 +118,7 @@ def exit_core(kc):
     """After the kernel's call on a core: checked mode's findings of the kernel's end (its SetFlags never
     waited for)."""
     hz_end(core_of(kc))
+    core_done(ctx_words(kc.ctx))
 
 
 @dataclasses.dataclass
@@ -125,7 +130,6 @@ class Kernel:
     py_func: Any
     buffer_names: tuple[str, ...]
     gm_params: list[str]  # the names of its GM parameters (after ctx and the tiling), for reports
-    atomic: bool = False  # it calls set_atomic_add: its cores run on one host thread, in order
     sync_all: bool = False  # it calls sync_all: each core runs on a host thread of its own
 
     @property
@@ -155,7 +159,7 @@ def kernel(fn: Any) -> Kernel:
     except (OSError, TypeError):
         source = ""
     return Kernel(njit(cache=True)(fn), fn, tuple(_buffer_names(fn)), list(inspect.signature(fn).parameters)[2:],
-                  "set_atomic_add" in source, "sync_all" in source)
+                  "sync_all" in source)
 
 
 def _cache_dir() -> Path:
@@ -325,9 +329,9 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
         if checked:
             ln.err[:, hazard_col(spec.ub_size) + HZ_MANUAL_SYNC] = 0 if auto_sync else 1
         ctx = _contexts(block_dim)
+        ctx[:, X_ARRIVED] = 0  # before any core starts: a core's first atomic add waits on the others' words
         try:
             threads = _launch.host_threads(*arrays)
-            threads.serial |= k.atomic  # GM += from two host threads at once would lose adds
             with threads:
                 if k.sync_all:
                     bar = np.zeros(4, np.int64)

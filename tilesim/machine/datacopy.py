@@ -15,8 +15,9 @@
   ``block_len`` bytes written to GM; the UB gap ``src_stride`` in 32 B blocks, the GM gap ``dst_stride`` in bytes.
 - ``set_atomic_add(ctx, float32)`` / ``set_atomic_none(ctx)``: SetAtomicAdd<T> / SetAtomicNone (DisableDmaAtomic):
   between them every copy to GM adds to what GM holds, as T (float, half, bfloat16, int32, int16, int8 on A2; a
-  b16 sum rounded to nearest even). A kernel that calls set_atomic_add runs its cores on one host thread, in core
-  order (one of the orders the NPU may take; its atomic adds land in any order).
+  b16 sum rounded to nearest even). The adds land in core order (one of the orders the NPU may take), whatever
+  the host threads: a core's first atomic copy of a phase waits until the cores before it have finished the
+  phase (:func:`tilesim.machine.sync.atomic_turn`).
 
 Direction follows the operand types, as the overloads of the C++ API do. (DataCopyParams' fields are uint16 and
 DataCopyExtParams' uint32; the emulator takes Python ints.)
@@ -36,6 +37,7 @@ from ..schedule import PIPE_MTE2, PIPE_MTE3, PIPE_VECTOR
 from .dtypes import ALL, ElemType
 from .hazard import hz_issue, hz_rows, op_code
 from .pipe import FAULT_DTYPE
+from .sync import atomic_turn
 from .tensor import (
     X_ATOMIC,
     GlobalTensorType,
@@ -65,6 +67,7 @@ _ATOMIC_KIND = {"float": 0, "half": 1, "bfloat16_t": 2, "int32_t": 3, "int16_t":
 def _to_gm(core, w, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole):
     """The MTE3 copy, plain or under SetAtomicAdd."""
     if w[X_ATOMIC]:
+        atomic_turn(w)
         ub_to_gm_atomic(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole, w[X_ATOMIC] - 1)
     else:
         ub_to_gm(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole)

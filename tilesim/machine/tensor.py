@@ -55,7 +55,9 @@ N_EVENT_POOLS = 16
 X_ATOMIC = X_EVT_POOL + N_EVENT_POOLS  # SetAtomicAdd<T>: the index of T in tilesim.machine.dtypes.ALL + 1 (0: none)
 X_SYNC_AT = X_ATOMIC + 1  # SyncAll: the address of the launch's barrier words (0: a launch without SyncAll)
 X_SYNC_GEN = X_SYNC_AT + 1  # the SyncAlls this core has passed
-CTX_WORDS = X_SYNC_GEN + 1
+X_ARRIVED = X_SYNC_GEN + 1  # the phases this core has finished (a SyncAll reached; the end adds DONE), read by others
+X_ATOMIC_TURN = X_ARRIVED + 1  # 1 + the phase in which every core before this one has finished (its atomic adds land)
+CTX_WORDS = X_ATOMIC_TURN + 1
 FREE, ALLOCATED, ENQUEUED, DEQUEUED = 0, 1, 2, 3  # a queue slot's state
 _GET_VALUE, _SET_VALUE = op_code("GetValue"), op_code("SetValue")
 
