@@ -199,11 +199,11 @@ def _process_b16(ctx, t, y_grad, x, out, in_queue_a, in_queue_b, in_queue_l, out
         copy_out_rows(t, out_queue_n, out[off_b], split_out)
 
 
-@kernel
-def swiglu_grad_float_kernel(ctx, t, y_grad, x, out):
-    """``SwiGluGradSingle<SwiGluGradVector<float, ..., bufferNum>, float, float>``: Init (InitUbBuffer: five queues
-    of bufferNum buffers and depth, the tmp and sigmoid TBufs, fetched once), then Process."""
-    sz = asc.size_of(x.dtype)
+@njit(cache=True)
+def _init_ub_buffer(ctx, t, sz):
+    """SwiGluGradSingle's InitUbBuffer: a TPipe with the five queues (bufferNum buffers of a tile each, depth
+    bufferNum) and the tmp and sigmoid TBufs (an fp32 tile each, fetched once); the pipe, the tile's elements and
+    the seven tensors and queues."""
     nb = 2 if t.is_double_buffer == 1 else 1
     n = tile_length(t, sz)
     pipe = asc.TPipe(ctx)
@@ -214,7 +214,16 @@ def swiglu_grad_float_kernel(ctx, t, y_grad, x, out):
     out_queue_n = pipe.init_buffer(asc.TQue(asc.VECOUT, nb), nb, n * sz)
     tmp_queue = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
     sig_queue = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
-    temp_local, sig_local = tmp_queue.get(asc.float32), sig_queue.get(asc.float32)
+    return (pipe, n, in_queue_a, in_queue_b, in_queue_l, out_queue_m, out_queue_n, tmp_queue.get(asc.float32),
+            sig_queue.get(asc.float32))
+
+
+@kernel
+def swiglu_grad_float_kernel(ctx, t, y_grad, x, out):
+    """``SwiGluGradSingle<SwiGluGradVector<float, ..., bufferNum>, float, float>``: Init, then Process."""
+    sz = asc.size_of(x.dtype)
+    _, _, in_queue_a, in_queue_b, in_queue_l, out_queue_m, out_queue_n, temp_local, sig_local = _init_ub_buffer(
+        ctx, t, sz)
     for tile in range(asc.get_block_idx(ctx), total_tiles(t), asc.get_block_num(ctx)):
         cal, off_a, off_b, off_l, split, indep = tile_param(t, tile, sz)
         split_in, indep_in, split_out = _copy_params(split, indep)
@@ -226,52 +235,34 @@ def swiglu_grad_float_kernel(ctx, t, y_grad, x, out):
         copy_out_rows(t, out_queue_n, out[off_b], split_out)
 
 
-@kernel
-def swiglu_grad_b16_kernel(ctx, t, y_grad, x, out):
-    """``SwiGluGradSingle<SwiGluGradBF16<T, float, T, bufferNum>, T, T>`` for T half or bfloat16_t, built for
-    ``__CCE_AICORE__ == 220`` (910B, 910_93: CAST_RINT): Init (five queues, five fp32 TBufs of a tile each, fetched
-    once), then Process."""
-    sz = asc.size_of(x.dtype)
-    nb = 2 if t.is_double_buffer == 1 else 1
-    n = tile_length(t, sz)
-    pipe = asc.TPipe(ctx)
-    in_queue_a = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
-    in_queue_b = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
-    in_queue_l = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
-    out_queue_m = pipe.init_buffer(asc.TQue(asc.VECOUT, nb), nb, n * sz)
-    out_queue_n = pipe.init_buffer(asc.TQue(asc.VECOUT, nb), nb, n * sz)
-    tmp_queue = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
-    sig_queue = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
+@njit(cache=True)
+def _b16_kernel(ctx, t, y_grad, x, out, round_mode, unaligned):
+    """``SwiGluGradSingle<SwiGluGradBF16<T, float, T, bufferNum>, T, T>`` for T half or bfloat16_t: Init (the
+    queues and TBufs of :func:`_init_ub_buffer`, then three more fp32 TBufs of a tile), then Process, built with
+    ``round_mode`` as ``downcastRoundMode_``; ``unaligned``: the build has the Process for a colLen that is not
+    32 B aligned."""
+    pipe, n, in_queue_a, in_queue_b, in_queue_l, out_queue_m, out_queue_n, temp_local, sig_local = _init_ub_buffer(
+        ctx, t, asc.size_of(x.dtype))
     a_temp_buffer = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
     l_temp_buffer = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
     output_temp_buffer = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
-    _process_b16(ctx, t, y_grad, x, out, in_queue_a, in_queue_b, in_queue_l, out_queue_m, out_queue_n,
-                 tmp_queue.get(asc.float32), sig_queue.get(asc.float32), a_temp_buffer.get(asc.float32),
-                 output_temp_buffer.get(asc.float32), l_temp_buffer.get(asc.float32), asc.CAST_RINT)
+    if unaligned or t.is_32b_aligned == 1:
+        _process_b16(ctx, t, y_grad, x, out, in_queue_a, in_queue_b, in_queue_l, out_queue_m, out_queue_n,
+                     temp_local, sig_local, a_temp_buffer.get(asc.float32), output_temp_buffer.get(asc.float32),
+                     l_temp_buffer.get(asc.float32), round_mode)
+
+
+@kernel
+def swiglu_grad_b16_kernel(ctx, t, y_grad, x, out):
+    """The b16 kernel as built for ``__CCE_AICORE__ == 220`` (910B, 910_93): CAST_RINT."""
+    _b16_kernel(ctx, t, y_grad, x, out, asc.CAST_RINT, True)
 
 
 @kernel
 def swiglu_grad_b16_kernel_200(ctx, t, y_grad, x, out):
-    """The b16 kernel as built for ``__CCE_AICORE__ == 200`` (310P: half only, CAST_NONE, and no Process for a
-    colLen that is not 32 B aligned): the Init of :func:`swiglu_grad_b16_kernel`."""
-    sz = asc.size_of(x.dtype)
-    nb = 2 if t.is_double_buffer == 1 else 1
-    n = tile_length(t, sz)
-    pipe = asc.TPipe(ctx)
-    in_queue_a = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
-    in_queue_b = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
-    in_queue_l = pipe.init_buffer(asc.TQue(asc.VECIN, nb), nb, n * sz)
-    out_queue_m = pipe.init_buffer(asc.TQue(asc.VECOUT, nb), nb, n * sz)
-    out_queue_n = pipe.init_buffer(asc.TQue(asc.VECOUT, nb), nb, n * sz)
-    tmp_queue = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
-    sig_queue = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
-    a_temp_buffer = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
-    l_temp_buffer = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
-    output_temp_buffer = pipe.init_buffer(asc.TBuf(asc.VECCALC), n * 4)
-    if t.is_32b_aligned == 1:
-        _process_b16(ctx, t, y_grad, x, out, in_queue_a, in_queue_b, in_queue_l, out_queue_m, out_queue_n,
-                     tmp_queue.get(asc.float32), sig_queue.get(asc.float32), a_temp_buffer.get(asc.float32),
-                     output_temp_buffer.get(asc.float32), l_temp_buffer.get(asc.float32), asc.CAST_NONE)
+    """The b16 kernel as built for ``__CCE_AICORE__ == 200`` (310P: half only): CAST_NONE, and no Process for a
+    colLen that is not 32 B aligned."""
+    _b16_kernel(ctx, t, y_grad, x, out, asc.CAST_NONE, False)
 
 
 def kernel_for(t: SwiGluGradTiling, spec: SocSpec) -> Any:

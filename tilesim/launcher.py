@@ -138,18 +138,43 @@ class Kernel:
         return self.py_func.__name__
 
 
+def _in_order(node: ast.AST) -> Any:
+    """The nodes under ``node``, depth first in source order (``ast.walk`` goes breadth first)."""
+    for child in ast.iter_child_nodes(node):
+        yield child
+        yield from _in_order(child)
+
+
 def _buffer_names(fn: Any) -> list[str]:
+    """The targets of the ``init_buffer`` calls a kernel makes, in the order they run: in its body and in the
+    functions of its module it calls (an Init of its own), source order within each."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError):
         return []
-    names = []
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
-                and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "init_buffer"):
-            target = node.targets[0]
-            names.append((node.lineno, target.id if isinstance(target, ast.Name) else ast.unparse(target)))
-    return [n for _, n in sorted(names)]
+    try:
+        module = ast.parse(inspect.getsource(inspect.getmodule(fn)))  # type: ignore[arg-type]
+        defs = {d.name: d for d in module.body if isinstance(d, ast.FunctionDef)}
+    except (OSError, TypeError, SyntaxError):
+        defs = {}
+    names: list[str] = []
+
+    def visit(body: ast.AST, seen: frozenset[str]) -> None:
+        skip: set[int] = set()
+        for node in _in_order(body):
+            if id(node) in skip:
+                continue
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                    and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "init_buffer"):
+                target = node.targets[0]
+                names.append(target.id if isinstance(target, ast.Name) else ast.unparse(target))
+                skip.update(id(n) for n in ast.walk(node.value))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in defs \
+                    and node.func.id not in seen:
+                visit(defs[node.func.id], seen | {node.func.id})
+
+    visit(tree, frozenset({fn.__name__}))
+    return names
 
 
 def kernel(fn: Any) -> Kernel:
