@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import examples.add_tail as add_tail_mod
+import tilesim.launcher
 from tilesim import CheckError
 from tilesim import machine as asc
 from tilesim.launcher import KernelError, kernel, launch
@@ -292,11 +293,16 @@ def _adds_in_order(z: np.ndarray, rows: np.ndarray, phases: list[range]) -> np.n
     return acc
 
 
+@pytest.mark.parametrize("log_bytes", [None, 4096])
 @pytest.mark.parametrize("synced", [0, 1])
 @pytest.mark.parametrize("checks", [False, True])
-def test_atomic_adds_land_in_core_order_on_every_host_thread(synced: int, checks: bool) -> None:
+def test_atomic_adds_land_in_core_order_on_every_host_thread(synced: int, checks: bool, log_bytes: int | None,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The order of fp32 adds shows in the bits: the cores' adds land core after core (in each SyncAll phase),
-    as when the cores run one after another, though the launch (1 MiB of GM) runs on all the host threads."""
+    as when the cores run one after another, though the launch (1 MiB of GM) runs on all the host threads; also
+    with logs of 4 KiB, which fill up after 15 adds and make the core wait for its turn there."""
+    if log_bytes:
+        monkeypatch.setattr(tilesim.launcher, "LOG_ROW_BYTES", log_bytes)
     cores, k_rows = 8, 512
     rng = np.random.default_rng(5)
     x = (rng.standard_normal((cores * k_rows, N)) * 10.0 ** rng.integers(-4, 8, (cores * k_rows, 1)))

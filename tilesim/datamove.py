@@ -168,7 +168,7 @@ def gm_to_ub(core, dst, g, off, rows, row_b, gm_pitch, ub_pitch, left_b, filled_
 
 
 @njit(cache=True)
-def _out_ok(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole):
+def out_ok(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole):
     """An MTE3 copy's checks: its layout, its UB rows (read: written before, in checked mode), its GM rows."""
     return (_layout_ok(core, src, rows, row_b, gm_pitch, ub_pitch, whole)
             and ub_ok(core, src, (rows - 1) * ub_pitch + row_b) and ub_rows_in(core, src, rows, row_b, ub_pitch)
@@ -181,7 +181,7 @@ def ub_to_gm(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole):
     ``off`` of ``g``, ``gm_pitch`` apart (``whole`` as for :func:`gm_to_ub`)."""
     isz = g.isz
     n = row_b // isz
-    if not _out_ok(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole):
+    if not out_ok(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole):
         return
     stream = _streams(g, row_b)
     for r in range(rows):
@@ -245,27 +245,23 @@ def data_copy_pad_out(core, dst, dst_off, src, rows, row_len, dst_stride):
 
 
 @njit(cache=True)
-def ub_to_gm_atomic(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole, kind):
-    """:func:`ub_to_gm` under SetAtomicAdd<T>: each element is added to GM's, as T (``kind``: 0 float, 1 half,
-    2 bfloat16, 3 int32, 4 int16, 5 int8; a b16 sum is rounded to nearest even, an int sum wraps)."""
-    isz = g.isz
-    n = row_b // isz
-    if not _out_ok(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole):
-        return
+def add_rows(d, s, rows, n, d_pitch, s_pitch, kind):
+    """``rows`` rows of ``n`` elements from address ``s`` (``s_pitch`` bytes apart) added into those at ``d``
+    (``d_pitch`` apart), as SetAtomicAdd<T> adds (``kind``: 0 float, 1 half, 2 bfloat16, 3 int32, 4 int16,
+    5 int8; a b16 sum is rounded to nearest even, an int sum wraps)."""
     for r in range(rows):
-        d, s = g.addr + off + r * gm_pitch, core.base + src.addr + r * ub_pitch
+        dr, sr = d + r * d_pitch, s + r * s_pitch
         if kind == 0:
-            _add_into(carray(address_as_pointer(d, np.float32), n), carray(address_as_pointer(s, np.float32), n))
+            _add_into(carray(address_as_pointer(dr, np.float32), n), carray(address_as_pointer(sr, np.float32), n))
         elif kind == 3:
-            _add_into(carray(address_as_pointer(d, np.int32), n), carray(address_as_pointer(s, np.int32), n))
+            _add_into(carray(address_as_pointer(dr, np.int32), n), carray(address_as_pointer(sr, np.int32), n))
         elif kind == 4:
-            _add_into(carray(address_as_pointer(d, np.int16), n), carray(address_as_pointer(s, np.int16), n))
+            _add_into(carray(address_as_pointer(dr, np.int16), n), carray(address_as_pointer(sr, np.int16), n))
         elif kind == 5:
-            _add_into(carray(address_as_pointer(d, np.int8), n), carray(address_as_pointer(s, np.int8), n))
+            _add_into(carray(address_as_pointer(dr, np.int8), n), carray(address_as_pointer(sr, np.int8), n))
         else:
-            _add_b16(carray(address_as_pointer(d, np.uint16), n), carray(address_as_pointer(s, np.uint16), n),
+            _add_b16(carray(address_as_pointer(dr, np.uint16), n), carray(address_as_pointer(sr, np.uint16), n),
                      kind == 2)
-    count_mte3(core, g, src, off // isz, rows, n, gm_pitch // isz, True)
 
 
 @njit(cache=True)

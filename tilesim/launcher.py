@@ -35,13 +35,17 @@ from .device import HZ_MANUAL_SYNC, checks_field, hazard_col
 from .errors import UbOverflowError
 from .jit import njit
 from .machine import dtypes
+from .machine.atomic import DONE, LOG_ROW_BYTES, finish_phase
 from .machine.convert import api_fault_text
 from .machine.hazard import INSTRUCTIONS, hz_end
 from .machine.pipe import FAULT_API_TABLE, FAULT_CAST, FAULT_DTYPE, FAULT_TEXT, FAULT_UB_OVERFLOW
-from .machine.sync import FAULT_SYNC_ALL, core_done
+from .machine.sync import FAULT_SYNC_ALL
 from .machine.tensor import (
     CTX_WORDS,
     N_EVENT_POOLS,
+    X_ALOG_AT,
+    X_ALOG_SIZE,
+    X_ALOG_USED,
     X_ARRIVED,
     X_ATOMIC,
     X_ATOMIC_TURN,
@@ -83,8 +87,9 @@ class KernelError(RuntimeError):
 
 
 @njit(cache=True)
-def enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws, sync_at):
-    """Core ``c``'s context block, filled in, and the KernelContext the kernel receives."""
+def enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, alog, log_row):
+    """Core ``c``'s context block, filled in, and the KernelContext the kernel receives; its atomic-add log is row
+    ``log_row`` of ``alog`` (the host thread's: a core replays its log before it ends)."""
     i = np.int64(c)
     w = ctx[i]
     w[X_IDX] = i
@@ -110,6 +115,9 @@ def enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws, sync_at):
     w[X_SYNC_AT] = sync_at
     w[X_SYNC_GEN] = 0
     w[X_ATOMIC_TURN] = 0
+    w[X_ALOG_AT] = alog.ctypes.data + log_row * alog.shape[1]
+    w[X_ALOG_SIZE] = alog.shape[1]
+    w[X_ALOG_USED] = 0
     return make_context((np.int64(ctx.ctypes.data) + i * np.int64(ctx.strides[0]), checks_field(checks)), None)
 
 
@@ -118,7 +126,7 @@ def exit_core(kc):
     """After the kernel's call on a core: checked mode's findings of the kernel's end (its SetFlags never
     waited for)."""
     hz_end(core_of(kc))
-    core_done(ctx_words(kc.ctx))
+    finish_phase(ctx_words(kc.ctx), DONE)
 
 
 @dataclasses.dataclass
@@ -241,10 +249,10 @@ kernel = importlib.import_module({k.py_func.__module__!r}).{k.py_func.__qualname
 {consts}
 
 @njit(cache=True, nogil=True, host=True)
-def cores(first, last, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, order, t{", " + gm if gm else ""}):
+def cores(first, last, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, alog, order, t{", " + gm if gm else ""}):
     t = Tiling(*t)
     for i in range(first, last):
-        kc = enter_core(order[i], block_dim, arena, cnt, err, checks, ctx, ws, sync_at)
+        kc = enter_core(order[i], block_dim, arena, cnt, err, checks, ctx, ws, sync_at, alog, first)
         kernel(kc, t{", " + tensors if tensors else ""})
         exit_core(kc)
 '''
@@ -289,6 +297,19 @@ def _contexts(block_dim: int) -> np.ndarray:
     if ctx is None:
         ctx = pool[block_dim] = np.zeros((block_dim, CTX_WORDS), np.int64)
     return ctx
+
+
+def _atomic_logs(block_dim: int) -> np.ndarray:
+    """This host thread's atomic-add logs for ``block_dim`` cores (:mod:`tilesim.machine.atomic`): a row per
+    host thread that runs cores, the row at its first core (row c for a core on a thread of its own), kept across
+    launches. Allocated, not touched: only the pages a log writes take memory."""
+    pool = getattr(_threads, "logs", None)
+    if pool is None:
+        pool = _threads.logs = {}
+    logs = pool.get((block_dim, LOG_ROW_BYTES))
+    if logs is None:
+        logs = pool[(block_dim, LOG_ROW_BYTES)] = np.empty((block_dim, LOG_ROW_BYTES), np.uint8)
+    return logs
 
 
 def _identity(block_dim: int) -> np.ndarray:
@@ -354,6 +375,7 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
         if checked:
             ln.err[:, hazard_col(spec.ub_size) + HZ_MANUAL_SYNC] = 0 if auto_sync else 1
         ctx = _contexts(block_dim)
+        alog = _atomic_logs(block_dim)
         ctx[:, X_ARRIVED] = 0  # before any core starts: a core's first atomic add waits on the others' words
         try:
             threads = _launch.host_threads(*arrays)
@@ -361,10 +383,11 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
                 if k.sync_all:
                     bar = np.zeros(4, np.int64)
                     _launch.run_synced(cores, block_dim, bar, block_dim, ln.arena, ln.counters, ln.err,
-                                       ln.core_checks, ctx, ws, bar.ctypes.data, _identity(block_dim), t, *flat)
+                                       ln.core_checks, ctx, ws, bar.ctypes.data, alog, _identity(block_dim), t,
+                                       *flat)
                 else:
                     _launch.run_cores(cores, block_dim, block_dim, ln.arena, ln.counters, ln.err, ln.core_checks,
-                                      ctx, ws, 0, _launch.interleaved(block_dim), t, *flat)
+                                      ctx, ws, 0, alog, _launch.interleaved(block_dim), t, *flat)
         except _launch.SyncAllMismatch as e:
             raise KernelError(f"{k.name}: {e}") from None
         except Exception:

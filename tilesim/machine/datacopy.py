@@ -16,8 +16,8 @@
 - ``set_atomic_add(ctx, float32)`` / ``set_atomic_none(ctx)``: SetAtomicAdd<T> / SetAtomicNone (DisableDmaAtomic):
   between them every copy to GM adds to what GM holds, as T (float, half, bfloat16, int32, int16, int8 on A2; a
   b16 sum rounded to nearest even). The adds land in core order (one of the orders the NPU may take), whatever
-  the host threads: a core's first atomic copy of a phase waits until the cores before it have finished the
-  phase (:func:`tilesim.machine.sync.atomic_turn`).
+  the host threads: the adds a core makes before the cores ahead of it have finished the phase wait in a log
+  (:mod:`tilesim.machine.atomic`).
 
 Direction follows the operand types, as the overloads of the C++ API do. (DataCopyParams' fields are uint16 and
 DataCopyExtParams' uint32; the emulator takes Python ints.)
@@ -31,13 +31,14 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from ..datamove import gm_to_ub, ub_to_gm, ub_to_gm_atomic, ub_to_ub
+from ..datamove import gm_to_ub, out_ok, ub_to_gm, ub_to_ub
+from ..device import count_mte3
 from ..jit import DEVICE_OPTIONS, njit
 from ..schedule import PIPE_MTE2, PIPE_MTE3, PIPE_VECTOR
+from .atomic import atomic_rows
 from .dtypes import ALL, ElemType
 from .hazard import hz_issue, hz_rows, op_code
 from .pipe import FAULT_DTYPE
-from .sync import atomic_turn
 from .tensor import (
     X_ATOMIC,
     GlobalTensorType,
@@ -67,8 +68,10 @@ _ATOMIC_KIND = {"float": 0, "half": 1, "bfloat16_t": 2, "int32_t": 3, "int16_t":
 def _to_gm(core, w, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole):
     """The MTE3 copy, plain or under SetAtomicAdd."""
     if w[X_ATOMIC]:
-        atomic_turn(w)
-        ub_to_gm_atomic(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole, w[X_ATOMIC] - 1)
+        if out_ok(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole):
+            n = row_b // g.isz
+            atomic_rows(w, g.addr + off, core.base + src.addr, rows, n, gm_pitch, ub_pitch, w[X_ATOMIC] - 1)
+            count_mte3(core, g, src, off // g.isz, rows, n, gm_pitch // g.isz, True)
     else:
         ub_to_gm(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole)
 

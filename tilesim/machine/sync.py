@@ -46,24 +46,11 @@ from numba.extending import overload
 
 from .. import schedule
 from ..device import HZ_EVENTS, PIPE_BARRIERS, SET_FLAGS, WAIT_FLAGS, count_sync
-from ..intrinsics import atomic_add, atomic_load, store_fence, yield_cpu
+from ..intrinsics import atomic_add, atomic_load, yield_cpu
 from ..jit import DEVICE_OPTIONS, njit
+from .atomic import finish_phase
 from .hazard import hz_barrier, hz_set, hz_wait
-from .tensor import (
-    CTX_WORDS,
-    N_EVENT_POOLS,
-    X_ARRIVED,
-    X_ATOMIC_TURN,
-    X_EVT_POOL,
-    X_FAULT,
-    X_IDX,
-    X_SYNC_AT,
-    X_SYNC_GEN,
-    KernelContextType,
-    core_of,
-    ctx_words,
-    fault,
-)
+from .tensor import N_EVENT_POOLS, X_EVT_POOL, X_SYNC_AT, X_SYNC_GEN, KernelContextType, core_of, ctx_words, fault
 
 # pipe_t, as CCE numbers them; the AIV has S, V, MTE2 and MTE3.
 PIPE_S, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL = 0, 1, 2, 3, 4, 5, 6
@@ -218,10 +205,9 @@ def _sync_all(core, w):
     bar = w[X_SYNC_AT]
     if bar == 0:
         _stop(w, FAULT_SYNC_ALL, -1)
+    finish_phase(w, 1)  # its atomic adds land, and the cores after it may make theirs of this phase
     g = w[X_SYNC_GEN]
     w[X_SYNC_GEN] = g + 1
-    store_fence()  # the copy-outs' non-temporal stores, seen by the cores after the barrier
-    atomic_add(w.ctypes.data + X_ARRIVED * 8, 1)  # the cores after this one may add into GM in this phase
     atomic_add(bar + BAR_ARRIVED * 8, 1)
     while atomic_load(bar + BAR_RELEASED * 8) <= g:
         if atomic_load(bar + BAR_ABORT * 8):
@@ -239,31 +225,3 @@ def _sync_all_typed(ctx):  # type: ignore[no-untyped-def]
         return None
     return lambda ctx: _sync_all(core_of(ctx), ctx_words(ctx.ctx))
 
-
-DONE = np.int64(1) << 40  # added to X_ARRIVED when a core ends: every phase of it finished
-
-
-@njit(cache=True)
-def core_done(w):
-    """A core's end: the cores after it may make their atomic adds of any phase."""
-    store_fence()
-    atomic_add(w.ctypes.data + X_ARRIVED * 8, DONE)
-
-
-@njit(cache=True)
-def atomic_turn(w):
-    """Before a core's first atomic add into GM of a phase (a copy under SetAtomicAdd): wait until every core
-    before it has finished the phase. The adds then land in core order, the order of cores run one after another
-    (one of the orders the NPU may take), whatever the host threads; each host thread runs its cores in rising
-    order, so the first unfinished core never waits. A core before it that stopped (a fault) ends the wait."""
-    p = w[X_SYNC_GEN] + 1
-    if w[X_ATOMIC_TURN] == p:
-        return
-    row0 = w.ctypes.data - w[X_IDX] * (CTX_WORDS * 8)
-    for j in range(w[X_IDX]):
-        at = row0 + j * (CTX_WORDS * 8)
-        while atomic_load(at + X_ARRIVED * 8) < p:
-            if atomic_load(at + X_FAULT * 8):
-                break
-            yield_cpu()
-    w[X_ATOMIC_TURN] = p

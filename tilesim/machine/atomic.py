@@ -1,0 +1,91 @@
+"""The order in which the cores' atomic adds into GM land (copies under SetAtomicAdd), on any host threads.
+
+On the NPU the atomic adds of several cores into one GM address land in an order nobody fixes, and a float sum
+rounds differently in each. tilesim takes one: core order, phase by phase (a SyncAll ends a phase), each core's
+adds in its program order: the order of cores run one after another.
+
+A core adds at once when its turn has come (every core before it has finished the phase). Until then its adds go
+to its log (destination, element count, type, data), which it replays when its turn comes, at the latest when it
+ends the phase: a core finishes a phase only after its adds have landed. Each host thread runs its cores in
+rising order, so the first unfinished core never waits; the others wait at most at their phase's end, by when
+their neighbours on the other threads are about done too. A log that fills up makes its core wait for its turn
+there. A core before it that stopped (a fault) ends a wait.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import carray
+
+from ..datamove import add_rows
+from ..intrinsics import address_as_pointer, atomic_add, atomic_load, store_fence, yield_cpu
+from ..jit import njit
+from .tensor import CTX_WORDS, X_ALOG_AT, X_ALOG_SIZE, X_ALOG_USED, X_ARRIVED, X_ATOMIC_TURN, X_FAULT, X_IDX, X_SYNC_GEN
+
+LOG_ROW_BYTES = 8 << 20  # a core's log: adds it makes before its turn, beyond which it waits for its turn
+DONE = np.int64(1) << 40  # added to X_ARRIVED when a core ends: every phase of it finished
+_HEADER = 24  # a log entry: destination address, element count, type (then the data, padded to 8 B)
+_ISZ = (4, 2, 2, 4, 2, 1)  # bytes of the atomic types: float, half, bfloat16, int32, int16, int8
+
+
+@njit(cache=True)
+def _turn_came(w, wait):
+    """Whether every core before this one has finished the phase (waiting for it with ``wait``)."""
+    p = w[X_SYNC_GEN] + 1
+    if w[X_ATOMIC_TURN] == p:
+        return True
+    row0 = w.ctypes.data - w[X_IDX] * (CTX_WORDS * 8)
+    for j in range(w[X_IDX]):
+        at = row0 + j * (CTX_WORDS * 8)
+        while atomic_load(at + X_ARRIVED * 8) < p and not atomic_load(at + X_FAULT * 8):
+            if not wait:
+                return False
+            yield_cpu()
+    w[X_ATOMIC_TURN] = p
+    return True
+
+
+@njit(cache=True)
+def _replay(w):
+    """The logged adds, in the order they were made; the log emptied."""
+    at, end = w[X_ALOG_AT], w[X_ALOG_AT] + w[X_ALOG_USED]
+    while at < end:
+        head = carray(address_as_pointer(at, np.int64), 3)
+        add_rows(head[0], at + _HEADER, 1, head[1], 0, 0, head[2])
+        at += _HEADER + (head[1] * _ISZ[head[2]] + 7) // 8 * 8
+    w[X_ALOG_USED] = 0
+
+
+@njit(cache=True)
+def atomic_rows(w, d, s, rows, n, d_pitch, s_pitch, kind):
+    """``rows`` rows of ``n`` elements of atomic type ``kind`` from address ``s`` (``s_pitch`` bytes apart) added
+    into GM at ``d`` (``d_pitch`` apart): now if this core's turn has come, else into its log."""
+    if _turn_came(w, False):
+        if w[X_ALOG_USED]:
+            _replay(w)
+        add_rows(d, s, rows, n, d_pitch, s_pitch, kind)
+        return
+    row_b = (n * _ISZ[kind] + 7) // 8 * 8
+    for r in range(rows):
+        if w[X_ALOG_USED] + _HEADER + row_b > w[X_ALOG_SIZE]:
+            _turn_came(w, True)
+            _replay(w)
+            add_rows(d + r * d_pitch, s + r * s_pitch, rows - r, n, d_pitch, s_pitch, kind)
+            return
+        at = w[X_ALOG_AT] + w[X_ALOG_USED]
+        head = carray(address_as_pointer(at, np.int64), 3)
+        head[0], head[1], head[2] = d + r * d_pitch, n, kind
+        src = carray(address_as_pointer(s + r * s_pitch, np.uint8), n * _ISZ[kind])
+        carray(address_as_pointer(at + _HEADER, np.uint8), n * _ISZ[kind])[:] = src
+        w[X_ALOG_USED] += _HEADER + row_b
+
+
+@njit(cache=True)
+def finish_phase(w, step):
+    """The end of this core's phase (``step`` 1: it reached a SyncAll; DONE: it ended): its logged adds land,
+    after waiting for its turn, and the cores after it learn it has finished."""
+    if w[X_ALOG_USED]:
+        _turn_came(w, True)
+        _replay(w)
+    store_fence()
+    atomic_add(w.ctypes.data + X_ARRIVED * 8, step)
