@@ -10,12 +10,13 @@ from .datacopy import (
     DataCopyParams,
     data_copy,
     data_copy_pad,
+    init_output,
     set_atomic_add,
     set_atomic_none,
 )
 from .dtypes import bfloat16, float32, half, int8, int16, int32, int64, size_of, uint8, uint16, uint32
 from .pipe import VECCALC, VECIN, VECOUT, TBuf, TPipe, TQue
-from .rearrange import gather, transpose
+from .rearrange import broadcast, gather, transpose
 from .reduce import (
     BrcbRepeatParams,
     ReduceOrder,
@@ -75,7 +76,7 @@ from .vector import (
 
 __all__ = [
     "PIPE_ALL", "PIPE_MTE2", "PIPE_MTE3", "PIPE_S", "PIPE_V", "HardEvent", "pipe_barrier", "set_flag", "wait_flag",
-    "set_atomic_add", "set_atomic_none", "sync_all",
+    "set_atomic_add", "set_atomic_none", "sync_all", "init_output", "broadcast",
     "copy", "CopyRepeatParams",
     "CAST_CEIL", "CAST_FLOOR", "CAST_NONE", "CAST_ODD", "CAST_RINT", "CAST_ROUND", "CAST_TRUNC", "MASK_PLACEHOLDER",
     "VECCALC", "VECIN", "VECOUT", "BinaryRepeatParams", "DataCopyExtParams", "DataCopyPadExtParams",

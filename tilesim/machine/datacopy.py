@@ -13,6 +13,12 @@
   leaves undefined bytes).
 - ``data_copy_pad(dst_gm, src_ub, DataCopyExtParams(...))``: each UB row read from a 32 B boundary, exactly
   ``block_len`` bytes written to GM; the UB gap ``src_stride`` in 32 B blocks, the GM gap ``dst_stride`` in bytes.
+- ``init_output(dst_gm, size, value)``: InitOutput (``kernel_operator_common_intf_impl.h``; deprecated for Fill):
+  ``size`` elements of GM set to ``value``. On A2 it Duplicates ``value`` into a stack buffer of UB past the
+  TPipe's, waits V_MTE3 (an id from FetchEventID) and DataCopyPads that buffer out in bursts of 2040 floats; here
+  the UB side is not modelled: the syncs are made and counted, the fill is counted as one MTE3 transfer of ``size``
+  elements from no UB tensor, no vector repeats (as tilesim has always counted InitOutput). float, half and
+  bfloat16 (the types the ported kernels fill).
 - ``set_atomic_add(ctx, float32)`` / ``set_atomic_none(ctx)``: SetAtomicAdd<T> / SetAtomicNone (DisableDmaAtomic):
   between them every copy to GM adds to what GM holds, as T (float, half, bfloat16, int32, int16, int8 on A2; a
   b16 sum rounded to nearest even). The adds land in core order (one of the orders the NPU may take), whatever
@@ -32,13 +38,16 @@ from numba import types
 from numba.extending import overload
 
 from ..datamove import gm_to_ub, out_ok, ub_to_gm, ub_to_ub
+from ..datamove import init_output as fill_gm
 from ..device import count_mte3
+from ..intrinsics import bf16_nearest_bits, f32_as_u32, fp16_nearest_bits
 from ..jit import DEVICE_OPTIONS, njit
 from ..schedule import PIPE_MTE2, PIPE_MTE3, PIPE_VECTOR
 from .atomic import atomic_rows
 from .dtypes import ALL, ElemType
 from .hazard import hz_issue, hz_rows, op_code
 from .pipe import FAULT_DTYPE
+from .sync import HardEvent, fetch_id, set_event, wait_event
 from .tensor import (
     X_ATOMIC,
     GlobalTensorType,
@@ -58,7 +67,8 @@ DataCopyExtParams = namedtuple("DataCopyExtParams", ["block_count", "block_len",
 DataCopyPadExtParams = namedtuple("DataCopyPadExtParams", ["is_pad", "left_padding", "right_padding",
                                                            "padding_value"], defaults=(False, 0, 0, 0))
 BLOCK = 32
-_DATA_COPY, _DATA_COPY_PAD = op_code("DataCopy"), op_code("DataCopyPad")
+_DATA_COPY, _DATA_COPY_PAD, _INIT_OUTPUT = op_code("DataCopy"), op_code("DataCopyPad"), op_code("InitOutput")
+_V_MTE3 = int(HardEvent.V_MTE3)
 
 
 _ATOMIC_KIND = {"float": 0, "half": 1, "bfloat16_t": 2, "int32_t": 3, "int16_t": 4, "int8_t": 5}
@@ -190,3 +200,34 @@ def _data_copy_pad(dst, src, params, pad_params=None):  # type: ignore[no-untype
         hz_issue(core, PIPE_MTE3)
     return pad_out
 
+
+
+def init_output(dst, size, value=0.0):  # type: ignore[no-untyped-def]
+    """InitOutput<T>(gmWorkspaceAddr, size, value): ``size`` elements of the GlobalTensor ``dst`` (float, half or
+    bfloat16) set to ``value``."""
+
+
+@overload(init_output, jit_options=DEVICE_OPTIONS)
+def _init_output(dst, size, value=0.0):  # type: ignore[no-untyped-def]
+    if not isinstance(dst, GlobalTensorType):
+        return None
+    name = dst.dtype.dt.name
+    if name not in ("float", "half", "bfloat16_t"):
+        code = _INIT_OUTPUT * 100 + [d.name for d in ALL].index(name)
+        return lambda dst, size, value=0.0: fault(ctx_words(dst.ctx), FAULT_DTYPE, np.int64(-1), code)
+    b16, bf16 = name != "float", name == "bfloat16_t"
+
+    def fill(dst, size, value=0.0):  # type: ignore[no-untyped-def]
+        core = core_of(dst)
+        w = ctx_words(dst.ctx)
+        k = fetch_id(w, _V_MTE3)  # the Duplicate into the stack buffer, then its copies out
+        set_event(core, w, _V_MTE3, k, 1)
+        wait_event(core, w, _V_MTE3, k)
+        if b16:  # value rounded to the type as Duplicate<T> takes it (to nearest even)
+            u = f32_as_u32(np.float32(value))
+            bits = bf16_nearest_bits(u, False) if bf16 else fp16_nearest_bits(u, False)
+            fill_gm(core, gm_view(dst), dst.off // 2, np.int64(size), bits)
+        else:
+            fill_gm(core, gm_view(dst), dst.off // 4, np.int64(size), np.float32(value))
+        hz_issue(core, PIPE_MTE3)
+    return fill

@@ -44,7 +44,7 @@ INSTRUCTIONS = ("DataCopy", "DataCopyPad", "GetValue", "SetValue", "Add", "Sub",
                 "Cast", "Compare", "CompareScalar", "Select", "ReduceSum", "ReduceMax", "ReduceMin", "WholeReduceSum",
                 "WholeReduceMax", "WholeReduceMin", "BlockReduceSum", "BlockReduceMax", "BlockReduceMin",
                 "PairReduceSum", "Brcb", "Gather", "Transpose", "GatherMask", "LeakyRelu", "Not", "And", "Or",
-                "SetAtomicAdd", "Copy")
+                "SetAtomicAdd", "Copy", "Broadcast", "InitOutput")
 
 
 def op_code(name: str) -> int:

@@ -1,6 +1,6 @@
 """The instructions that move elements rather than compute them: Gather (``MV/离散与聚合/Gather.md``;
-``impl/basic_api/dav_c220/kernel_operator_vec_gather_impl.h``) and the 16 x 16 Transpose
-(``MV/数据排布转换/Transpose.md``).
+``impl/basic_api/dav_c220/kernel_operator_vec_gather_impl.h``), the 16 x 16 Transpose
+(``MV/数据排布转换/Transpose.md``), and the high-level Broadcast (``高阶API/张量变换/Broadcast.md``).
 
 **Gather** ``gather(dst, src, src_offset, src_base_addr, count)``: ``dst[i] = src[(src_base_addr + src_offset[i]) /
 sizeof(T)]``, the offsets a uint32 LocalTensor of byte offsets (an offset that is not a multiple of sizeof(T)
@@ -21,6 +21,20 @@ be dst (in place), other overlaps are reported in checked mode (the API's overla
 NCHW / NHWC form with a sharedTmpBuffer is not emulated. Counted as ``vec_unary``, 512 B; in checked mode every
 byte of dst takes the combined shadow state of the whole source.
 
+**Broadcast** ``broadcast(dst, src, dst_shape, src_shape, axis, shared_tmp)``: ``Broadcast<T, dim, axis>`` with dim
+1 or 2 (the length of the shape tuples) and ``axis`` the one broadcast (0: ``src_shape[0]`` is 1, every row of dst
+is src; 1: ``src_shape[1]`` is 1, row r of dst is ``src[r]`` repeated; dim 1 takes axis 0 only, every element of
+dst ``src[0]``), dst and src contiguous ND. T: int8, uint8,
+half, float (the A2 table). On A2 the API runs Brcb, Copy and for an unaligned row GatherMask through
+``shared_tmp``; here it is one pass over dst, counted as ``vec_dup`` (dst's 256 B repeats), and ``shared_tmp`` is
+taken and not written (the scratch the NPU's steps use is not modelled). Checked mode: 32 B alignment, bounds, src
+and dst apart (the API's documentation rules overlap out), except where the v220 implementation runs an overlap as
+the NPU computes it, which ops-transformer's NsaCompressGrad relies on: dst == src along axis 0 (row 0 is src
+itself; the first-axis path is an Or of src with zeros into every row, src's block stride 0, which runs in place)
+and any overlap along axis 1 (the last-axis path first Brcbs src into ``shared_tmp``; here src is then read whole
+before dst is written), shapes that are not a broadcast along ``axis`` (stopping the kernel); each dst element takes
+the shadow state of the element it copies.
+
 A type outside the A2 table stops the kernel when it runs.
 """
 
@@ -34,9 +48,11 @@ from ..device import (
     ERR_API_RULE,
     ERR_UB_OOB,
     RULE_OVERLAP,
+    VEC_DUP,
     VEC_UNARY,
     checked_only,
     count_vector,
+    flow1,
     flow_lanes,
     plan_of,
     report,
@@ -48,14 +64,15 @@ from ..intrinsics import address_as_pointer
 from ..jit import DEVICE_OPTIONS
 from ..schedule import PIPE_VECTOR
 from ..ub import LocalTensor as PlanTensor
-from .convert import apart, bad_type, type_fault
+from .convert import apart, api_fault, bad_type, type_fault, type_index
 from .hazard import hz_access, hz_instruction, op_code
 from .tensor import core_of, plan_tensor
 from .vector import LOOP_OPTIONS, lane_on, level0_mask, mask_bits, params_ok, span
 
-_GATHER, _TRANSPOSE = op_code("Gather"), op_code("Transpose")
+_GATHER, _TRANSPOSE, _BROADCAST = op_code("Gather"), op_code("Transpose"), op_code("Broadcast")
 GATHER_TYPES = ("int16_t", "uint16_t", "half", "bfloat16_t", "int32_t", "uint32_t", "float")
 TRANSPOSE_TYPES = ("int16_t", "uint16_t", "half")
+BROADCAST_TYPES = ("int8_t", "uint8_t", "half", "float")
 _ALL_LANES = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -222,3 +239,63 @@ def _transpose(dst, src):  # type: ignore[no-untyped-def]
                     d[j * 16 + i] = x[i * 16 + j]
         count_vector(core, VEC_UNARY, 512, pd, ps, ps)
     return transpose_
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Broadcast
+
+
+def broadcast(dst, src, dst_shape, src_shape, axis, shared_tmp=None):  # type: ignore[no-untyped-def]
+    """Broadcast<T, dim, axis>(dst, src, dstShape, srcShape[, sharedTmpBuffer]): src of ``src_shape`` (1 along
+    ``axis``) repeated along ``axis`` to dst of ``dst_shape``."""
+    raise TypeError("Broadcast is device code: call it from a kernel")
+
+
+@overload(broadcast, jit_options=DEVICE_OPTIONS)
+def _broadcast(dst, src, dst_shape, src_shape, axis, shared_tmp=None):  # type: ignore[no-untyped-def]
+    t = dst.dtype.dt
+    bad = bad_type((t, BROADCAST_TYPES), (src.dtype.dt, (t.name,)))
+    if bad is not None:
+        code = _BROADCAST * 100 + bad
+        return lambda dst, src, dst_shape, src_shape, axis, shared_tmp=None: type_fault(dst.ctx, code)
+    sz, st, ti = t.size, t.storage, type_index(t)
+    two = len(dst_shape) == 2
+
+    def broadcast_(dst, src, dst_shape, src_shape, axis, shared_tmp=None):  # type: ignore[no-untyped-def]
+        # dim 1: a column of dst_shape[0] one-element rows, each src[0] (axis 0)
+        rows, cols = np.int64(dst_shape[0]), np.int64(dst_shape[1] if two else 1)
+        s_rows, s_cols = np.int64(src_shape[0]), np.int64(src_shape[1] if two else 1)
+        if (axis == 0 and (s_rows != 1 or s_cols != cols)) or (axis == 1 and (s_cols != 1 or s_rows != rows)) or \
+                not (0 <= axis <= 1) or (not two and axis != 0):
+            api_fault(dst.ctx, _BROADCAST, axis, ti, ti)  # shapes that are not a broadcast along ``axis``
+        core = core_of(dst)
+        pd, ps = plan_tensor(dst), plan_tensor(src)
+        n, m = rows * cols * sz, s_rows * s_cols * sz
+        overlap = pd.buf == ps.buf and pd.addr < ps.addr + m and ps.addr < pd.addr + n
+        # tolerated overlaps, as the v220 implementation runs them (the module's docstring)
+        tolerated = (axis == 0 and pd.addr == ps.addr) or axis == 1
+        if not (vec_ok(core, ps, m) and vec_ok(core, pd, n)
+                and ((overlap and tolerated) or apart(core, _BROADCAST, pd, n, ps, m))):
+            return
+        for r in range(rows):  # each element of dst: the state of the one it copies
+            row = PlanTensor(pd.buf, pd.addr + r * cols * sz, pd.gen)
+            if axis == 0:
+                flow1(core, row, ps, cols * sz)
+            else:
+                flow_lanes(core, row, PlanTensor(ps.buf, ps.addr + r * sz, ps.gen), cols, sz, sz, 0)
+        hz_instruction(core, PIPE_VECTOR, _BROADCAST, pd, n, ps, m, ps, 0)
+        d = carray(address_as_pointer(core.base + dst.addr, st), rows * cols)
+        x = carray(address_as_pointer(core.base + src.addr, st), s_rows * s_cols)
+        if overlap and axis == 1:  # src is read whole (into the Brcb scratch) before dst is written
+            x = x.copy()
+        for r in range(rows):
+            o = r * cols
+            if axis == 0:
+                for j in range(cols):
+                    d[o + j] = x[j]
+            else:
+                v = x[r]
+                for j in range(cols):
+                    d[o + j] = v
+        count_vector(core, VEC_DUP, n, pd, ps, ps)
+    return broadcast_
