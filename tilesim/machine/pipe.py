@@ -50,6 +50,7 @@ from .tensor import (
     FREE,
     MAX_BUFS,
     MAX_QUE_SLOTS,
+    N_EVENT_POOLS,
     Q_COUNT,
     Q_DEPTH,
     Q_FIFO,
@@ -62,6 +63,7 @@ from .tensor import (
     Q_SLOT,
     Q_STATE,
     Q_WORDS,
+    X_EVT_POOL,
     X_PLAN,
     X_PLAN_ROWS,
     X_POOL,
@@ -343,6 +345,29 @@ def _get(b, dtype, n=None):  # type: ignore[no-untyped-def]
             size = want
         return make_local((b.ctx, b.checks, b.buf, w[row], size, np.int64(-1)), dt)
     return get
+
+
+@overload_method(TPipeType, "reset", jit_options=DEVICE_OPTIONS)
+def _reset(pipe):  # type: ignore[no-untyped-def]
+    """Reset (``B/资源管理/TPipe/Reset.md``; ``kernel_tpipe_impl.h``): the WaitFlag of every free buffer's
+    pending FreeTensor event, then the pipe back to its initial state, its event ids free; the buffers placed
+    from now on start again at UB offset 0, over the earlier ones (a kernel's next stage reusing the UB, e.g.
+    after a SyncAll). The earlier buffers stay in the launch's UB plan for reports; their tensors must not be
+    used again."""
+    def reset(pipe):  # type: ignore[no-untyped-def]
+        w = ctx_words(pipe.ctx)
+        core = core_of(pipe)
+        for b in range(w[X_PLAN_ROWS]):
+            a = X_QUE + Q_WORDS * b
+            for slot in range(w[X_PLAN + 3 * b + 2] if w[a + Q_DEPTH] > 0 else 0):
+                pending = w[a + Q_FREE_EVT + slot]
+                if pending and w[a + Q_STATE + slot] == FREE:
+                    wait_event(core, w, _FREE_EVENT[w[a + Q_POS]], pending - 1)
+                    w[a + Q_FREE_EVT + slot] = 0
+        w[X_POOL] = 0
+        for e in range(N_EVENT_POOLS):
+            w[X_EVT_POOL + e] = 0
+    return reset
 
 
 @overload_method(TPipeType, "alloc_event_id", jit_options=DEVICE_OPTIONS)
