@@ -201,7 +201,6 @@ def _data_copy_pad(dst, src, params, pad_params=None):  # type: ignore[no-untype
     return pad_out
 
 
-
 def init_output(dst, size, value=0.0):  # type: ignore[no-untyped-def]
     """InitOutput<T>(gmWorkspaceAddr, size, value): ``size`` elements of the GlobalTensor ``dst`` (float, half or
     bfloat16) set to ``value``."""

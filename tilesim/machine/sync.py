@@ -224,4 +224,3 @@ def _sync_all_typed(ctx):  # type: ignore[no-untyped-def]
     if not isinstance(ctx, KernelContextType):
         return None
     return lambda ctx: _sync_all(core_of(ctx), ctx_words(ctx.ctx))
-
