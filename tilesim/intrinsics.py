@@ -7,6 +7,8 @@ fallback, keeps LLVM from vectorising the loop around it. These vectorise.
 
 from __future__ import annotations
 
+import platform
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -156,6 +158,65 @@ def yield_cpu(typingctx):
         return context.get_dummy_value()
 
     return types.none(), codegen
+
+
+# Linux's futex system call (its number per architecture), with which a waiting thread sleeps until the thread it
+# waits for wakes it; None elsewhere, where a wait sleeps in short naps (usleep) instead.
+SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower()) \
+    if sys.platform.startswith("linux") else None
+_FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
+_NAP_US = 50  # a wait's nap where there is no futex
+
+
+@intrinsic
+def futex_wait(typingctx, addr, expected, timeout_us):
+    """Sleep while the 32-bit word at ``addr`` (the low half of an int64 there) holds ``expected``, until
+    :func:`futex_wake` on it or ``timeout_us`` microseconds; at once if it already differs. Spurious returns
+    happen: the caller checks its condition again. Without a futex: a nap of at most 50 µs."""
+    if not all(isinstance(a, types.Integer) for a in (addr, expected, timeout_us)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i64, i32 = ir.IntType(64), ir.IntType(32)
+        us = context.cast(builder, args[2], signature.args[2], types.int64)
+        if SYS_FUTEX is None:
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [i32]), "usleep")
+            nap = builder.select(builder.icmp_signed("<", us, ir.Constant(i64, _NAP_US)), us,
+                                 ir.Constant(i64, _NAP_US))
+            builder.call(fn, [builder.trunc(nap, i32)])
+            return context.get_dummy_value()
+        ts = cgutils.alloca_once(builder, ir.LiteralStructType([i64, i64]))
+        million = ir.Constant(i64, 1_000_000)
+        builder.store(builder.sdiv(us, million), cgutils.gep_inbounds(builder, ts, 0, 0))
+        builder.store(builder.mul(builder.srem(us, million), ir.Constant(i64, 1000)),
+                      cgutils.gep_inbounds(builder, ts, 0, 1))
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64], var_arg=True), "syscall")
+        expected = builder.and_(context.cast(builder, args[1], signature.args[1], types.int64),
+                                ir.Constant(i64, 0xFFFFFFFF))
+        builder.call(fn, [ir.Constant(i64, SYS_FUTEX), context.cast(builder, args[0], signature.args[0], types.int64),
+                          ir.Constant(i64, _FUTEX_WAIT_PRIVATE), expected, builder.ptrtoint(ts, i64)])
+        return context.get_dummy_value()
+
+    return types.none(addr, expected, timeout_us), codegen
+
+
+@intrinsic
+def futex_wake(typingctx, addr):
+    """Wake every thread asleep in :func:`futex_wait` on the word at ``addr`` (nothing without a futex)."""
+    if not isinstance(addr, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        if SYS_FUTEX is not None:
+            i64 = ir.IntType(64)
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64], var_arg=True),
+                                                "syscall")
+            builder.call(fn, [ir.Constant(i64, SYS_FUTEX), context.cast(builder, args[0], signature.args[0],
+                                                                         types.int64),
+                              ir.Constant(i64, _FUTEX_WAKE_PRIVATE), ir.Constant(i64, 0x7FFFFFFF)])
+        return context.get_dummy_value()
+
+    return types.none(addr), codegen
 
 
 @intrinsic

@@ -49,6 +49,7 @@ from .device import (
 from .errors import CheckError
 from .intrinsics import store_fence
 from .jit import njit
+from .machine import waits
 from .soc import SocSpec
 from .ub import UbPlan
 
@@ -362,45 +363,95 @@ class SyncAllMismatch(RuntimeError):
     hangs)."""
 
 
+class _CoreThread(threading.Thread):
+    """A host thread that runs one core of a SyncAll launch at a time, kept for later launches (starting a thread
+    costs about as much as a small core's work)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="tilesim-core", daemon=True)
+        self.go = threading.Semaphore(0)
+        self.job: tuple[Any, ...] = ()
+
+    def run(self) -> None:
+        while True:
+            self.go.acquire()
+            fn, *args = self.job
+            self.job = ()
+            fn(*args)
+
+
+_idle_core_threads: list[_CoreThread] = []
+
+
+def _core_threads(n: int) -> list[_CoreThread]:
+    """``n`` idle core threads, started if too few are left (:func:`_done_with` gives them back)."""
+    with _lock:
+        got = _idle_core_threads[len(_idle_core_threads) - n:] if n <= len(_idle_core_threads) else \
+            _idle_core_threads[:]
+        del _idle_core_threads[len(_idle_core_threads) - len(got):]
+    while len(got) < n:
+        th = _CoreThread()
+        th.start()
+        got.append(th)
+    return got
+
+
+def _done_with(threads: list[_CoreThread]) -> None:
+    with _lock:
+        _idle_core_threads.extend(threads)
+
+
 def run_synced(cores: Callable[..., None], block_dim: int, bar: np.ndarray, *args: Any) -> None:
     """A kernel with SyncAll (:func:`tilesim.machine.sync.sync_all`): ``cores(c, c + 1, *args)`` for each core on a
     host thread of its own, and a phase ended (as :func:`run_cores` ends one) each time every core waits at the
-    next SyncAll, which then releases them. ``bar``: the barrier words the cores see (BAR_ARRIVED ... BAR_ABORT of
-    tilesim.machine.sync, zeroed here). Raises what a core raised, else :class:`SyncAllMismatch`."""
-    arrived, released, exited, abort = range(4)
+    next SyncAll, which then releases them. ``bar``: the barrier words the cores see (BAR_WORDS of
+    :mod:`tilesim.machine.waits`, set here): a phase runs as many cores at once as :func:`run_cores` would run
+    threads, in core order, the others asleep. Raises what a core raised, else :class:`SyncAllMismatch`."""
     bar[:] = 0
+    bar[waits.BAR_GATE] = _thread_count(block_dim)
+    at = bar.ctypes.data
     errors: list[BaseException] = []
     gone = np.zeros(block_dim, bool)
+    finished = threading.Semaphore(0)  # released by a core's thread as its last touch of this launch
 
     def core(c: int) -> None:
         try:
             _run_fenced(cores, c, c + 1, *args)
         except BaseException as e:  # noqa: BLE001  (re-raised by the launching thread)
             errors.append(e)
-            bar[abort] = 1
+            bar[waits.BAR_ABORT] = 1
         finally:
             gone[c] = True
             with _lock:
-                bar[exited] += 1
+                bar[waits.BAR_EXITED] += 1
+            waits.ring(at)
+            finished.release()
 
-    threads = [threading.Thread(target=core, args=(c,), name=f"tilesim-core-{c}") for c in range(block_dim)]
-    for th in threads:
-        th.start()
-    g, stuck = 0, None
-    while bar[exited] < block_dim and not bar[abort]:
-        waiting = int(bar[arrived]) - g * block_dim
-        if waiting == block_dim:
-            _end_phase()
-            g += 1
-            bar[released] = g
-            continue
-        if waiting > 0 and waiting + int(bar[exited]) == block_dim:  # the others will never come
-            stuck = (g, np.flatnonzero(gone).tolist())
-            bar[abort] = 1
-            break
-        time.sleep(20e-6)
-    for th in threads:
-        th.join()
+    threads = _core_threads(block_dim)
+    for c, th in enumerate(threads):
+        th.job = (core, c)
+        th.go.release()
+    g, stuck, rung = 0, None, -1
+    try:
+        while bar[waits.BAR_EXITED] < block_dim:
+            if not bar[waits.BAR_ABORT]:
+                waiting = int(bar[waits.BAR_ARRIVED]) - g * block_dim
+                if waiting == block_dim:
+                    _end_phase()
+                    g += 1
+                    waits.release(at)
+                    continue
+                if waiting > 0 and waiting + int(bar[waits.BAR_EXITED]) == block_dim:  # the others will never come
+                    stuck = (g, np.flatnonzero(gone).tolist())
+                    bar[waits.BAR_ABORT] = 1
+            rung = waits.listen(at, rung, 100_000)  # asleep till a core arrives or ends (a timeout: Ctrl-C)
+    except BaseException:
+        bar[waits.BAR_ABORT] = 1
+        raise
+    finally:
+        for _ in range(block_dim):  # the cores' threads use the arrays and the words: let them all end first
+            finished.acquire()
+        _done_with(threads)
     if errors and stuck is None:
         raise errors[0]
     if stuck is not None:

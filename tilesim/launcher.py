@@ -34,12 +34,12 @@ from . import launch as _launch
 from .device import HZ_MANUAL_SYNC, checks_field, hazard_col
 from .errors import UbOverflowError
 from .jit import njit
-from .machine import dtypes
+from .machine import dtypes, waits
 from .machine.atomic import DONE, LOG_ROW_BYTES, finish_phase
 from .machine.convert import api_fault_text
 from .machine.hazard import INSTRUCTIONS, hz_end
 from .machine.pipe import FAULT_API_TABLE, FAULT_CAST, FAULT_DTYPE, FAULT_TEXT, FAULT_UB_OVERFLOW
-from .machine.sync import FAULT_SYNC_ALL
+from .machine.sync import FAULT_SYNC_ALL, enter_phase
 from .machine.tensor import (
     CTX_WORDS,
     N_EVENT_POOLS,
@@ -118,6 +118,8 @@ def enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, alog, lo
     w[X_ALOG_AT] = alog.ctypes.data + log_row * alog.shape[1]
     w[X_ALOG_SIZE] = alog.shape[1]
     w[X_ALOG_USED] = 0
+    if sync_at:
+        enter_phase(w)
     return make_context((np.int64(ctx.ctypes.data) + i * np.int64(ctx.strides[0]), checks_field(checks)), None)
 
 
@@ -382,12 +384,13 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
             ln.err[:, hazard_col(spec.ub_size) + HZ_MANUAL_SYNC] = 0 if auto_sync else 1
         ctx = _contexts(block_dim)
         alog = _atomic_logs(block_dim)
-        ctx[:, X_ARRIVED] = 0  # before any core starts: a core's first atomic add waits on the others' words
+        ctx[:, X_ARRIVED] = 0  # before any core starts: a core's first atomic add or phase waits on the others'
+        ctx[:, X_FAULT] = 0  # words (a launch given up leaves its cores' faults)
         try:
             threads = _launch.host_threads(*arrays)
             with threads:
                 if k.sync_all:
-                    bar = np.zeros(4, np.int64)
+                    bar = np.zeros(waits.BAR_WORDS, np.int64)
                     _launch.run_synced(cores, block_dim, bar, block_dim, ln.arena, ln.counters, ln.err,
                                        ln.core_checks, ctx, ws, bar.ctypes.data, alog, _identity(block_dim), t,
                                        *flat)

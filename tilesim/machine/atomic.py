@@ -18,12 +18,14 @@ import numpy as np
 from numba import carray
 
 from ..datamove import add_rows
-from ..intrinsics import address_as_pointer, atomic_add, atomic_load, store_fence, yield_cpu
+from ..intrinsics import address_as_pointer, atomic_load, store_fence
 from ..jit import njit
 from .tensor import CTX_WORDS, X_ALOG_AT, X_ALOG_SIZE, X_ALOG_USED, X_ARRIVED, X_ATOMIC_TURN, X_FAULT, X_IDX, X_SYNC_GEN
+from .waits import finished_phase, wait_finished
 
 LOG_ROW_BYTES = 8 << 20  # a core's log: adds it makes before its turn, beyond which it waits for its turn
-DONE = np.int64(1) << 40  # added to X_ARRIVED when a core ends: every phase of it finished
+DONE = np.int64(1) << 30  # added to X_ARRIVED when a core ends: every phase of it finished (below 2**31: the
+# word's low half, which a futex watches, changes)
 _HEADER = 24  # a log entry: destination address, element count, type (then the data, padded to 8 B)
 _ISZ = (4, 2, 2, 4, 2, 1)  # bytes of the atomic types: float, half, bfloat16, int32, int16, int8
 
@@ -37,10 +39,10 @@ def _turn_came(w, wait):
     row0 = w.ctypes.data - w[X_IDX] * (CTX_WORDS * 8)
     for j in range(w[X_IDX]):
         at = row0 + j * (CTX_WORDS * 8)
-        while atomic_load(at + X_ARRIVED * 8) < p and not atomic_load(at + X_FAULT * 8):
+        if atomic_load(at + X_ARRIVED * 8) < p and not atomic_load(at + X_FAULT * 8):
             if not wait:
                 return False
-            yield_cpu()
+            wait_finished(w, j, p)
     w[X_ATOMIC_TURN] = p
     return True
 
@@ -88,4 +90,4 @@ def finish_phase(w, step):
         _turn_came(w, True)
         _replay(w)
     store_fence()
-    atomic_add(w.ctypes.data + X_ARRIVED * 8, step)
+    finished_phase(w, step)

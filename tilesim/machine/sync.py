@@ -16,7 +16,8 @@ instructions in order but lets them overlap; nothing orders two pipes but a sync
 - ``pipe.alloc_event_id(HardEvent.V_S)``, ``release_event_id``, ``fetch_event_id``: each HardEvent's pool of 8
   ids (A2), shared with the queues, lowest free id first.
 - ``sync_all(ctx)``: SyncAll, the barrier of all the launch's cores (each core's pipes drained first). A kernel
-  that calls it runs each core on a host thread of its own; the launch ends a phase at each SyncAll (checked
+  that calls it runs each core on a host thread of its own, as many at once as the launch has host threads and
+  the others asleep (:mod:`tilesim.machine.waits`); the launch ends a phase at each SyncAll (checked
   mode's race check between cores and the cost model take phases as they took the shipped kernels'). Cores that
   do not all reach the same SyncAll would hang the NPU: the launch stops with a KernelError naming them.
 
@@ -46,11 +47,11 @@ from numba.extending import overload
 
 from .. import schedule
 from ..device import HZ_EVENTS, PIPE_BARRIERS, SET_FLAGS, WAIT_FLAGS, count_sync
-from ..intrinsics import atomic_add, atomic_load, yield_cpu
 from ..jit import DEVICE_OPTIONS, njit
 from .atomic import finish_phase
 from .hazard import hz_barrier, hz_set, hz_wait
 from .tensor import N_EVENT_POOLS, X_EVT_POOL, X_SYNC_AT, X_SYNC_GEN, KernelContextType, core_of, ctx_words, fault
+from .waits import arrive, await_release, gate
 
 # pipe_t, as CCE numbers them; the AIV has S, V, MTE2 and MTE3.
 PIPE_S, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL = 0, 1, 2, 3, 4, 5, 6
@@ -90,9 +91,6 @@ EVENT_IDS = 8  # QUE_MAX_EVENT on A2 (2201)
 FAULT_EVENT_POOL = 10  # tilesim.machine.pipe's FAULT_* numbering: AllocEventID with every id taken
 FAULT_EVENT_ID = 11  # an event id outside [0, 8), or PipeBarrier on PIPE_S or a pipe not on the AIV
 FAULT_SYNC_ALL = 13  # SyncAll in a launch that did not expect it (detail -1), or given up (another core stopped)
-# The launch's barrier words (tilesim.launch.run_synced): cores arrived in all, SyncAlls released, cores done, and
-# an abort (another core stopped, or the cores cannot all reach the next SyncAll)
-BAR_ARRIVED, BAR_RELEASED, BAR_EXITED, BAR_ABORT = range(4)
 
 
 @njit(cache=True)
@@ -208,11 +206,18 @@ def _sync_all(core, w):
     finish_phase(w, 1)  # its atomic adds land, and the cores after it may make theirs of this phase
     g = w[X_SYNC_GEN]
     w[X_SYNC_GEN] = g + 1
-    atomic_add(bar + BAR_ARRIVED * 8, 1)
-    while atomic_load(bar + BAR_RELEASED * 8) <= g:
-        if atomic_load(bar + BAR_ABORT * 8):
-            _stop(w, FAULT_SYNC_ALL, g)
-        yield_cpu()
+    arrive(bar)
+    if not await_release(bar, g):
+        _stop(w, FAULT_SYNC_ALL, g)
+    enter_phase(w)
+
+
+@njit(cache=True)
+def enter_phase(w):
+    """A core of a SyncAll launch at the start of a phase (its start, a SyncAll's release): its turn, behind the
+    cores before it (:func:`tilesim.machine.waits.gate`); stopped if one of them stopped or the launch gave up."""
+    if not gate(w):
+        _stop(w, FAULT_SYNC_ALL, w[X_SYNC_GEN])
 
 
 def sync_all(ctx):  # type: ignore[no-untyped-def]

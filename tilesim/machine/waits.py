@@ -1,0 +1,121 @@
+"""How one host thread waits for another: asleep on the word it waits for (a futex), not spinning.
+
+A launch with SyncAll runs each core on a host thread of its own, many more threads than the host has cores. A
+waiter that spins (``sched_yield``) takes turns from the cores at work; one that naps wakes late or often. Here a
+waiter counts itself in the word's waiter count, checks the word once more, and sleeps on it; the thread that
+advances the word wakes the sleepers, with a system call only when the count says someone sleeps (both sides'
+atomics are sequentially consistent, so either the waiter sees the new value or the advancer sees the waiter).
+The words are int64 whose low 32 bits change at every advance (the futex compares those). A wait also ends when
+a stop word is set (a core stopped, the launch gave up); sleeps last at most a millisecond, so a stop is seen.
+
+The SyncAll barrier's words (:func:`tilesim.launch.run_synced` owns them): cores arrived at SyncAlls in all,
+SyncAlls released, cores ended, an abort (a core stopped, or the cores cannot all reach the next SyncAll), the
+cores a phase runs at once (:func:`gate`), sleepers on the release, and the launch's bell (rung at every arrival
+and end, which the launching thread sleeps on) with its sleepers.
+"""
+
+from __future__ import annotations
+
+from ..intrinsics import atomic_add, atomic_load, futex_wait, futex_wake
+from ..jit import njit
+from .tensor import CTX_WORDS, X_ARRIVED, X_FAULT, X_IDX, X_SYNC_AT, X_SYNC_GEN, X_WAITERS
+
+BAR_ARRIVED, BAR_RELEASED, BAR_EXITED, BAR_ABORT, BAR_GATE, BAR_RELEASE_WAITERS, BAR_BELL, BAR_BELL_WAITERS = range(8)
+BAR_WORDS = 8
+_SLEEP_US = 1000  # the longest sleep: how late a stop word is seen
+
+
+@njit(cache=True)
+def wait_until(at, target, waiters, stop_a, stop_b):
+    """Sleep until the int64 at address ``at`` reaches ``target`` (True), or the word at ``stop_a`` or ``stop_b``
+    (an address, 0: none) is set first (False). ``waiters``: the address of the word's waiter count."""
+    while True:
+        if atomic_load(at) >= target:
+            return True
+        if atomic_load(stop_a) or (stop_b != 0 and atomic_load(stop_b)):
+            return False
+        atomic_add(waiters, 1)
+        v = atomic_load(at)
+        if v < target:
+            futex_wait(at, v, _SLEEP_US)
+        atomic_add(waiters, -1)
+
+
+@njit(cache=True)
+def advance(at, step, waiters):
+    """Add ``step`` to the int64 at ``at`` and wake whoever sleeps on it (``waiters``: its waiter count)."""
+    atomic_add(at, step)
+    if atomic_load(waiters):
+        futex_wake(at)
+
+
+@njit(cache=True)
+def gate(w):
+    """The start of a core's phase in a SyncAll launch (its start, or a SyncAll's release): sleep until the core
+    BAR_GATE places before it has finished this phase. So a phase runs as many cores at once as the launch has host
+    threads, in core order, as a launch without SyncAll runs them: the others sleep instead of taking the host's
+    cores and caches from the ones at work, and the cores whose atomic adds come next are the ones running. A
+    core before it that stopped, or an abort, ends the wait (False)."""
+    bar = w[X_SYNC_AT]
+    if bar == 0:
+        return True
+    n = atomic_load(bar + BAR_GATE * 8)
+    if n <= 0 or w[X_IDX] < n:
+        return True
+    at = w.ctypes.data - n * (CTX_WORDS * 8)  # the context block of core X_IDX - n
+    return wait_until(at + X_ARRIVED * 8, w[X_SYNC_GEN] + 1, at + X_WAITERS * 8, at + X_FAULT * 8, bar + BAR_ABORT * 8)
+
+
+@njit(cache=True)
+def finished_phase(w, step):
+    """This core's X_ARRIVED advanced by ``step`` (it finished a phase), the cores waiting for that woken."""
+    advance(w.ctypes.data + X_ARRIVED * 8, step, w.ctypes.data + X_WAITERS * 8)
+
+
+@njit(cache=True)
+def wait_finished(w, j, p):
+    """Sleep until core ``j`` (of this core's launch) has finished ``p`` phases, or has stopped."""
+    at = w.ctypes.data + (j - w[X_IDX]) * (CTX_WORDS * 8)
+    bar = w[X_SYNC_AT]
+    wait_until(at + X_ARRIVED * 8, p, at + X_WAITERS * 8, at + X_FAULT * 8, bar + BAR_ABORT * 8 if bar else 0)
+
+
+@njit(cache=True)
+def arrive(bar):
+    """A core at a SyncAll: counted, and the launching thread woken."""
+    atomic_add(bar + BAR_ARRIVED * 8, 1)
+    advance(bar + BAR_BELL * 8, 1, bar + BAR_BELL_WAITERS * 8)
+
+
+@njit(cache=True)
+def await_release(bar, g):
+    """Sleep until SyncAll number ``g`` + 1 is released (True), or the launch gives up (False)."""
+    return wait_until(bar + BAR_RELEASED * 8, g + 1, bar + BAR_RELEASE_WAITERS * 8, bar + BAR_ABORT * 8, 0)
+
+
+# The launching thread's side (called from Python; nogil so that the cores' threads run meanwhile)
+
+@njit(cache=True, nogil=True, host=True)
+def ring(bar):
+    """The launching thread woken: a core's thread ended, or gave up."""
+    advance(bar + BAR_BELL * 8, 1, bar + BAR_BELL_WAITERS * 8)
+
+
+@njit(cache=True, nogil=True, host=True)
+def release(bar):
+    """The next SyncAll released: its waiting cores woken."""
+    advance(bar + BAR_RELEASED * 8, 1, bar + BAR_RELEASE_WAITERS * 8)
+
+
+@njit(cache=True, nogil=True, host=True)
+def listen(bar, rung, timeout_us):
+    """Sleep until the bell has rung more than ``rung`` times, or ``timeout_us`` passed; the bell's count."""
+    at = bar + BAR_BELL * 8
+    waiters = bar + BAR_BELL_WAITERS * 8
+    atomic_add(waiters, 1)
+    v = atomic_load(at)
+    if v <= rung:
+        futex_wait(at, v, timeout_us)
+    atomic_add(waiters, -1)
+    return atomic_load(at)
+
