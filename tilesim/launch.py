@@ -415,16 +415,15 @@ def run_synced(cores: Callable[..., None], block_dim: int, bar: np.ndarray, *arg
     finished = threading.Semaphore(0)  # released by a core's thread as its last touch of this launch
 
     def core(c: int) -> None:
+        failed = True
         try:
             _run_fenced(cores, c, c + 1, *args)
+            failed = False
         except BaseException as e:  # noqa: BLE001  (re-raised by the launching thread)
             errors.append(e)
-            bar[waits.BAR_ABORT] = 1
         finally:
             gone[c] = True
-            with _lock:
-                bar[waits.BAR_EXITED] += 1
-            waits.ring(at)
+            waits.leave(at, block_dim, failed)
             finished.release()
 
     threads = _core_threads(block_dim)

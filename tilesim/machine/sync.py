@@ -50,7 +50,17 @@ from ..device import HZ_EVENTS, PIPE_BARRIERS, SET_FLAGS, WAIT_FLAGS, count_sync
 from ..jit import DEVICE_OPTIONS, njit
 from .atomic import finish_phase
 from .hazard import hz_barrier, hz_set, hz_wait
-from .tensor import N_EVENT_POOLS, X_EVT_POOL, X_SYNC_AT, X_SYNC_GEN, KernelContextType, core_of, ctx_words, fault
+from .tensor import (
+    N_EVENT_POOLS,
+    X_BLOCK_NUM,
+    X_EVT_POOL,
+    X_SYNC_AT,
+    X_SYNC_GEN,
+    KernelContextType,
+    core_of,
+    ctx_words,
+    fault,
+)
 from .waits import arrive, await_release, gate
 
 # pipe_t, as CCE numbers them; the AIV has S, V, MTE2 and MTE3.
@@ -206,16 +216,15 @@ def _sync_all(core, w):
     finish_phase(w, 1)  # its atomic adds land, and the cores after it may make theirs of this phase
     g = w[X_SYNC_GEN]
     w[X_SYNC_GEN] = g + 1
-    arrive(bar)
-    if not await_release(bar, g):
+    arrive(bar, w[X_BLOCK_NUM])
+    if not (gate(w) and await_release(bar, g)):  # its predecessor's next phase first: then the release is past
         _stop(w, FAULT_SYNC_ALL, g)
-    enter_phase(w)
 
 
 @njit(cache=True)
 def enter_phase(w):
-    """A core of a SyncAll launch at the start of a phase (its start, a SyncAll's release): its turn, behind the
-    cores before it (:func:`tilesim.machine.waits.gate`); stopped if one of them stopped or the launch gave up."""
+    """A core of a SyncAll launch at its start: its turn, behind the cores before it
+    (:func:`tilesim.machine.waits.gate`); stopped if one of them stopped or the launch gave up."""
     if not gate(w):
         _stop(w, FAULT_SYNC_ALL, w[X_SYNC_GEN])
 

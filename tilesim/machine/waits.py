@@ -10,8 +10,10 @@ a stop word is set (a core stopped, the launch gave up); sleeps last at most a m
 
 The SyncAll barrier's words (:func:`tilesim.launch.run_synced` owns them): cores arrived at SyncAlls in all,
 SyncAlls released, cores ended, an abort (a core stopped, or the cores cannot all reach the next SyncAll), the
-cores a phase runs at once (:func:`gate`), sleepers on the release, and the launch's bell (rung at every arrival
-and end, which the launching thread sleeps on) with its sleepers.
+cores a phase runs at once (:func:`gate`), sleepers on the release, and the launch's bell (rung when the launching
+thread, asleep on it, has something to do) with its sleepers. A core behind the gate waits for its predecessor
+alone, which cannot have finished the next phase before the release: so only the first cores sleep on the release
+word, and a release wakes no more threads than run.
 """
 
 from __future__ import annotations
@@ -81,10 +83,19 @@ def wait_finished(w, j, p):
 
 
 @njit(cache=True)
-def arrive(bar):
-    """A core at a SyncAll: counted, and the launching thread woken."""
+def _ring_if_due(bar, block_dim):
+    """Wake the launching thread if it has something to do: every core that has not ended waits at the SyncAll
+    (the phase ends, or the cores cannot all reach it), or the launch gave up."""
+    waiting = atomic_load(bar + BAR_ARRIVED * 8) - atomic_load(bar + BAR_RELEASED * 8) * block_dim
+    if waiting + atomic_load(bar + BAR_EXITED * 8) >= block_dim or atomic_load(bar + BAR_ABORT * 8):
+        advance(bar + BAR_BELL * 8, 1, bar + BAR_BELL_WAITERS * 8)
+
+
+@njit(cache=True)
+def arrive(bar, block_dim):
+    """A core at a SyncAll: counted."""
     atomic_add(bar + BAR_ARRIVED * 8, 1)
-    advance(bar + BAR_BELL * 8, 1, bar + BAR_BELL_WAITERS * 8)
+    _ring_if_due(bar, block_dim)
 
 
 @njit(cache=True)
@@ -96,9 +107,12 @@ def await_release(bar, g):
 # The launching thread's side (called from Python; nogil so that the cores' threads run meanwhile)
 
 @njit(cache=True, nogil=True, host=True)
-def ring(bar):
-    """The launching thread woken: a core's thread ended, or gave up."""
-    advance(bar + BAR_BELL * 8, 1, bar + BAR_BELL_WAITERS * 8)
+def leave(bar, block_dim, failed):
+    """A core's thread has ended (``failed``: with an exception, which gives the launch up): counted."""
+    if failed:
+        atomic_add(bar + BAR_ABORT * 8, 1)
+    atomic_add(bar + BAR_EXITED * 8, 1)
+    _ring_if_due(bar, block_dim)
 
 
 @njit(cache=True, nogil=True, host=True)
