@@ -280,6 +280,17 @@ def test_per_repeat_reductions_with_a_mask_pattern_and_strides(dtype: type, op: 
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("op", [0, 3, 6])
+@pytest.mark.parametrize("blk,rep", [(1, 8), (BLK, REP)])
+def test_sums_with_every_lane_on(dtype: type, op: int, blk: int, rep: int) -> None:
+    """The float sums with every lane on take a path of their own (the adds written out): the same tree."""
+    lanes = 256 // np.dtype(dtype).itemsize
+    x, out, _ = _run_repeat(dtype, op, mask=(2 ** 64 - 1, 2 ** 64 - 1), blk=blk, rep=rep)
+    ons = [np.ones(lanes, bool)] * REPEAT
+    assert_same(out, ref_repeat(x, op, ons, DST_REP, blk, rep, 0, out.size), f"{FAMILY[op]} {KIND[op]}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("order", [0, 1, 2, 3])
 def test_whole_reduce_max_min_orders_and_the_index_bits(dtype: type, order: int) -> None:
     lanes = 256 // np.dtype(dtype).itemsize

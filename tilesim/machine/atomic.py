@@ -18,7 +18,7 @@ import numpy as np
 from numba import carray
 
 from ..datamove import add_rows
-from ..intrinsics import address_as_pointer, atomic_load, store_fence
+from ..intrinsics import address_as_pointer, atomic_load, copy_bytes, store_fence
 from ..jit import njit
 from .tensor import CTX_WORDS, X_ALOG_AT, X_ALOG_SIZE, X_ALOG_USED, X_ARRIVED, X_ATOMIC_TURN, X_FAULT, X_IDX, X_SYNC_GEN
 from .waits import finished_phase, wait_finished
@@ -62,14 +62,18 @@ def _replay(w):
 def atomic_rows(w, d, s, rows, n, d_pitch, s_pitch, kind):
     """``rows`` rows of ``n`` elements of atomic type ``kind`` from address ``s`` (``s_pitch`` bytes apart) added
     into GM at ``d`` (``d_pitch`` apart): now if this core's turn has come, else into its log."""
+    row_bytes = n * _ISZ[kind]
+    if rows > 1 and d_pitch == row_bytes and s_pitch == row_bytes:  # one run: one entry, one add
+        n, rows = n * rows, 1
+        row_bytes = n * _ISZ[kind]
     if _turn_came(w, False):
         if w[X_ALOG_USED]:
             _replay(w)
         add_rows(d, s, rows, n, d_pitch, s_pitch, kind)
         return
-    row_b = (n * _ISZ[kind] + 7) // 8 * 8
+    entry = _HEADER + (row_bytes + 7) // 8 * 8
     for r in range(rows):
-        if w[X_ALOG_USED] + _HEADER + row_b > w[X_ALOG_SIZE]:
+        if w[X_ALOG_USED] + entry > w[X_ALOG_SIZE]:
             _turn_came(w, True)
             _replay(w)
             add_rows(d + r * d_pitch, s + r * s_pitch, rows - r, n, d_pitch, s_pitch, kind)
@@ -77,9 +81,8 @@ def atomic_rows(w, d, s, rows, n, d_pitch, s_pitch, kind):
         at = w[X_ALOG_AT] + w[X_ALOG_USED]
         head = carray(address_as_pointer(at, np.int64), 3)
         head[0], head[1], head[2] = d + r * d_pitch, n, kind
-        src = carray(address_as_pointer(s + r * s_pitch, np.uint8), n * _ISZ[kind])
-        carray(address_as_pointer(at + _HEADER, np.uint8), n * _ISZ[kind])[:] = src
-        w[X_ALOG_USED] += _HEADER + row_b
+        copy_bytes(at + _HEADER, s + r * s_pitch, row_bytes)
+        w[X_ALOG_USED] += entry
 
 
 @njit(cache=True)

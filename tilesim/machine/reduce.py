@@ -261,6 +261,65 @@ def _better(x, best, have, is_max):
     return x > best if is_max else x < best
 
 
+_ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@njit(cache=True, inline="always")
+def _lane(x, e, bits, first):
+    """Lane ``first + e`` of a repeat (``x`` its block): its value if on in ``bits``, else +0."""
+    return x[e] if (bits >> np.uint64(first + e)) & np.uint64(1) else np.float32(0)
+
+
+@njit(cache=True, inline="always")
+def _pair(x, e, bits, first):
+    return _lane(x, e, bits, first) + _lane(x, e + 1, bits, first)
+
+
+@njit(cache=True, inline="always")
+def _block_sum(x, bits, first):
+    """The 8 lanes of a 32 B block summed as the hardware's adjacent pairs, level by level."""
+    return (_pair(x, 0, bits, first) + _pair(x, 2, bits, first)) + (_pair(x, 4, bits, first)
+                                                                    + _pair(x, 6, bits, first))
+
+
+@njit(cache=True)
+def _f32_sums(src, blk, dst, group, bits, repeat, src_rep, dst_rep):
+    """``repeat`` repeats of a float sum from address ``src`` (blocks ``blk`` bytes apart, repeats ``src_rep``)
+    into ``dst`` (repeats ``dst_rep`` apart), the lanes on the bits of ``bits`` (the others add as +0): each
+    repeat's 8 block sums (BlockReduceSum, ``group`` 8), 32 pair sums (PairReduceSum, 2) or sum (WholeReduceSum,
+    64), in the pair tree's order (a Whole sum's upper levels pair the block sums). A group with no lane on is
+    not written. Written out, the adds vectorise."""
+    for r in range(repeat):
+        _f32_repeat(src + r * src_rep, blk, dst + r * dst_rep, group, bits)
+
+
+@njit(cache=True, inline="always")
+def _f32_repeat(src, blk, dst, group, bits):
+    out = carray(address_as_pointer(dst, np.float32), 32)
+    if group == 2:
+        for b in range(8):
+            x = carray(address_as_pointer(src + b * blk, np.float32), 8)
+            for i in range(4):
+                if (bits >> np.uint64(8 * b + 2 * i)) & np.uint64(3):
+                    out[4 * b + i] = _pair(x, 2 * i, bits, 8 * b)
+        return
+    s0 = _block_sum(carray(address_as_pointer(src, np.float32), 8), bits, 0)
+    s1 = _block_sum(carray(address_as_pointer(src + blk, np.float32), 8), bits, 8)
+    s2 = _block_sum(carray(address_as_pointer(src + 2 * blk, np.float32), 8), bits, 16)
+    s3 = _block_sum(carray(address_as_pointer(src + 3 * blk, np.float32), 8), bits, 24)
+    s4 = _block_sum(carray(address_as_pointer(src + 4 * blk, np.float32), 8), bits, 32)
+    s5 = _block_sum(carray(address_as_pointer(src + 5 * blk, np.float32), 8), bits, 40)
+    s6 = _block_sum(carray(address_as_pointer(src + 6 * blk, np.float32), 8), bits, 48)
+    s7 = _block_sum(carray(address_as_pointer(src + 7 * blk, np.float32), 8), bits, 56)
+    if group == 8:
+        sums = (s0, s1, s2, s3, s4, s5, s6, s7)
+        for b in range(8):
+            if (bits >> np.uint64(8 * b)) & np.uint64(0xFF):
+                out[b] = sums[b]
+    elif bits:
+        out[0] = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
 def _walk(op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, order):  # type: ignore[no-untyped-def]
     """The hardware reductions' walk: ``repeat`` repeats of ``src`` (block and repeat strides in 32 B blocks,
     lanes by the mask (lo, hi), the last repeat ``tail`` lanes long when > 0), each cut into groups (Whole and
@@ -281,11 +340,27 @@ def _walk_impl(op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, or
     is_sum, is_max, fold = kind == "Sum", kind == "Max", family == "Reduce"
     whole_mm = family == "Whole" and not is_sum
     idx_t = np.uint16 if sz == 2 else np.uint32
+    f32 = dt.name == "float"
 
     def walk(op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, order):  # type: ignore[no-untyped-def]
         core = core_of(src)
         pd = plan_tensor(dst)
         step = _dst_step(op, dt, order)
+        if is_sum and not fold and f32:  # the common case, written out (b32 lanes take mask[0] alone)
+            whole = repeat - 1 if tail > 0 else repeat  # then the last repeat has its first ``tail`` lanes
+            _f32_sums(core.base + src.addr, src_blk * 32, core.base + dst.addr, group, lo, whole, src_rep * 32,
+                      dst_rep * step)
+            cut = lo & ((np.uint64(1) << np.uint64(tail)) - np.uint64(1)) if tail > 0 else lo
+            if tail > 0:
+                _f32_sums(core.base + src.addr + whole * src_rep * 32, src_blk * 32,
+                          core.base + dst.addr + whole * dst_rep * step, group, cut, 1, 0, 0)
+            if core.checks:
+                for r in range(repeat):
+                    bits = cut if r == whole else lo
+                    for g in range(lanes // group):
+                        if (bits >> np.uint64(g * group)) & (_ONES >> np.uint64(64 - group)):
+                            _wrote(core, pd, r * dst_rep * step + g * sz, sz)
+            return store(dt, np.float32(0)), np.int64(0), np.int64(0), False
         v = np.empty(lanes, np.float32)
         raw = np.empty(lanes, st)
         on = np.zeros(lanes, np.bool_)
