@@ -41,6 +41,7 @@ from tilesim.machine import (
     pipe_barrier,
     relu,
     set_flag,
+    size_of,
     sqrt,
     sub,
     wait_flag,
@@ -169,6 +170,51 @@ def test_level0_mask_and_broadcast_stride() -> None:
     want[:, ::2] = (a * g)[:, ::2]
     np.testing.assert_array_equal(out, want)
     assert rep.total("vec_binary") == 4  # the masked-off call is no instruction
+
+
+@kernel
+def level0_runs(ctx, t, a, g, out):
+    """The mask as a count (the first t.n lanes of each repeat, a run): out = a * g (src1RepStride 0: one g
+    repeat for all) then + 2, on 4 repeats of the lanes of a.dtype, with the lanes off keeping Duplicate's -1."""
+    pipe = TPipe(ctx)
+    q = pipe.init_buffer(TQue(VECIN, 1), 2, 1024)
+    qo = pipe.init_buffer(TQue(VECOUT, 1), 1, 1024)
+    x, gamma = q.alloc_tensor(a.dtype), q.alloc_tensor(a.dtype)
+    lanes = 1024 // size_of(a.dtype)  # 4 repeats of 256 B
+    data_copy(x, a, lanes)
+    data_copy(gamma, g, lanes // 4)  # one repeat
+    q.enque(x)
+    x = q.deque(a.dtype)
+    q.enque(gamma)
+    gamma = q.deque(a.dtype)
+    o = qo.alloc_tensor(a.dtype)
+    duplicate(o, -1.0, lanes)
+    pipe_barrier(ctx, PIPE_V)
+    mul(o, x, gamma, t.n, 4, BinaryRepeatParams(1, 1, 1, 8, 8, 0))
+    pipe_barrier(ctx, PIPE_V)
+    adds(o, o, 2.0, t.n, 4, UnaryRepeatParams(1, 1, 8, 8))
+    qo.enque(o)
+    o = qo.deque(a.dtype)
+    data_copy(out, o, lanes)
+    q.free_tensor(x)
+    q.free_tensor(gamma)
+    qo.free_tensor(o)
+
+
+@pytest.mark.parametrize("dtype,n", [(np.float32, 64), (np.float32, 37), (np.float16, 128), (np.float16, 100),
+                                     (np.float16, 64), (np.float16, 7)])
+def test_level0_mask_runs(dtype: type, n: int) -> None:
+    """A mask that is a run of the first lanes takes a loop of its own: the same results as the lane walk."""
+    lanes = 256 // np.dtype(dtype).itemsize
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((4, lanes)).astype(dtype)
+    g = rng.standard_normal(lanes).astype(dtype)
+    out = np.zeros((4, lanes), dtype)
+    launch(level0_runs, Rows(n), a, g, out, block_dim=1, checks=True)
+    want = np.full((4, lanes), -1.0, dtype)
+    prod = (a.astype(np.float32) * g.astype(np.float32)).astype(dtype)
+    want[:, :n] = (prod.astype(np.float32) + 2).astype(dtype)[:, :n]
+    np.testing.assert_array_equal(out, want)
 
 
 @kernel

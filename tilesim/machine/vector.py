@@ -256,6 +256,28 @@ def _contiguous_impl(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
     return two
 
 
+@njit(cache=True)
+def prefix_lanes(lo, hi, per):
+    """How many lanes the mask (lo, hi) turns on for ``per`` lanes a repeat if they are the first ones (b32's
+    64 take ``lo`` alone), else 0."""
+    ones = np.uint64(0xFFFFFFFFFFFFFFFF)
+    if lo == ones:
+        if per <= 64 or hi == ones:
+            return np.int64(per)
+        first, word = np.int64(64), hi
+    else:
+        first, word = np.int64(0), lo
+        if per > 64 and hi != 0:
+            return np.int64(0)
+    if word & (word + np.uint64(1)):  # not a run of ones from bit 0
+        return np.int64(0)
+    k = first
+    while word:
+        word >>= np.uint64(1)
+        k += 1
+    return k
+
+
 @njit(cache=True, inline="always")
 def lane_on(lo, hi, lane):
     return ((lo >> np.uint64(lane)) & np.uint64(1)) != 0 if lane < 64 else ((hi >> np.uint64(lane - 64))
@@ -278,6 +300,20 @@ def _strided_impl(op, dst, a, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tai
     def walk(op, dst, a, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tail):  # type: ignore[no-untyped-def]
         core = core_of(dst)
         v = scalar_of(dt, s)
+        k = prefix_lanes(lo, hi, 8 * epb)
+        if k > 0 and ds == 1 and as_ == 1 and (not two or bs == 1):  # each repeat's lanes in one run: the
+            for r in range(repeat):  # same elements in the same order, in a loop that vectorises
+                m = min(k, tail) if (tail > 0 and r == repeat - 1) else k
+                d = carray(address_as_pointer(core.base + dst.addr + r * dr * 32, st), m)
+                x = carray(address_as_pointer(core.base + a.addr + r * ar * 32, st), m)
+                if two:
+                    y = carray(address_as_pointer(core.base + b.addr + r * br * 32, st), m)
+                    for e in range(m):
+                        d[e] = store(dt, apply(op, load(dt, x[e]), load(dt, y[e])))
+                else:
+                    for e in range(m):
+                        d[e] = store(dt, apply(op, load(dt, x[e]), v))
+            return
         for r in range(repeat):
             last = tail if (tail > 0 and r == repeat - 1) else 8 * epb
             for blk in range(8):
