@@ -84,7 +84,7 @@ def test_core_counts_agree(rng, soc):
     """The deterministic weight grad and the ordered input-grad adds give the same bits on 48 and 40 cores
     whenever no fp32 sum has three addends in a different order (bs = 2·stride: at most two windows per token);
     the weight grad's halving tree differs with the core count, so it is judged by the standard."""
-    cum, n, d, bs, stride = [0, 128, 272], 8, 32, 32, 16
+    cum, n, d, bs, stride = [0, 128, 272], 7, 32, 32, 16
     g, x, w = inputs(rng, cum, n, d, bs, stride, "bfloat16")
     with tilesim.capture() as runs:
         dx, dw = nsa_compress_grad(g, x, w, cum, bs, stride, soc=soc)
@@ -92,6 +92,20 @@ def test_core_counts_agree(rng, soc):
     base = nsa_compress_grad(g, x, w, cum, bs, stride)
     assert_bitwise(dx, base[0], "input_grad")
     assert compare(dw, ref.nsa_compress_grad(g, x, w, cum, bs, stride)[1], "bfloat16").ok
+
+
+def test_more_than_255_rows_a_pass_is_reported(rng):
+    """ops-transformer's ComputeWtGrad sums a pass's heads x rows with one BlockReduceSum per 64 lanes of D, the rows
+    as its repeats: with D = 32 and 8 heads a pass takes 8 x 32 = 256 rows, past the API's 255 repeats (the NPU
+    would not compute what the kernel means). Checked mode reports it first and writes nothing; fast mode computes
+    every repeat."""
+    cum, n, d, bs, stride = [0, 128, 272], 8, 32, 32, 16
+    g, x, w = inputs(rng, cum, n, d, bs, stride, "bfloat16")
+    dx, dw = np.full_like(x, 7), np.full_like(w, 7)
+    with pytest.raises(tilesim.CheckError) as e:
+        nsa_compress_grad(g, x, w, cum, bs, stride, checks=True, out=(dx, dw))
+    assert "repeat_times 256 (it must be in [0, 255])" in e.value.violations[0].detail
+    assert np.all(dx.astype(np.float32) == 7) and np.all(dw.astype(np.float32) == 7)
 
 
 @pytest.mark.parametrize("cores", [1, 3, 7, 48])
@@ -106,6 +120,20 @@ def test_hand_made_core_counts(rng, cores):
     with pytest.raises(AclnnError) as e:
         nsa_compress_grad(g, x, w, cum, bs, stride, tiling=bad)
     assert e.value.status == 561002
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3])
+def test_a_core_crosses_sequences_without_windows(rng, cores):
+    """A core whose windows run on past sequences shorter than blockSize (20 and 10 tokens here) skips
+    them. ops-transformer's Process moves on one sequence per window (``if``, not a loop):
+    it would take its next window from the short sequence's first token; ours loops (the module's docstring)."""
+    cum, n, d, bs, stride = [0, 120, 140, 272, 282, 350], 2, 16, 32, 16
+    g, x, w = inputs(rng, cum, n, d, bs, stride, "float16")
+    t = tiling.nsa_compress_grad(g, x, w, cum, bs, stride, core_num=cores)
+    dx, dw = nsa_compress_grad(g, x, w, cum, bs, stride, tiling=t)
+    gdx, gdw = ref.nsa_compress_grad(g, x, w, cum, bs, stride)
+    assert compare(dx, gdx).ok and compare(dw, gdw).ok
+    assert np.all(dx[272:282].astype(np.float32) == 0)
 
 
 def test_checked_mode_threads_and_out(rng):
