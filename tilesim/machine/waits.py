@@ -6,7 +6,10 @@ waiter counts itself in the word's waiter count, checks the word once more, and 
 advances the word wakes the sleepers, with a system call only when the count says someone sleeps (both sides'
 atomics are sequentially consistent, so either the waiter sees the new value or the advancer sees the waiter).
 The words are int64 whose low 32 bits change at every advance (the futex compares those). A wait also ends when
-a stop word is set (a core stopped, the launch gave up); sleeps last at most a millisecond, so a stop is seen.
+a stop word is set (a core stopped, the launch gave up), which nobody wakes the sleepers for: a wait's first
+sleep lasts at most a millisecond and each next one twice as long, up to 16 ms, so a stop is seen within 16 ms,
+and a core waiting for a whole phase (behind the gate) wakes a few times, not once a millisecond (48 cores on a
+2-thread host: 6,000 wakes a call of a 150 ms kernel, each a context switch taken from the cores at work).
 
 The SyncAll barrier's words (:func:`tilesim.launch.run_synced` owns them): cores arrived at SyncAlls in all,
 SyncAlls released, cores ended, an abort (a core stopped, or the cores cannot all reach the next SyncAll), the
@@ -24,13 +27,20 @@ from .tensor import CTX_WORDS, X_ARRIVED, X_FAULT, X_IDX, X_SYNC_AT, X_SYNC_GEN,
 
 BAR_ARRIVED, BAR_RELEASED, BAR_EXITED, BAR_ABORT, BAR_GATE, BAR_RELEASE_WAITERS, BAR_BELL, BAR_BELL_WAITERS = range(8)
 BAR_WORDS = 8
-_SLEEP_US = 1000  # the longest sleep: how late a stop word is seen
+FIRST_SLEEP_US, LONGEST_SLEEP_US = 1000, 16_000  # a wait's first sleep, and its longest: how late a stop is seen
+
+
+@njit(cache=True)
+def next_sleep(us):
+    """The sleep after one of ``us`` microseconds: twice as long, at most LONGEST_SLEEP_US."""
+    return min(2 * us, LONGEST_SLEEP_US)
 
 
 @njit(cache=True)
 def wait_until(at, target, waiters, stop_a, stop_b):
     """Sleep until the int64 at address ``at`` reaches ``target`` (True), or the word at ``stop_a`` or ``stop_b``
     (an address, 0: none) is set first (False). ``waiters``: the address of the word's waiter count."""
+    us = FIRST_SLEEP_US
     while True:
         if atomic_load(at) >= target:
             return True
@@ -39,7 +49,8 @@ def wait_until(at, target, waiters, stop_a, stop_b):
         atomic_add(waiters, 1)
         v = atomic_load(at)
         if v < target:
-            futex_wait(at, v, _SLEEP_US)
+            futex_wait(at, v, us)
+            us = next_sleep(us)
         atomic_add(waiters, -1)
 
 
