@@ -24,9 +24,11 @@ SetWsToZero), ``Process``, ``MoveResult``.
   MoveInputGrad (the core's (t, n) rows of the workspace in maxHeadNumInUb-row chunks, ping and pong through
   inputFp32 and weightBrdc, MTE3_MTE2 / MTE2_V / V_MTE3 on ids 0 and 1).
 
-CastByCondition: fp16 CAST_NONE, bf16 CAST_RINT (both round to nearest even). The atomic adds into the shared fp32
-inputGrad workspace land in core order (:mod:`tilesim.machine.atomic`): each window's in turn, the order of the
-windows.
+GetSeqLenTarBch reads actSeqLen with GetValue (counted as scalar_access). CastByCondition: fp16 CAST_NONE, bf16
+CAST_RINT (both round to nearest even). A pass of more than 255 rows (heads x rows; 8 heads of D = 32 take 256)
+gives ComputeWtGrad's BlockReduceSum more than the API's 255 repeats: checked mode reports it. The atomic adds
+into the shared fp32 inputGrad workspace land in core order (:mod:`tilesim.machine.atomic`): each window's in
+turn, the order of the windows.
 
 Where this differs from ops-transformer: deterministicFlag_ is always on (the class's default; the non-deterministic
 MoveWtGrad by core 0 is not emulated); InitOutput and BroadCast are :mod:`tilesim.machine`'s (their UB steps are
