@@ -1,6 +1,6 @@
 """How a host thread waits for another (``tilesim.machine.waits.wait_until``): asleep on the word, woken by the
 thread that advances it; a stop word ends the wait though nobody wakes the sleeper (its sleeps double from 1 ms up
-to 16 ms, so that a core asleep behind the gate for a whole phase wakes a few times, not once a millisecond)."""
+to 128 ms, so that a core asleep behind the gate for a whole phase wakes a few times, not once a millisecond)."""
 
 from __future__ import annotations
 
@@ -60,13 +60,13 @@ def test_a_stop_ends_a_wait_nobody_wakes():
     got: list[bool] = []
     th = threading.Thread(target=_waiter, args=(words, 1, got))
     th.start()
-    time.sleep(0.05)  # past the first sleeps: the waiter sleeps 16 ms at a time by now
+    time.sleep(0.05)  # past the first sleeps: the waiter sleeps 32 ms or more at a time by now
     words[STOP] = 1  # no wake: the sleep's end sees it
     th.join()
     assert got == [False] and words[WORD] == 0 and words[WAITERS] == 0
 
 
 def test_the_sleeps_double_up_to_the_longest():
-    s = _sleeps(8)
-    assert s.tolist() == [1000, 2000, 4000, 8000, 16000, 16000, 16000, 16000]
-    assert LONGEST_SLEEP_US == 16_000 and FIRST_SLEEP_US == 1000
+    s = _sleeps(10)
+    assert s.tolist() == [1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000, 128000, 128000]
+    assert LONGEST_SLEEP_US == 128_000 and FIRST_SLEEP_US == 1000

@@ -7,9 +7,9 @@ advances the word wakes the sleepers, with a system call only when the count say
 atomics are sequentially consistent, so either the waiter sees the new value or the advancer sees the waiter).
 The words are int64 whose low 32 bits change at every advance (the futex compares those). A wait also ends when
 a stop word is set (a core stopped, the launch gave up), which nobody wakes the sleepers for: a wait's first
-sleep lasts at most a millisecond and each next one twice as long, up to 16 ms, so a stop is seen within 16 ms,
-and a core waiting for a whole phase (behind the gate) wakes a few times, not once a millisecond (48 cores on a
-2-thread host: 6,000 wakes a call of a 150 ms kernel, each a context switch taken from the cores at work).
+sleep lasts at most a millisecond and each next one twice as long, up to 128 ms, so a stop is seen within 128
+ms, and a core waiting for a whole phase (behind the gate) wakes a few times, not once a millisecond (48 cores
+on a 2-thread host: 6,000 wakes a call of a 150 ms kernel, each a context switch taken from the cores at work).
 
 The SyncAll barrier's words (:func:`tilesim.launch.run_synced` owns them): cores arrived at SyncAlls in all,
 SyncAlls released, cores ended, an abort (a core stopped, or the cores cannot all reach the next SyncAll), the
@@ -27,7 +27,7 @@ from .tensor import CTX_WORDS, X_ARRIVED, X_FAULT, X_IDX, X_SYNC_AT, X_SYNC_GEN,
 
 BAR_ARRIVED, BAR_RELEASED, BAR_EXITED, BAR_ABORT, BAR_GATE, BAR_RELEASE_WAITERS, BAR_BELL, BAR_BELL_WAITERS = range(8)
 BAR_WORDS = 8
-FIRST_SLEEP_US, LONGEST_SLEEP_US = 1000, 16_000  # a wait's first sleep, and its longest: how late a stop is seen
+FIRST_SLEEP_US, LONGEST_SLEEP_US = 1000, 128_000  # a wait's first sleep, and its longest: how late a stop is seen
 
 
 @njit(cache=True)
