@@ -15,6 +15,7 @@ from kernels import group_norm_backward
 from kernels import reference as ref
 from tilesim.precision import THRESHOLD, compare
 from tiling.common import replace
+from tiling.group_norm_backward import SYS_WORKSPACE
 
 DT = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 EPS = 1e-5
@@ -196,7 +197,7 @@ def test_run_report_counts_what_the_kernel_moves(rng):
     rep = runs[0]
     t = tiling.group_norm_backward(*args, n, c, hxw, group)
     assert rep.op == "group_norm_backward" and rep.block_dim == t.block_dim
-    assert rep.workspace_size == t.workspace_size
+    assert rep.workspace_size == t.workspace_size - SYS_WORKSPACE  # GetUserWorkspace: the 16 MiB not emulated
     big = n * c * hxw * 4
     assert rep.total("mte2_bytes") >= 2 * big  # dy and x, at least once
     assert rep.total("mte3_bytes") >= big  # dx
