@@ -1,17 +1,55 @@
-"""aclnnGroupNormBackward: the GroupNormGrad kernel of ops-nn (``op_kernel/group_norm_grad_kernel.h``) as device
-code on tilesim, the op-level decomposition aclnn uses on the other SoCs, and the host op API.
+"""aclnnGroupNormBackward: the GroupNormGrad kernel of ops-nn (``norm/group_norm_grad/op_kernel/group_norm_grad.h``,
+the DAV_2201 kernel ``GroupNormGrad<T, isDeterministic>`` that ``group_norm_grad.cpp`` instantiates per tiling key)
+on tilesim's programming model, the op-level decomposition aclnn uses on the other SoCs, and the host op API.
 
-Per core: tasks (n, g) ``[first, +count)`` from the tiling; per task CopyIn (DataCopyPad; b16 lands in a T buffer
-and is cast to the fp32 buffer), the per-channel sums Σdy and Σdy·x̂ with x̂ = x·rstd + (−mean·rstd), the group
-constants c1 = Σγ·Σdy / D and c2 = Σγ·Σdy·x̂ / D, then dx = rstd·(γ·dy − c1 − c2·x̂) in the mode's own operation
-order, cast with CAST_ROUND for b16. UB modes 0, 1, 2, 3 and 5 are each their own loop, as in the kernel.
+The kernel, call for call (its function names in the docstrings below):
 
-dgamma/dbeta: each task's channel sums go out by atomic add. With N > 2 (deterministic) into workspace row n/2
-(two addends per address), SyncAll, then stage 2 folds the rows (fp32: two halves of the cores, each atomically
-adding into the zeroed output; b16: one pass per channel slice, then the cast). With N <= 2 straight into the
-outputs (fp32), or through an fp32 workspace and a cast (b16; N = 1 casts directly). The atomic adds land in
-two shadow rows (batch row parity, or the stage-2 half) merged after the phase: at most two addends meet at an
-address, so the sums are those of the NPU whatever the host thread count.
+- Init: ``Init_Output_GM`` on core 0 (InitOutput of what the atomic adds land in: the outputs for fp32 with
+  N <= 2, C floats of the workspace for b16 with N <= 2, the workspace rows and for fp32 the outputs with N > 2),
+  ``Init_Unified_Buffer`` (the mode's queues and TBufs), SyncAll.
+- Process: per task (n, g) ``[start_task_id, +cur_core_task_num)`` the UB mode's loop: 0 (CopyIn_Mode_0,
+  Compute_Mode_0: the group resident; a channel whose start is not 32 B aligned re-read from GM, into in_temp_x /
+  in_temp_dy for its sums and into the group buffers at the aligned offset before it for its dx, in the uncentred
+  form), 1 (Compute_Mode_1: a channel at a time), 2 (Compute_Mode_2: two channels a pass in two buffers of each
+  queue), 3 (Compute_Mode_3: a channel in HxW chunks, CopyIn_x, compute_dgamma, Copyout_dgamma, the chunk sums
+  added with Kahan compensation), 5 (CopyIn_Mode_0, Compute_Mode_5: HxW = 1). Each computes the channel sums Σdy
+  and Σdy·x̂ (x̂ = x·rstd − mean·rstd, ``Adds_Muls_template``; the sums by ``ReduceSum_template``: Copy and Adds
+  folding from 128 repeats down to one, ReduceSum of 64, GetValue), hands them to ``Mode_Selection``, and for dx
+  ``Mul_ReduceSum_template`` (c1 = Σγ·Σdy / D and c2 = Σγ·Σdy·x̂ / D by ReduceSum's count form) and dx =
+  rstd·(γ·dy − c1 − c2·x̂) in the mode's own operation order. b16 lands in a T TBuf and is cast (CAST_NONE) to
+  fp32 (``Custom_DataCopy_In``) and goes out cast with CAST_ROUND (``Custom_DataCopy_Out``).
+- ``Mode_Selection``: the C_G sums by SetAtomicAdd DataCopyPad (``fp32_dgamma_dbeta2GM``) into the outputs (fp32,
+  N <= 2), C floats of the workspace (b16, N = 2), or workspace row n / 2 (N > 2: two addends an address); b16
+  with N = 1 casts and writes them (``non_fp32_dgamma_dbeta2GM``).
+- ``pipe.Reset()``, then the second stage after a SyncAll: the deterministic fp32 reduction
+  (``reduce_dgamma_dbeta_WSP2GM``: two halves of the cores fold the workspace rows of a channel slice,
+  ``reduce_axis_n_WSP2UB``, and add them atomically into the zeroed outputs), the deterministic b16 one
+  (``reduce_cast_dgamma_dbeta_WSP2GM``: every row, then the cast), or b16 with N = 2 the cast of the fp32 sums
+  (``cast_dgamma_dbeta_WSP2GM``). fp32 with N <= 2 has no second stage and no second SyncAll.
+
+The PipeBarriers, SetFlag / WaitFlag pairs (event ids from FetchEventID where ops-nn takes them so) and queue calls
+are ops-nn's, in its places; the op is built with BiSheng's auto-sync on, which inserts the V-V barriers and the
+syncs with PIPE_S that ops-nn leaves out. The atomic adds land in core order; at most two addends meet at an
+address besides the zeros, so the sums are the NPU's in any order.
+
+Where this differs from ops-nn on purpose:
+
+- Compute_Mode_5: ops-nn's atomic DataCopyPad of dgamma (``fp32_dgamma_dbeta2GM``) reads the buffer the Mul just
+  wrote with only an S_MTE3 pair between them (the PipeBarrier<PIPE_ALL> comes before the Mul): a V to MTE3 race.
+  Here a SetFlag / WaitFlag<V_MTE3> pair follows the Mul.
+- ``Custom_DataCopy_Out`` for b16: ops-nn sets MTE3_V with EVENT_ID0 while the FreeTensor of out_queue_dbeta
+  (a VECOUT queue: its MTE3_V id 0 pending until the next AllocTensor) still holds it, in modes 1, 2, 3 and 5: a
+  SetFlag on a flag already set. Here that id comes from FetchEventID (V_MTE3 keeps EVENT_ID0, which is free).
+- ``TBuf::Get<T>(count)`` of a count that is not a whole number of 32 B blocks: here Get<T>() of the whole TBuf
+  (the copies and casts touch ``count`` elements either way).
+- One InitBuffer order per kernel, so that the buffer names in reports are right whatever the mode: a buffer a
+  mode does not place (in_temp_x / in_temp_dy with aligned channels; the stage-2 reduce queues of the b16 cast
+  with N = 2) is placed with 0 bytes, where it leaves every offset as ops-nn's; fp32 mode 3 places
+  temp_queue_HXW after the dgamma / dbeta queues (Init_Unified_Buffer_FP32_MODE_3 has it before them: two
+  offsets differ, no size).
+
+Numerics beside ops-nn's: ``ReduceSum``'s count form adds its repeats' sums in order, as A2 does, so with C/G >
+192 (four or more repeats) c1 and c2, and about one ulp of dx, are those of that order.
 
 Only DAV_2201 (910B, 910_93) runs this kernel. aclnn decomposes the op on the others (the 910 training series and
 310P): dx from BatchNorm backward over [1, N·G, D] of dy·γ with var = 1/rstd² − 1e-5, dgamma and dbeta from
@@ -21,484 +59,915 @@ ReduceSum ops, each op rounding to the tensors' dtype (:func:`decomposed`).
 from __future__ import annotations
 
 from collections import namedtuple
-from dataclasses import fields
 from typing import Any
 
 import numpy as np
+from numba.extending import overload
 
-from tilesim.cast import CAST_ROUND, b16_to_f32_bits, elem_size
-from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
-from tilesim.device import at, count_gm_scalar, gm_f32, gm_size, gm_tensor, gm_u16, make_core, slot
+from tilesim import machine as asc  # AscendC::
+from tilesim.cast import KIND_BF16, KIND_FP16, b16_to_f32_bits
 from tilesim.errors import invalid
 from tilesim.intrinsics import u32_as_f32
-from tilesim.jit import njit
-from tilesim.launch import AtomicTarget, finish, host_threads, prepare, reruns_on_overflow, run_cores, workspace
-from tilesim.reduce import reduce_sum
+from tilesim.jit import DEVICE_OPTIONS, njit
+from tilesim.launch import RunReport, workspace
+from tilesim.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tilesim.vector import (
-    add,
-    adds,
-    cast_from_f32,
-    cast_to_f32,
-    copy,
-    duplicate,
-    get_value,
-    mul,
-    muls,
-    set_value,
-    sub,
-)
-from tiling.common import device_form, dtype_name, shape_of
+from tiling.common import dtype_name, shape_of
 from tiling.group_norm_backward import (
-    DBETA,
-    DBETA_T,
-    DGAMMA,
-    DGAMMA_T,
-    DY,
-    DY_T,
-    GAMMA,
-    GAMMA_T,
+    DETERMINISTIC_KEY,
     MODE_0,
+    MODE_1,
+    MODE_2,
     MODE_3,
     MODE_5,
-    S2_DBETA_ROWS,
-    S2_DBETA_SUM,
-    S2_DBETA_T,
-    S2_DGAMMA_ROWS,
-    S2_DGAMMA_SUM,
-    S2_DGAMMA_T,
     SPLIT_COUNT,
     SYS_WORKSPACE,
-    TEMP_DY,
-    TEMP_HXW,
-    TEMP_X,
-    X_T,
     GroupNormBackwardTiling,
-    X,
     check_args,
     check_tiling,
-    ub_plan,
 )
 from tiling.group_norm_backward import group_norm_backward as make_tiling
 
-from .common import KIND, NUMPY_DTYPE, checks_default, copy_back, gm_out, output, to_gm, write_targets
+from .common import NUMPY_DTYPE, checks_default, output
 
-LANES = 64
-FOLD_START = 128  # ReduceSum_template folds from 128 repeats of 64 lanes down
-GM_NAMES = ["gradOut", "input", "mean", "rstd", "gamma", "gradInput", "gradGammaOut", "gradBetaOut",
-            "workspace (dgamma)", "workspace (dbeta)", "dgamma partials (atomic)", "dbeta partials (atomic)",
-            "stage-2 dgamma (atomic)", "stage-2 dbeta (atomic)"]
-(G_DY, G_X, G_MEAN, G_RSTD, G_GAMMA, G_DX, G_DGAMMA, G_DBETA, G_WSG, G_WSB, G_SH1G, G_SH1B, G_SH2G,
- G_SH2B) = range(len(GM_NAMES))
+GM_NAMES = ["gradOut", "mean", "rstd", "input", "gamma", "gradInput", "gradGammaOut", "gradBetaOut"]
+MASK = 64  # ReduceSum_template: floats a repeat
+MAX_LEN = 128  # ReduceSum_template folds from 128 repeats down
+FLOAT_PER_BLOCK = 8
 DX_EPS = 1e-5  # the decomposition's eps (GradInputProcess)
 
-# The tiling as Numba sees it: the numeric fields, and whether the reduction is the deterministic one.
-DeviceTiling = namedtuple("DeviceTiling", [f.name for f in fields(GroupNormBackwardTiling) if f.name != "dtype"]
-                          + ["deterministic"])
+# Init_Unified_Buffer's queues and TBufs (the T TBufs None in the float kernel).
+Buffers = namedtuple("Buffers", ["in_queue_dy", "in_queue_x", "in_queue_gamma", "out_queue_dgamma", "out_queue_dbeta",
+                                 "temp_queue_hxw", "in_temp_x", "in_temp_dy", "in_tbuf_dy_t", "in_tbuf_x_t",
+                                 "in_tbuf_gamma_t", "out_tbuf_dgamma_t", "out_tbuf_dbeta_t"])
+# The GM tensors: the op's, and the two halves of the user workspace (dgamma's, dbeta's), float.
+Gm = namedtuple("Gm", ["dy", "mean", "rstd", "x", "gamma", "dx", "dgamma", "dbeta", "dgamma_ws", "dbeta_ws"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tools_func
+
+
+def _to_float(dtype, v):  # type: ignore[no-untyped-def]
+    """``float(v)`` of a GetValue (ToFloat for bfloat16_t; half and bfloat16 read as their bits)."""
+
+
+@overload(_to_float, jit_options=DEVICE_OPTIONS)
+def _to_float_impl(dtype, v):  # type: ignore[no-untyped-def]
+    name = dtype.dt.name
+    if name == "float":
+        return lambda dtype, v: v
+    kind = KIND_BF16 if name == "bfloat16_t" else KIND_FP16
+    return lambda dtype, v: u32_as_f32(b16_to_f32_bits(v, kind))
 
 
 @njit(cache=True)
-def _gm_scalar(core, g, i, kind):
-    """GlobalTensor.GetValue, widened to fp32 (ToFloat for bf16)."""
-    count_gm_scalar(core, g, i)
-    if kind == 0:
-        return gm_f32(g)[i]
-    return u32_as_f32(b16_to_f32_bits(gm_u16(g)[i], kind))
+def _sync(ctx, pipe, event):
+    """A SetFlag / WaitFlag pair of ``event`` back to back, its id from FetchEventID."""
+    ev = pipe.fetch_event_id(event)
+    asc.set_flag(ctx, event, ev)
+    asc.wait_flag(ctx, event, ev)
 
 
 @njit(cache=True)
-def _copy_in(core, dst, tbuf, g, off, count, kind):
-    """Custom_DataCopy_In: DataCopyPad of ``count`` elements; b16 lands in ``tbuf`` and is cast (exactly) to fp32."""
-    if kind == 0:
-        data_copy_pad(core, dst, g, off, 1, count, count, 0)
-    else:
-        data_copy_pad(core, tbuf, g, off, 1, count, count, 0)
-        cast_to_f32(core, dst, tbuf, count, kind)
+def _get_mean_rstd(ctx, g, task):
+    """Get_Mean_Rstd: the task's mean and rstd by GetValue from GM, then PipeBarrier<PIPE_ALL>."""
+    mean = np.float32(_to_float(g.mean.dtype, g.mean.get_value(task)))
+    rstd = np.float32(_to_float(g.rstd.dtype, g.rstd.get_value(task)))
+    asc.pipe_barrier(ctx, asc.PIPE_ALL)
+    return mean, rstd
+
+
+def _copy_in(ctx, dst, tbuf, src, count):  # type: ignore[no-untyped-def]
+    """Custom_DataCopy_In: DataCopyPad of ``count`` elements (DataCopyPadExtParams{false, 0, 0, 0}); b16 lands in
+    the T TBuf ``tbuf``, PipeBarrier<PIPE_ALL>, Cast to ``dst`` with CAST_NONE (exact)."""
+
+
+@overload(_copy_in, jit_options=DEVICE_OPTIONS)
+def _copy_in_impl(ctx, dst, tbuf, src, count):  # type: ignore[no-untyped-def]
+    if src.dtype.dt.size == 4:
+        def fp32(ctx, dst, tbuf, src, count):  # type: ignore[no-untyped-def]
+            asc.data_copy_pad(dst, src, asc.DataCopyExtParams(1, count * 4, 0, 0),
+                              asc.DataCopyPadExtParams(False, 0, 0, 0))
+        return fp32
+
+    def b16(ctx, dst, tbuf, src, count):  # type: ignore[no-untyped-def]
+        temp = tbuf.get(src.dtype)
+        asc.data_copy_pad(temp, src, asc.DataCopyExtParams(1, count * 2, 0, 0),
+                          asc.DataCopyPadExtParams(False, 0, 0, 0))
+        asc.pipe_barrier(ctx, asc.PIPE_ALL)
+        asc.cast(dst, temp, asc.CAST_NONE, count)
+    return b16
+
+
+def _copy_out(ctx, pipe, dst, src, tbuf, count):  # type: ignore[no-untyped-def]
+    """Custom_DataCopy_Out: fp32 by DataCopyPad as it is; b16 Cast with CAST_ROUND into the T TBuf ``tbuf``,
+    SetFlag / WaitFlag<V_MTE3> (EVENT_ID0), DataCopyPad, SetFlag / WaitFlag<MTE3_V> (an id from FetchEventID:
+    ops-nn's EVENT_ID0 may be held by a FreeTensor)."""
+
+
+@overload(_copy_out, jit_options=DEVICE_OPTIONS)
+def _copy_out_impl(ctx, pipe, dst, src, tbuf, count):  # type: ignore[no-untyped-def]
+    if dst.dtype.dt.size == 4:
+        def fp32(ctx, pipe, dst, src, tbuf, count):  # type: ignore[no-untyped-def]
+            asc.data_copy_pad(dst, src, asc.DataCopyParams(1, count * 4, 0, 0))
+        return fp32
+
+    def b16(ctx, pipe, dst, src, tbuf, count):  # type: ignore[no-untyped-def]
+        temp = tbuf.get(dst.dtype)
+        asc.cast(temp, src, asc.CAST_ROUND, count)
+        asc.set_flag(ctx, asc.HardEvent.V_MTE3, 0)
+        asc.wait_flag(ctx, asc.HardEvent.V_MTE3, 0)
+        asc.data_copy_pad(dst, temp, asc.DataCopyParams(1, count * 2, 0, 0))
+        _sync(ctx, pipe, asc.HardEvent.MTE3_V)
+    return b16
 
 
 @njit(cache=True)
-def _copy_out(core, g, off, src, tbuf, count, kind):
-    """Custom_DataCopy_Out: fp32 goes out as it is; b16 is cast with CAST_ROUND into ``tbuf`` first."""
-    if kind == 0:
-        data_copy_pad_out(core, g, off, src, 1, count, count)
-    else:
-        cast_from_f32(core, tbuf, src, count, kind, CAST_ROUND)
-        data_copy_pad_out(core, g, off, tbuf, 1, count, count)
+def _adds_muls(dst, src, adds_scalar, muls_scalar, count):
+    """Adds_Muls_template: Muls by ``muls_scalar``, then Adds ``adds_scalar`` (two roundings, no fused
+    multiply-add; ops-nn passes dst = src)."""
+    asc.muls(dst, src, muls_scalar, count)
+    asc.adds(dst, src, adds_scalar, count)
 
 
 @njit(cache=True)
-def _adds_muls(core, t, a, m, n):
-    """Adds_Muls_template in place: Muls by ``m``, then Adds ``a`` (two roundings, no fused multiply-add)."""
-    muls(core, t, t, m, n)
-    adds(core, t, t, a, n)
-
-
-@njit(cache=True)
-def _fold_sum(core, dst, src, work, count):
-    """ReduceSum_template with mode on: above 64 elements, fold onto the head by halves from 128 repeats down
-    (Copy, then Add of the part past the first fold), then ReduceSum of 64. Past 16384 elements the first Add
-    writes beyond the folded head and those lanes are lost, as on the NPU; the tilings keep HxW chunks below it
-    on 192 KiB UBs."""
-    if count <= LANES:
-        return reduce_sum(core, dst, src, work, count)
-    first = True
-    start = FOLD_START
-    while start >= 1:
-        inner = start * LANES
-        if count > inner:
-            if first:
-                copy(core, dst, src, inner)
-                add(core, dst, at(src, 4 * inner), dst, count - inner)
+def _reduce_sum_template(dst, src, work, count, mode):
+    """ReduceSum_template: with ``mode`` and more than 64 elements, Copy the first ``start`` repeats (the largest
+    ``start`` of 128, 64, ... 1 below the count) and Add the rest onto them, then Add each lower half onto the
+    head (the mask register as the count form left it), ReduceSum of 64; else ReduceSum of ``count``. The result
+    by GetValue(0). Past 16384 elements the first Add writes beyond the folded head and those lanes are lost, as
+    on the NPU; the tilings keep HxW chunks below it on 192 KiB UBs."""
+    if mode and count > MASK:
+        first = True
+        start = MAX_LEN
+        while start >= 1:
+            inner = start * MASK
+            if count > inner and first:
+                asc.copy(dst, src, MASK, start, asc.CopyRepeatParams(1, 1, 8, 8))
+                asc.add(dst, src[inner], dst, count - inner)
+                count = inner
                 first = False
-            else:
-                add(core, dst, at(dst, 4 * inner), dst, inner)
-            count = inner
-        start //= 2
-    return reduce_sum(core, dst, dst, work, LANES)
+            elif count > inner:
+                asc.add(dst, dst[inner], dst, asc.MASK_PLACEHOLDER, start, asc.BinaryRepeatParams(1, 1, 1, 8, 8, 8))
+                count = inner
+            start >>= 1
+        asc.reduce_sum(dst, dst, work, MASK)
+    else:
+        asc.reduce_sum(dst, src, work, count)
+    return dst.get_value(0)
 
 
 @njit(cache=True)
-def _group_constants(core, t, s_beta, s_gamma, gam):
-    """Mul_ReduceSum_template: c1 = Σγ·Σdy / D and c2 = Σγ·Σdy·x̂ / D (the sums are scaled by γ in place)."""
+def _mul_reduce_sum_template(t, dbeta_local, dgamma_local, gamma_local):
+    """Mul_ReduceSum_template: the sums scaled by γ in place, then c1 = ReduceSum(γ·Σdy) / D and
+    c2 = ReduceSum(γ·Σdy·x̂) / D (D = C_G·HxW)."""
     cg = t.c_g
-    mul(core, s_beta, gam, s_beta, cg)
-    mul(core, s_gamma, gam, s_gamma, cg)
+    asc.mul(dbeta_local, gamma_local, dbeta_local, cg)
+    asc.mul(dgamma_local, gamma_local, dgamma_local, cg)
     d = np.float32(t.c_g * t.hxw)
-    c1 = np.float32(reduce_sum(core, s_beta, s_beta, s_beta, cg) / d)
-    c2 = np.float32(reduce_sum(core, s_gamma, s_gamma, s_gamma, cg) / d)
+    c1 = np.float32(_reduce_sum_template(dbeta_local, dbeta_local, dbeta_local, cg, False) / d)
+    c2 = np.float32(_reduce_sum_template(dgamma_local, dgamma_local, dgamma_local, cg, False) / d)
     return c1, c2
 
 
 @njit(cache=True)
-def _load_gamma(core, t, task, gamma, kind):
-    gam = slot(core, GAMMA, 0)
-    _copy_in(core, gam, slot(core, GAMMA_T, 0), gamma, (task % t.g) * t.c_g, t.c_g, kind)
-    return gam
+def _load_gamma(ctx, pipe, t, b, g, task):
+    """The group's γ: AllocTensor of in_queue_gamma, Custom_DataCopy_In, SetFlag / WaitFlag<MTE2_V>."""
+    gamma_local = b.in_queue_gamma.alloc_tensor(asc.float32)
+    _copy_in(ctx, gamma_local, b.in_tbuf_gamma_t, g.gamma[(task % t.g) * t.c_g], t.c_g)
+    _sync(ctx, pipe, asc.HardEvent.MTE2_V)
+    return gamma_local
 
 
 @njit(cache=True)
-def _mode_selection(core, t, task, s_gamma, s_beta, dgamma, dbeta, sh1g, sh1b, kind):
-    """Mode_Selection: where a task's C_G channel sums go. Atomic adds land in the shadow row of the batch row's
-    parity (row n/2 of the workspace when deterministic, the output or the workspace of C otherwise)."""
-    n, g = task // t.g, task % t.g
-    cg = t.c_g
-    if not t.deterministic and kind != 0 and t.n == 1:  # non_fp32_dgamma_dbeta2GM: cast and write
-        if t.dbeta_is_require:
-            cast_from_f32(core, slot(core, DBETA_T, 0), s_beta, cg, kind, CAST_ROUND)
-            data_copy_pad_out(core, dbeta, g * cg, slot(core, DBETA_T, 0), 1, cg, cg)
-        if t.dgamma_is_require:
-            cast_from_f32(core, slot(core, DGAMMA_T, 0), s_gamma, cg, kind, CAST_ROUND)
-            data_copy_pad_out(core, dgamma, g * cg, slot(core, DGAMMA_T, 0), 1, cg, cg)
-        return
-    row_len = gm_size(sh1g) // SPLIT_COUNT
-    off = (n % SPLIT_COUNT) * row_len + ((n // SPLIT_COUNT) * t.g + g) * cg
+def _fp32_dgamma_dbeta2gm(ctx, pipe, t, ch, dgamma_out, dgamma_ub, dbeta_out, dbeta_ub):
+    """fp32_dgamma_dbeta2GM: S_MTE3, then under SetAtomicAdd<float> the C_G sums of dbeta, then dgamma, each
+    followed by an MTE3_V pair."""
+    _sync(ctx, pipe, asc.HardEvent.S_MTE3)
+    asc.set_atomic_add(ctx, asc.float32)
+    params = asc.DataCopyParams(1, t.c_g * 4, 0, 0)
     if t.dbeta_is_require:
-        atomic_add_pad_out(core, sh1b, off, s_beta, cg)
+        asc.data_copy_pad(dbeta_out[ch], dbeta_ub, params)
+        _sync(ctx, pipe, asc.HardEvent.MTE3_V)
     if t.dgamma_is_require:
-        atomic_add_pad_out(core, sh1g, off, s_gamma, cg)
+        asc.data_copy_pad(dgamma_out[ch], dgamma_ub, params)
+        _sync(ctx, pipe, asc.HardEvent.MTE3_V)
+    asc.set_atomic_none(ctx)
 
 
-@njit(cache=True, inline="always")
-def _task_mode0(core, t, task, dy, x, mean, rstd, gamma, dx, dgamma, dbeta, sh1g, sh1b, kind):
-    """UB mode 0 (and 5): the whole group resident. Channels whose start is not 32 B aligned in the group
-    buffer are re-read from GM into aligned buffers, and their dx uses the uncentred form of the kernel."""
+@njit(cache=True)
+def _non_fp32_dgamma_dbeta2gm(ctx, pipe, t, b, ch, g, dgamma_ub, dbeta_ub):
+    """non_fp32_dgamma_dbeta2GM (b16, N = 1): S_MTE3, then dbeta and dgamma each Cast with CAST_ROUND into its T
+    TBuf, V_MTE3, DataCopyPad."""
+    _sync(ctx, pipe, asc.HardEvent.S_MTE3)
+    params = asc.DataCopyParams(1, t.c_g * 2, 0, 0)
+    if t.dbeta_is_require:
+        dbeta_temp = b.out_tbuf_dbeta_t.get(g.dbeta.dtype)
+        asc.cast(dbeta_temp, dbeta_ub, asc.CAST_ROUND, t.c_g)
+        _sync(ctx, pipe, asc.HardEvent.V_MTE3)
+        asc.data_copy_pad(g.dbeta[ch], dbeta_temp, params)
+    if t.dgamma_is_require:
+        dgamma_temp = b.out_tbuf_dgamma_t.get(g.dgamma.dtype)
+        asc.cast(dgamma_temp, dgamma_ub, asc.CAST_ROUND, t.c_g)
+        _sync(ctx, pipe, asc.HardEvent.V_MTE3)
+        asc.data_copy_pad(g.dgamma[ch], dgamma_temp, params)
+
+
+def _mode_selection(ctx, pipe, t, b, g, task, dgamma_ub, dbeta_ub):  # type: ignore[no-untyped-def]
+    """Mode_Selection: where a task's C_G sums go (by ``T`` and isDeterministic)."""
+
+
+@overload(_mode_selection, jit_options=DEVICE_OPTIONS)
+def _mode_selection_impl(ctx, pipe, t, b, g, task, dgamma_ub, dbeta_ub):  # type: ignore[no-untyped-def]
+    if g.types[g.fields.index("dgamma")].dtype.dt.size == 4:  # g: the Numba type of a Gm
+        def fp32(ctx, pipe, t, b, g, task, dgamma_ub, dbeta_ub):  # type: ignore[no-untyped-def]
+            if t.tiling_key < DETERMINISTIC_KEY:
+                _fp32_dgamma_dbeta2gm(ctx, pipe, t, (task % t.g) * t.c_g, g.dgamma, dgamma_ub, g.dbeta, dbeta_ub)
+            else:
+                ch = ((task // t.g) // SPLIT_COUNT * t.g + task % t.g) * t.c_g
+                _fp32_dgamma_dbeta2gm(ctx, pipe, t, ch, g.dgamma_ws, dgamma_ub, g.dbeta_ws, dbeta_ub)
+        return fp32
+
+    def b16(ctx, pipe, t, b, g, task, dgamma_ub, dbeta_ub):  # type: ignore[no-untyped-def]
+        if t.tiling_key < DETERMINISTIC_KEY:
+            ch = (task % t.g) * t.c_g
+            if t.n == 1:
+                _non_fp32_dgamma_dbeta2gm(ctx, pipe, t, b, ch, g, dgamma_ub, dbeta_ub)
+            else:
+                _fp32_dgamma_dbeta2gm(ctx, pipe, t, ch, g.dgamma_ws, dgamma_ub, g.dbeta_ws, dbeta_ub)
+        else:
+            ch = ((task // t.g) // SPLIT_COUNT * t.g + task % t.g) * t.c_g
+            _fp32_dgamma_dbeta2gm(ctx, pipe, t, ch, g.dgamma_ws, dgamma_ub, g.dbeta_ws, dbeta_ub)
+    return b16
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MODE0 and MODE5
+
+
+@njit(cache=True)
+def _copy_in_mode_0(ctx, pipe, t, b, g, task):
+    """CopyIn_Mode_0: the group's dy and x (EnQue each), x̂ in x's buffer after the MTE2_V and S_V waits; the task's
+    mean and rstd."""
+    epg = t.c_g * t.hxw
+    offset = task * epg
+    dy_local = b.in_queue_dy.alloc_tensor(asc.float32)
+    _copy_in(ctx, dy_local, b.in_tbuf_dy_t, g.dy[offset], epg)
+    b.in_queue_dy.enque(dy_local)
+    x_local = b.in_queue_x.alloc_tensor(asc.float32)
+    _copy_in(ctx, x_local, b.in_tbuf_x_t, g.x[offset], epg)
+    mte2_v = pipe.fetch_event_id(asc.HardEvent.MTE2_V)
+    asc.set_flag(ctx, asc.HardEvent.MTE2_V, mte2_v)
+    mean, rstd = _get_mean_rstd(ctx, g, task)
+    _sync(ctx, pipe, asc.HardEvent.S_V)
+    asc.wait_flag(ctx, asc.HardEvent.MTE2_V, mte2_v)
+    _adds_muls(x_local, x_local, np.float32(-1.0) * mean * rstd, rstd, epg)
+    b.in_queue_x.enque(x_local)
+    return mean, rstd
+
+
+@njit(cache=True)
+def _compute_mode_0(ctx, pipe, t, b, g, task, mean, rstd):
+    """Compute_Mode_0: the channel sums (an unaligned channel from in_temp_x / in_temp_dy), Mode_Selection, then
+    per channel dx into temp_queue_HXW and out (an unaligned channel re-read at the aligned offset before it)."""
     hxw, cg = t.hxw, t.c_g
     epg = cg * hxw
-    base = task * epg
-    dyl, xl, tmp = slot(core, DY, 0), slot(core, X, 0), slot(core, TEMP_HXW, 0)
-    dyt, xt = slot(core, DY_T, 0), slot(core, X_T, 0)
-    s_beta, s_gamma = slot(core, DBETA, 0), slot(core, DGAMMA, 0)
-    _copy_in(core, dyl, dyt, dy, base, epg, kind)
-    _copy_in(core, xl, xt, x, base, epg, kind)
-    mv = _gm_scalar(core, mean, task, kind)
-    rv = _gm_scalar(core, rstd, task, kind)
-    neg_mr = np.float32(-1.0) * mv * rv
-    _adds_muls(core, xl, neg_mr, rv, epg)
-    if t.ub_mode == MODE_5:
-        copy(core, s_beta, dyl, (cg + 7) // 8 * 8)
-        mul(core, s_gamma, xl, dyl, cg)
-    else:
-        for ci in range(cg):
-            co = ci * hxw
-            if co % 8 == 0:
-                set_value(core, s_beta, ci, _fold_sum(core, tmp, at(dyl, 4 * co), tmp, hxw))
-                mul(core, tmp, at(xl, 4 * co), at(dyl, 4 * co), hxw)
-                set_value(core, s_gamma, ci, _fold_sum(core, tmp, tmp, tmp, hxw))
-            else:
-                ux, udy = slot(core, TEMP_X, 0), slot(core, TEMP_DY, 0)
-                _copy_in(core, ux, xt, x, base + co, hxw, kind)
-                _copy_in(core, udy, dyt, dy, base + co, hxw, kind)
-                _adds_muls(core, ux, neg_mr, rv, hxw)
-                v1 = _fold_sum(core, tmp, udy, tmp, hxw)
-                mul(core, tmp, ux, udy, hxw)
-                v2 = _fold_sum(core, tmp, tmp, tmp, hxw)
-                set_value(core, s_beta, ci, v1)
-                set_value(core, s_gamma, ci, v2)
-    _mode_selection(core, t, task, s_gamma, s_beta, dgamma, dbeta, sh1g, sh1b, kind)
-    if not t.dx_is_require:
-        return
-    gam = _load_gamma(core, t, task, gamma, kind)
-    if t.ub_mode == MODE_5:
-        mul(core, dyl, dyl, gam, cg)
-        c1, c2 = _group_constants(core, t, s_beta, s_gamma, gam)
-        _adds_muls(core, xl, rv * c1, rv * c2, cg)
-        muls(core, dyl, dyl, rv, cg)
-        sub(core, tmp, dyl, xl, cg)
-        _copy_out(core, dx, task * cg, tmp, dyt, cg, kind)
-        return
-    c1, c2 = _group_constants(core, t, s_beta, s_gamma, gam)
-    tpb = 8 if kind == 0 else 16
+    dy_local = b.in_queue_dy.deque(asc.float32)
+    x_local = b.in_queue_x.deque(asc.float32)
+    temp_1_local = b.out_queue_dbeta.alloc_tensor(asc.float32)
+    temp_2_local = b.out_queue_dgamma.alloc_tensor(asc.float32)
+    temp_hxw_local = b.temp_queue_hxw.alloc_tensor(asc.float32)
+    neg_mr = np.float32(-1.0) * mean * rstd
     for ci in range(cg):
         co = ci * hxw
-        gv = get_value(core, gam, ci)
-        if co % tpb == 0:
-            _adds_muls(core, at(xl, 4 * co), rv * c1, rv * c2, hxw)
-            muls(core, at(dyl, 4 * co), at(dyl, 4 * co), rv * gv, hxw)
-            sub(core, tmp, at(dyl, 4 * co), at(xl, 4 * co), hxw)
+        if co % FLOAT_PER_BLOCK == 0:
+            temp1 = _reduce_sum_template(temp_hxw_local, dy_local[co], temp_hxw_local, hxw, True)
+            temp_1_local.set_value(ci, temp1)
+            _sync(ctx, pipe, asc.HardEvent.S_V)
+            asc.mul(temp_hxw_local, x_local[co], dy_local[co], hxw)
+            temp2 = _reduce_sum_template(temp_hxw_local, temp_hxw_local, temp_hxw_local, hxw, True)
+            temp_2_local.set_value(ci, temp2)
         else:
-            fo = co // tpb * tpb
-            _copy_in(core, at(xl, 4 * fo), xt, x, base + co, hxw, kind)
-            _copy_in(core, at(dyl, 4 * fo), dyt, dy, base + co, hxw, kind)
-            _adds_muls(core, at(xl, 4 * fo), rv * c1 - mv * rv * rv * c2, rv * rv * c2, hxw)
-            muls(core, at(dyl, 4 * fo), at(dyl, 4 * fo), rv * gv, hxw)
-            sub(core, tmp, at(dyl, 4 * fo), at(xl, 4 * fo), hxw)
-        _copy_out(core, dx, base + co, tmp, dyt, hxw, kind)
-
-
-@njit(cache=True, inline="always")
-def _dx_chunk(core, k, dy, x, dx, off, count, gv, rv, a, m, kind):
-    """dx of one channel (or HxW chunk) in modes 1-3: γ·dy − (x·(rstd·c2) − (mean·rstd·c2 − c1)), times rstd."""
-    xl, dyl, tmp = slot(core, X, k), slot(core, DY, k), slot(core, TEMP_HXW, k)
-    _copy_in(core, xl, slot(core, X_T, 0), x, off, count, kind)
-    _copy_in(core, dyl, slot(core, DY_T, 0), dy, off, count, kind)
-    muls(core, dyl, dyl, gv, count)
-    _adds_muls(core, xl, a, m, count)
-    sub(core, dyl, dyl, xl, count)
-    muls(core, tmp, dyl, rv, count)
-    _copy_out(core, dx, off, tmp, slot(core, DY_T, 0), count, kind)
-
-
-@njit(cache=True, inline="always")
-def _task_channels(core, t, task, dy, x, mean, rstd, gamma, dx, dgamma, dbeta, sh1g, sh1b, kind):
-    """UB modes 1 and 2 (one channel at a time; mode 2 alternates two queue slots) and 3 (a channel in HxW
-    chunks, the chunk sums added with Kahan compensation)."""
-    hxw, cg = t.hxw, t.c_g
-    base = task * cg * hxw
-    s_beta, s_gamma = slot(core, DBETA, 0), slot(core, DGAMMA, 0)
-    dyt, xt = slot(core, DY_T, 0), slot(core, X_T, 0)
-    mv = _gm_scalar(core, mean, task, kind)
-    rv = _gm_scalar(core, rstd, task, kind)
-    neg_mr = np.float32(-1.0) * mv * rv
-    mode3 = t.ub_mode == MODE_3
-    cap = t.mode2_ub_capacity_ele if mode3 else hxw
-    chunks = t.mode2_ub_iteration_num if mode3 else 1
-    for ci in range(cg):
-        k = 0 if mode3 else ci
-        dyl, xl, tmp = slot(core, DY, k), slot(core, X, k), slot(core, TEMP_HXW, k)
-        sum1 = sum2 = corr1 = corr2 = np.float32(0)
-        for j in range(chunks):
-            count = t.mode2_ub_tail_num if (mode3 and j == chunks - 1) else cap
-            off = base + ci * hxw + j * cap
-            _copy_in(core, dyl, dyt, dy, off, count, kind)
-            _copy_in(core, xl, xt, x, off, count, kind)
-            adj = _fold_sum(core, tmp, dyl, tmp, count) - corr1
-            s = adj + sum1
-            corr1 = (s - sum1) - adj
-            sum1 = s
-            _adds_muls(core, xl, neg_mr, rv, cap)  # mode 3 scales the whole chunk buffer, tail or not
-            mul(core, tmp, xl, dyl, count)
-            adj = _fold_sum(core, tmp, tmp, tmp, count) - corr2
-            s = adj + sum2
-            corr2 = (s - sum2) - adj
-            sum2 = s
-        set_value(core, s_beta, ci, sum1)
-        set_value(core, s_gamma, ci, sum2)
-    _mode_selection(core, t, task, s_gamma, s_beta, dgamma, dbeta, sh1g, sh1b, kind)
-    if not t.dx_is_require:
-        return
-    gam = _load_gamma(core, t, task, gamma, kind)
-    c1, c2 = _group_constants(core, t, s_beta, s_gamma, gam)
-    a = np.float32(-1.0) * (mv * rv * c2 - c1)
-    m = rv * c2
-    for ci in range(cg):
-        gv = get_value(core, gam, ci)
-        for j in range(chunks):
-            count = t.mode2_ub_tail_num if (mode3 and j == chunks - 1) else cap
-            _dx_chunk(core, 0 if mode3 else ci, dy, x, dx, base + ci * hxw + j * cap, count, gv, rv, a, m, kind)
-
-
-@njit(cache=True, inline="always")
-def _init_outputs(core, t, dgamma, dbeta, wsg, wsb, kind):
-    """Init_Output_GM (core 0, before the first SyncAll): zero what the atomic adds land in."""
-    if core.idx != 0:
-        return
-    if t.deterministic or kind != 0:
-        init_output(core, wsg, 0, t.work_space_size, 0.0)
-        init_output(core, wsb, 0, t.work_space_size, 0.0)
-    if kind == 0:
-        init_output(core, dgamma, 0, t.c, 0.0)
-        init_output(core, dbeta, 0, t.c, 0.0)
-
-
-@njit(cache=True, inline="always")
-def ceil_div_dev(a, b):
-    return (a + b - 1) // b
+            gm_offset = task * epg + co
+            unalign_channel_x = b.in_temp_x.get(asc.float32)
+            unalign_channel_dy = b.in_temp_dy.get(asc.float32)
+            _copy_in(ctx, unalign_channel_x, b.in_tbuf_x_t, g.x[gm_offset], hxw)
+            _copy_in(ctx, unalign_channel_dy, b.in_tbuf_dy_t, g.dy[gm_offset], hxw)
+            _sync(ctx, pipe, asc.HardEvent.MTE2_V)
+            _adds_muls(unalign_channel_x, unalign_channel_x, neg_mr, rstd, hxw)
+            temp1 = _reduce_sum_template(temp_hxw_local, unalign_channel_dy, temp_hxw_local, hxw, True)
+            asc.mul(temp_hxw_local, unalign_channel_x, unalign_channel_dy, hxw)
+            temp2 = _reduce_sum_template(temp_hxw_local, temp_hxw_local, temp_hxw_local, hxw, True)
+            asc.pipe_barrier(ctx, asc.PIPE_ALL)
+            temp_1_local.set_value(ci, temp1)
+            temp_2_local.set_value(ci, temp2)
+    b.temp_queue_hxw.free_tensor(temp_hxw_local)
+    _mode_selection(ctx, pipe, t, b, g, task, temp_2_local, temp_1_local)
+    if t.dx_is_require:
+        gamma_local = _load_gamma(ctx, pipe, t, b, g, task)
+        c1, c2 = _mul_reduce_sum_template(t, temp_1_local, temp_2_local, gamma_local)
+        t_per_block = 32 // asc.size_of(g.dy.dtype)
+        for ci in range(cg):
+            co = ci * hxw
+            gm_offset = task * epg + co
+            gamma = gamma_local.get_value(ci)
+            s_v = pipe.fetch_event_id(asc.HardEvent.S_V)
+            asc.set_flag(ctx, asc.HardEvent.S_V, s_v)
+            if co % t_per_block == 0:
+                _adds_muls(x_local[co], x_local[co], rstd * c1, rstd * c2, hxw)
+                asc.wait_flag(ctx, asc.HardEvent.S_V, s_v)
+                asc.muls(dy_local[co], dy_local[co], rstd * gamma, hxw)
+                temp_hxw_local = b.temp_queue_hxw.alloc_tensor(asc.float32)
+                asc.sub(temp_hxw_local, dy_local[co], x_local[co], hxw)
+                _sync(ctx, pipe, asc.HardEvent.V_MTE3)
+            else:
+                offset = co // t_per_block * t_per_block
+                asc.pipe_barrier(ctx, asc.PIPE_ALL)
+                _copy_in(ctx, x_local[offset], b.in_tbuf_x_t, g.x[gm_offset], hxw)
+                _copy_in(ctx, dy_local[offset], b.in_tbuf_dy_t, g.dy[gm_offset], hxw)
+                _sync(ctx, pipe, asc.HardEvent.MTE2_V)
+                _adds_muls(x_local[offset], x_local[offset], rstd * c1 - mean * rstd * rstd * c2, rstd * rstd * c2,
+                           hxw)
+                asc.wait_flag(ctx, asc.HardEvent.S_V, s_v)
+                asc.muls(dy_local[offset], dy_local[offset], rstd * gamma, hxw)
+                temp_hxw_local = b.temp_queue_hxw.alloc_tensor(asc.float32)
+                asc.sub(temp_hxw_local, dy_local[offset], x_local[offset], hxw)
+                asc.pipe_barrier(ctx, asc.PIPE_ALL)
+                _sync(ctx, pipe, asc.HardEvent.V_MTE3)
+            _copy_out(ctx, pipe, g.dx[gm_offset], temp_hxw_local, b.in_tbuf_dy_t, hxw)
+            b.temp_queue_hxw.free_tensor(temp_hxw_local)
+        b.in_queue_gamma.free_tensor(gamma_local)
+    b.out_queue_dbeta.free_tensor(temp_1_local)
+    b.out_queue_dgamma.free_tensor(temp_2_local)
+    b.in_queue_dy.free_tensor(dy_local)
+    b.in_queue_x.free_tensor(x_local)
 
 
 @njit(cache=True)
-def _fold_rows(core, t, rows_buf, ws, off, rep, count, acc):
-    """reduce_axis_n_WSP2UB: ``rep`` workspace rows of ``count`` channels into UB rows castEleNum apart, folded
-    by a pairwise halving tree, then added onto ``acc``."""
+def _compute_mode_5(ctx, pipe, t, b, g, task, mean, rstd):
+    """Compute_Mode_5 (HxW = 1): Σdy is dy (a UB-to-UB DataCopy), Σdy·x̂ one Mul; then dx over the C_G channels."""
+    cg = t.c_g
+    dy_local = b.in_queue_dy.deque(asc.float32)
+    x_local = b.in_queue_x.deque(asc.float32)
+    temp_1_local = b.out_queue_dbeta.alloc_tensor(asc.float32)
+    temp_2_local = b.out_queue_dgamma.alloc_tensor(asc.float32)
+    asc.data_copy(temp_1_local, dy_local, (cg + FLOAT_PER_BLOCK - 1) // FLOAT_PER_BLOCK * FLOAT_PER_BLOCK)
+    asc.pipe_barrier(ctx, asc.PIPE_ALL)
+    asc.mul(temp_2_local, x_local, dy_local, cg)
+    _sync(ctx, pipe, asc.HardEvent.V_MTE3)  # not in ops-nn: the Mul's result is what Mode_Selection copies out
+    _mode_selection(ctx, pipe, t, b, g, task, temp_2_local, temp_1_local)
+    if t.dx_is_require:
+        gamma_local = _load_gamma(ctx, pipe, t, b, g, task)
+        asc.mul(dy_local, dy_local, gamma_local, cg)
+        c1, c2 = _mul_reduce_sum_template(t, temp_1_local, temp_2_local, gamma_local)
+        b.out_queue_dbeta.free_tensor(temp_1_local)
+        b.out_queue_dgamma.free_tensor(temp_2_local)
+        b.in_queue_gamma.free_tensor(gamma_local)
+        _adds_muls(x_local, x_local, rstd * c1, rstd * c2, cg)
+        asc.muls(dy_local, dy_local, rstd, cg)
+        temp_hxw_local = b.temp_queue_hxw.alloc_tensor(asc.float32)
+        asc.sub(temp_hxw_local, dy_local, x_local, cg)
+        b.in_queue_dy.free_tensor(dy_local)
+        b.in_queue_x.free_tensor(x_local)
+        _sync(ctx, pipe, asc.HardEvent.V_MTE3)
+        _copy_out(ctx, pipe, g.dx[task * cg], temp_hxw_local, b.in_tbuf_dy_t, cg)
+        _sync(ctx, pipe, asc.HardEvent.MTE3_MTE2)
+        b.temp_queue_hxw.free_tensor(temp_hxw_local)
+    else:
+        b.out_queue_dbeta.free_tensor(temp_1_local)
+        b.out_queue_dgamma.free_tensor(temp_2_local)
+        b.in_queue_dy.free_tensor(dy_local)
+        b.in_queue_x.free_tensor(x_local)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MODE1, MODE2
+
+
+@njit(cache=True)
+def _dx_channel(ctx, pipe, t, b, g, x_local, dy_local, temp_hxw_queue, offset, count, gamma, rstd, adds, muls):
+    """The dx of one channel (or HxW chunk) in modes 1-3 after its copy-in: γ·dy − (x·(rstd·c2) − (mean·rstd·c2 −
+    c1)), FreeTensor x, times rstd into temp_queue_HXW, FreeTensor dy, V_MTE3, Custom_DataCopy_Out, FreeTensor."""
+    asc.muls(dy_local, dy_local, gamma, count)
+    _adds_muls(x_local, x_local, adds, muls, count)
+    asc.sub(dy_local, dy_local, x_local, count)
+    b.in_queue_x.free_tensor(x_local)
+    temp_hxw_local = temp_hxw_queue.alloc_tensor(asc.float32)
+    asc.muls(temp_hxw_local, dy_local, rstd, count)
+    b.in_queue_dy.free_tensor(dy_local)
+    _sync(ctx, pipe, asc.HardEvent.V_MTE3)
+    _copy_out(ctx, pipe, g.dx[offset], temp_hxw_local, b.in_tbuf_dy_t, count)
+    temp_hxw_queue.free_tensor(temp_hxw_local)
+
+
+@njit(cache=True)
+def _compute_mode_1(ctx, pipe, t, b, g, task, mean, rstd):
+    """Compute_Mode_1: a channel at a time, its sums, then (Mode_Selection between) its dx."""
+    hxw, cg = t.hxw, t.c_g
+    base_offset = task * cg * hxw
+    temp_1_local = b.out_queue_dbeta.alloc_tensor(asc.float32)
+    temp_2_local = b.out_queue_dgamma.alloc_tensor(asc.float32)
+    for ci in range(cg):
+        offset = base_offset + ci * hxw
+        dy_local = b.in_queue_dy.alloc_tensor(asc.float32)
+        _copy_in(ctx, dy_local, b.in_tbuf_dy_t, g.dy[offset], hxw)
+        x_local = b.in_queue_x.alloc_tensor(asc.float32)
+        _copy_in(ctx, x_local, b.in_tbuf_x_t, g.x[offset], hxw)
+        _sync(ctx, pipe, asc.HardEvent.MTE2_V)
+        temp_hxw_local = b.temp_queue_hxw.alloc_tensor(asc.float32)
+        temp1 = _reduce_sum_template(temp_hxw_local, dy_local, temp_hxw_local, hxw, True)
+        _adds_muls(x_local, x_local, np.float32(-1.0) * mean * rstd, rstd, hxw)
+        asc.mul(temp_hxw_local, x_local, dy_local, hxw)
+        b.in_queue_x.free_tensor(x_local)
+        b.in_queue_dy.free_tensor(dy_local)
+        temp2 = _reduce_sum_template(temp_hxw_local, temp_hxw_local, temp_hxw_local, hxw, True)
+        b.temp_queue_hxw.free_tensor(temp_hxw_local)
+        temp_1_local.set_value(ci, temp1)
+        temp_2_local.set_value(ci, temp2)
+    _mode_selection(ctx, pipe, t, b, g, task, temp_2_local, temp_1_local)
+    if not t.dx_is_require:
+        b.out_queue_dbeta.free_tensor(temp_1_local)
+        b.out_queue_dgamma.free_tensor(temp_2_local)
+        return
+    gamma_local = _load_gamma(ctx, pipe, t, b, g, task)
+    c1, c2 = _mul_reduce_sum_template(t, temp_1_local, temp_2_local, gamma_local)
+    b.out_queue_dbeta.free_tensor(temp_1_local)
+    b.out_queue_dgamma.free_tensor(temp_2_local)
+    adds, muls = np.float32(-1.0) * (mean * rstd * c2 - c1), rstd * c2
+    for ci in range(cg):
+        offset = base_offset + ci * hxw
+        gamma = gamma_local.get_value(ci)
+        s_v = pipe.fetch_event_id(asc.HardEvent.S_V)
+        asc.set_flag(ctx, asc.HardEvent.S_V, s_v)
+        x_local = b.in_queue_x.alloc_tensor(asc.float32)
+        _copy_in(ctx, x_local, b.in_tbuf_x_t, g.x[offset], hxw)
+        dy_local = b.in_queue_dy.alloc_tensor(asc.float32)
+        _copy_in(ctx, dy_local, b.in_tbuf_dy_t, g.dy[offset], hxw)
+        _sync(ctx, pipe, asc.HardEvent.MTE2_V)
+        asc.wait_flag(ctx, asc.HardEvent.S_V, s_v)
+        _dx_channel(ctx, pipe, t, b, g, x_local, dy_local, b.temp_queue_hxw, offset, hxw, gamma, rstd, adds, muls)
+    b.in_queue_gamma.free_tensor(gamma_local)
+
+
+@njit(cache=True)
+def _mode_2_sums(ctx, pipe, t, b, g, task, mean, rstd, x_local, dy_local, temp_hxw_local, temp_1_local,
+                 temp_2_local, first, n):
+    """Compute_Mode_2's sums of ``n`` (2, or 1 for an odd C_G's last) channels from channel ``first``: both copied in,
+    MTE2_V, each step over the channels before the next."""
+    hxw = t.hxw
+    base_offset = task * t.c_g * hxw
+    for i in range(n):
+        offset = base_offset + (first + i) * hxw
+        _copy_in(ctx, dy_local[i], b.in_tbuf_dy_t, g.dy[offset], hxw)
+        _copy_in(ctx, x_local[i], b.in_tbuf_x_t, g.x[offset], hxw)
+    _sync(ctx, pipe, asc.HardEvent.MTE2_V)
+    temp1 = np.zeros(2, np.float32)
+    temp2 = np.zeros(2, np.float32)
+    for i in range(n):
+        temp1[i] = _reduce_sum_template(temp_hxw_local[i], dy_local[i], temp_hxw_local[i], hxw, True)
+    for i in range(n):
+        _adds_muls(x_local[i], x_local[i], np.float32(-1.0) * mean * rstd, rstd, hxw)
+    for i in range(n):
+        asc.mul(temp_hxw_local[i], x_local[i], dy_local[i], hxw)
+    for i in range(n):
+        temp2[i] = _reduce_sum_template(temp_hxw_local[i], temp_hxw_local[i], temp_hxw_local[i], hxw, True)
+    for i in range(n):
+        temp_1_local.set_value(first + i, temp1[i])
+        temp_2_local.set_value(first + i, temp2[i])
+
+
+@njit(cache=True)
+def _compute_mode_2(ctx, pipe, t, b, g, task, mean, rstd):
+    """Compute_Mode_2: two channels a pass in the two buffers of each queue (an odd C_G's last channel alone),
+    their sums, Mode_Selection, then their dx the same way."""
+    hxw, cg = t.hxw, t.c_g
+    x_local = [b.in_queue_x.alloc_tensor(asc.float32), b.in_queue_x.alloc_tensor(asc.float32)]
+    dy_local = [b.in_queue_dy.alloc_tensor(asc.float32), b.in_queue_dy.alloc_tensor(asc.float32)]
+    temp_hxw_local = [b.temp_queue_hxw.alloc_tensor(asc.float32), b.temp_queue_hxw.alloc_tensor(asc.float32)]
+    rest = cg // 2 * 2
+    base_offset = task * cg * hxw
+    temp_1_local = b.out_queue_dbeta.alloc_tensor(asc.float32)
+    temp_2_local = b.out_queue_dgamma.alloc_tensor(asc.float32)
+    for ci in range(cg // 2):
+        _mode_2_sums(ctx, pipe, t, b, g, task, mean, rstd, x_local, dy_local, temp_hxw_local, temp_1_local,
+                     temp_2_local, ci * 2, 2)
+    if cg != rest:
+        _mode_2_sums(ctx, pipe, t, b, g, task, mean, rstd, x_local, dy_local, temp_hxw_local, temp_1_local,
+                     temp_2_local, rest, 1)
+    b.temp_queue_hxw.free_tensor(temp_hxw_local[0])
+    b.temp_queue_hxw.free_tensor(temp_hxw_local[1])
+    b.in_queue_dy.free_tensor(dy_local[0])
+    b.in_queue_dy.free_tensor(dy_local[1])
+    b.in_queue_x.free_tensor(x_local[0])
+    b.in_queue_x.free_tensor(x_local[1])
+    _mode_selection(ctx, pipe, t, b, g, task, temp_2_local, temp_1_local)
+    if not t.dx_is_require:
+        b.out_queue_dgamma.free_tensor(temp_2_local)
+        b.out_queue_dbeta.free_tensor(temp_1_local)
+        return
+    gamma_local = _load_gamma(ctx, pipe, t, b, g, task)
+    c1, c2 = _mul_reduce_sum_template(t, temp_1_local, temp_2_local, gamma_local)
+    b.out_queue_dgamma.free_tensor(temp_2_local)
+    b.out_queue_dbeta.free_tensor(temp_1_local)
+    adds, muls = np.float32(-1.0) * (mean * rstd * c2 - c1), rstd * c2
+    gamma = np.zeros(2, np.float32)
+    for first in range(0, cg, 2):
+        n = 2 if first < rest else 1
+        for i in range(n):
+            gamma[i] = gamma_local.get_value(first + i)
+        s_v = pipe.fetch_event_id(asc.HardEvent.S_V)
+        asc.set_flag(ctx, asc.HardEvent.S_V, s_v)
+        for i in range(n):
+            x_local[i] = b.in_queue_x.alloc_tensor(asc.float32)
+            dy_local[i] = b.in_queue_dy.alloc_tensor(asc.float32)
+            _copy_in(ctx, x_local[i], b.in_tbuf_x_t, g.x[base_offset + (first + i) * hxw], hxw)
+            _copy_in(ctx, dy_local[i], b.in_tbuf_dy_t, g.dy[base_offset + (first + i) * hxw], hxw)
+        _sync(ctx, pipe, asc.HardEvent.MTE2_V)
+        asc.wait_flag(ctx, asc.HardEvent.S_V, s_v)
+        for i in range(n):
+            _dx_channel(ctx, pipe, t, b, g, x_local[i], dy_local[i], b.temp_queue_hxw,
+                        base_offset + (first + i) * hxw, hxw, gamma[i], rstd, adds, muls)
+    b.in_queue_gamma.free_tensor(gamma_local)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MODE3
+
+
+@njit(cache=True)
+def _copy_in_x(ctx, pipe, b, g, corr1, temp1, offset, count):
+    """CopyIn_x: dy and x of a chunk in (x EnQue'd), MTE2_V, Σdy of the chunk added to ``temp1`` with Kahan
+    compensation ``corr1``, dy EnQue'd."""
+    x_local = b.in_queue_x.alloc_tensor(asc.float32)
+    dy_local = b.in_queue_dy.alloc_tensor(asc.float32)
+    _copy_in(ctx, dy_local, b.in_tbuf_dy_t, g.dy[offset], count)
+    _copy_in(ctx, x_local, b.in_tbuf_x_t, g.x[offset], count)
+    b.in_queue_x.enque(x_local)
+    _sync(ctx, pipe, asc.HardEvent.MTE2_V)
+    temp_hxw_local = b.temp_queue_hxw.alloc_tensor(asc.float32)
+    adjusted = _reduce_sum_template(temp_hxw_local, dy_local, temp_hxw_local, count, True) - corr1
+    total = adjusted + temp1
+    corr1 = (total - temp1) - adjusted
+    b.temp_queue_hxw.free_tensor(temp_hxw_local)
+    b.in_queue_dy.enque(dy_local)
+    return corr1, total
+
+
+@njit(cache=True)
+def _compute_dgamma(t, b, mean, rstd, count):
+    """compute_dgamma: x̂ over the whole chunk buffer (tail or not), dy·x̂ into temp_queue_HXW (EnQue'd)."""
+    x_local = b.in_queue_x.deque(asc.float32)
+    _adds_muls(x_local, x_local, np.float32(-1.0) * mean * rstd, rstd, t.mode2_ub_capacity_ele)
+    temp_hxw_local = b.temp_queue_hxw.alloc_tensor(asc.float32)
+    dy_local = b.in_queue_dy.deque(asc.float32)
+    asc.mul(temp_hxw_local, x_local, dy_local, count)
+    b.temp_queue_hxw.enque(temp_hxw_local)
+    b.in_queue_dy.free_tensor(dy_local)
+    b.in_queue_x.free_tensor(x_local)
+
+
+@njit(cache=True)
+def _copyout_dgamma(b, corr2, temp2, count):
+    """Copyout_dgamma: Σdy·x̂ of the chunk added to ``temp2`` with Kahan compensation ``corr2``."""
+    temp_hxw_local = b.temp_queue_hxw.deque(asc.float32)
+    adjusted = _reduce_sum_template(temp_hxw_local, temp_hxw_local, temp_hxw_local, count, True) - corr2
+    total = adjusted + temp2
+    corr2 = (total - temp2) - adjusted
+    b.temp_queue_hxw.free_tensor(temp_hxw_local)
+    return corr2, total
+
+
+@njit(cache=True)
+def _compute_mode_3(ctx, pipe, t, b, g, task, mean, rstd):
+    """Compute_Mode_3: each channel in chunks of mode2_ub_capacity_ele (the last mode2_ub_tail_num), its sums
+    over the chunks, Mode_Selection, then the chunks' dx."""
+    hxw, cg = t.hxw, t.c_g
+    cap, iters = t.mode2_ub_capacity_ele, t.mode2_ub_iteration_num
+    temp_1_local = b.out_queue_dbeta.alloc_tensor(asc.float32)
+    temp_2_local = b.out_queue_dgamma.alloc_tensor(asc.float32)
+    zero = np.float32(0.0)
+    temp1 = temp2 = corr1 = corr2 = zero
+    for it in range(cg * iters):
+        offset = task * cg * hxw + it // iters * hxw + it % iters * cap
+        count = cap if it % iters != iters - 1 else t.mode2_ub_tail_num
+        corr1, temp1 = _copy_in_x(ctx, pipe, b, g, corr1, temp1, offset, count)
+        _compute_dgamma(t, b, mean, rstd, count)
+        corr2, temp2 = _copyout_dgamma(b, corr2, temp2, count)
+        if it % iters == iters - 1:
+            temp_1_local.set_value(it // iters, temp1)
+            temp_2_local.set_value(it // iters, temp2)
+            temp1 = temp2 = corr1 = corr2 = zero
+    _mode_selection(ctx, pipe, t, b, g, task, temp_2_local, temp_1_local)
+    if not t.dx_is_require:
+        b.out_queue_dbeta.free_tensor(temp_1_local)
+        b.out_queue_dgamma.free_tensor(temp_2_local)
+        return
+    gamma_local = _load_gamma(ctx, pipe, t, b, g, task)
+    c1, c2 = _mul_reduce_sum_template(t, temp_1_local, temp_2_local, gamma_local)
+    b.out_queue_dbeta.free_tensor(temp_1_local)
+    b.out_queue_dgamma.free_tensor(temp_2_local)
+    adds, muls = np.float32(-1.0) * (mean * rstd * c2 - c1), rstd * c2
+    for it in range(cg * iters):
+        offset = task * cg * hxw + it // iters * hxw + it % iters * cap
+        count = cap if it % iters != iters - 1 else t.mode2_ub_tail_num
+        gamma = gamma_local.get_value(it // iters)
+        s_v = pipe.fetch_event_id(asc.HardEvent.S_V)
+        asc.set_flag(ctx, asc.HardEvent.S_V, s_v)
+        x_local = b.in_queue_x.alloc_tensor(asc.float32)
+        dy_local = b.in_queue_dy.alloc_tensor(asc.float32)
+        _copy_in(ctx, x_local, b.in_tbuf_x_t, g.x[offset], count)
+        _copy_in(ctx, dy_local, b.in_tbuf_dy_t, g.dy[offset], count)
+        _sync(ctx, pipe, asc.HardEvent.MTE2_V)
+        asc.wait_flag(ctx, asc.HardEvent.S_V, s_v)
+        _dx_chunk_mode_3(ctx, pipe, b, g, x_local, dy_local, offset, count, gamma, rstd, adds, muls)
+    b.in_queue_gamma.free_tensor(gamma_local)
+
+
+@njit(cache=True)
+def _dx_chunk_mode_3(ctx, pipe, b, g, x_local, dy_local, offset, count, gamma, rstd, adds, muls):
+    """Compute_Mode_3's dx of a chunk: as modes 1 and 2, but temp_queue_HXW is allocated before x and dy are
+    freed."""
+    asc.muls(dy_local, dy_local, gamma, count)
+    _adds_muls(x_local, x_local, adds, muls, count)
+    asc.sub(dy_local, dy_local, x_local, count)
+    temp_hxw_local = b.temp_queue_hxw.alloc_tensor(asc.float32)
+    asc.muls(temp_hxw_local, dy_local, rstd, count)
+    b.in_queue_x.free_tensor(x_local)
+    b.in_queue_dy.free_tensor(dy_local)
+    _sync(ctx, pipe, asc.HardEvent.V_MTE3)
+    _copy_out(ctx, pipe, g.dx[offset], temp_hxw_local, b.in_tbuf_dy_t, count)
+    b.temp_queue_hxw.free_tensor(temp_hxw_local)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Process, the second stages, the kernels
+
+
+@njit(cache=True)
+def _process(ctx, pipe, t, b, g):
+    """Process's task loop in the tiling's UB mode (Tiling_key)."""
+    c = asc.get_block_idx(ctx)
+    if c < t.tail_core:
+        start, num = c * t.task_num_per_core, t.task_num_per_core
+    else:
+        start, num = c * t.task_num_per_tail_core + t.tail_core, t.task_num_per_tail_core
+    mode = t.ub_mode
+    for task in range(start, start + num):
+        if mode == MODE_0 or mode == MODE_5:
+            mean, rstd = _copy_in_mode_0(ctx, pipe, t, b, g, task)
+            if mode == MODE_0:
+                _compute_mode_0(ctx, pipe, t, b, g, task, mean, rstd)
+            else:
+                _compute_mode_5(ctx, pipe, t, b, g, task, mean, rstd)
+        else:
+            mean, rstd = _get_mean_rstd(ctx, g, task)
+            if mode == MODE_1:
+                _compute_mode_1(ctx, pipe, t, b, g, task, mean, rstd)
+            elif mode == MODE_2:
+                _compute_mode_2(ctx, pipe, t, b, g, task, mean, rstd)
+            else:
+                _compute_mode_3(ctx, pipe, t, b, g, task, mean, rstd)
+
+
+@njit(cache=True)
+def _init_output_gm(ctx, t, g):
+    """Init_Output_GM (core 0): zero what the first stage's atomic adds land in, and for fp32 with N > 2 the
+    outputs the second stage's land in."""
+    if asc.get_block_idx(ctx) != 0:
+        return
+    det = t.tiling_key >= DETERMINISTIC_KEY
+    fp32 = asc.size_of(g.dgamma.dtype) == 4
+    if det or not fp32:
+        asc.init_output(g.dgamma_ws, t.work_space_size if det else t.c, 0.0)
+        asc.init_output(g.dbeta_ws, t.work_space_size if det else t.c, 0.0)
+    if fp32:
+        asc.init_output(g.dgamma, t.c, 0.0)
+        asc.init_output(g.dbeta, t.c, 0.0)
+
+
+@njit(cache=True)
+def _init_unified_buffer(ctx, pipe, t, b16):
+    """Init_Unified_Buffer: the mode's queues (two buffers each of dy, x and temp_queue_HXW in mode 2) and, for b16,
+    the T TBufs; in_temp_x / in_temp_dy where a channel start can be unaligned in mode 0 (else 0 bytes). The
+    float kernel leaves the T TBufs out (``b16`` False), the b16 kernel places them between, in ops-nn's order."""
+    epb = 16 if b16 else 8
+    mode, cg, hxw = t.ub_mode, t.c_g, t.hxw
+    if mode == MODE_0:
+        main = (cg * hxw + epb - 1) // epb * epb
+    elif mode == MODE_3:
+        main = (t.mode2_ub_capacity_ele + epb - 1) // epb * epb
+    elif mode == MODE_5:
+        main = (cg + epb - 1) // epb * epb
+    else:
+        main = (hxw + epb - 1) // epb * epb
+    nbuf = 2 if mode == MODE_2 else 1
+    cg_space = (cg + epb - 1) // epb * epb
+    temp_space = 0
+    if mode == MODE_0 and not (hxw % FLOAT_PER_BLOCK == 0 or cg == 1):
+        temp_space = (hxw + epb - 1) // epb * epb * 4
+    t_bytes = 2 if b16 else 0
+    in_queue_dy = pipe.init_buffer(asc.TQue(asc.VECIN, 1), nbuf, main * 4)
+    in_tbuf_dy_t = pipe.init_buffer(asc.TBuf(asc.VECCALC), main * t_bytes)
+    in_queue_x = pipe.init_buffer(asc.TQue(asc.VECIN, 1), nbuf, main * 4)
+    in_temp_x = pipe.init_buffer(asc.TBuf(asc.VECCALC), temp_space if b16 else 0)
+    in_temp_dy = pipe.init_buffer(asc.TBuf(asc.VECCALC), temp_space if b16 else 0)
+    in_tbuf_x_t = pipe.init_buffer(asc.TBuf(asc.VECCALC), main * t_bytes)
+    in_queue_gamma = pipe.init_buffer(asc.TQue(asc.VECIN, 1), 1, cg_space * 4)
+    in_tbuf_gamma_t = pipe.init_buffer(asc.TBuf(asc.VECCALC), cg_space * t_bytes)
+    mode3_fp32 = mode == MODE_3 and not b16  # Init_Unified_Buffer_FP32_MODE_3: temp_queue_HXW before the sums
+    temp_queue_hxw_fp32_mode3 = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), nbuf, main * 4 if mode3_fp32 else 0)
+    out_tbuf_dgamma_t = pipe.init_buffer(asc.TBuf(asc.VECCALC), cg_space * t_bytes)
+    out_tbuf_dbeta_t = pipe.init_buffer(asc.TBuf(asc.VECCALC), cg_space * t_bytes)
+    out_queue_dgamma = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), 1, cg_space * 4)
+    out_queue_dbeta = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), 1, cg_space * 4)
+    temp_queue_hxw = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), nbuf, 0 if mode3_fp32 else main * 4)
+    in_temp_x_fp32 = pipe.init_buffer(asc.TBuf(asc.VECCALC), 0 if b16 else temp_space)
+    in_temp_dy_fp32 = pipe.init_buffer(asc.TBuf(asc.VECCALC), 0 if b16 else temp_space)
+    if not b16:
+        in_temp_x, in_temp_dy = in_temp_x_fp32, in_temp_dy_fp32
+    if mode3_fp32:
+        temp_queue_hxw = temp_queue_hxw_fp32_mode3
+    return Buffers(in_queue_dy, in_queue_x, in_queue_gamma, out_queue_dgamma, out_queue_dbeta, temp_queue_hxw,
+                   in_temp_x, in_temp_dy, in_tbuf_dy_t, in_tbuf_x_t, in_tbuf_gamma_t, out_tbuf_dgamma_t,
+                   out_tbuf_dbeta_t)
+
+
+@njit(cache=True)
+def _init_buffer_4_stage2(pipe, t, b16, det):
+    """After pipe.Reset: Initbuffer4stage2_mode1 (fp32, N > 2: the two sums' queues, coreBatchParts rows of each),
+    Initbuffer4stage2_mode2 (b16, N > 2: the same and the two T TBufs) or Initbuffer4stage2_mode0 (b16, N = 2: a
+    row of each and the T TBufs; the sums' queues 0 bytes)."""
     cast = t.cast_ele_num
-    v = slot(core, rows_buf, 0)
-    data_copy_pad(core, v, ws, off, rep, count, t.c, 0, (cast - count) // 8)
-    end = mid = rep
+    sums = cast * 4 if det else 0
+    rows = t.core_batch_parts * cast * 4 if det else cast * 4
+    t_bytes = cast * 2 if b16 else 0
+    cal_queue_dgamma_reduce = pipe.init_buffer(asc.TQue(asc.VECIN, 1), 1, sums)
+    cal_queue_dbeta_reduce = pipe.init_buffer(asc.TQue(asc.VECIN, 1), 1, sums)
+    in_queue_dgamma_channel = pipe.init_buffer(asc.TQue(asc.VECIN, 1), 1, rows)
+    in_queue_dbeta_channel = pipe.init_buffer(asc.TQue(asc.VECIN, 1), 1, rows)
+    out_tbuf_dgamma_channel_t = pipe.init_buffer(asc.TBuf(asc.VECCALC), t_bytes)
+    out_tbuf_dbeta_channel_t = pipe.init_buffer(asc.TBuf(asc.VECCALC), t_bytes)
+    return (cal_queue_dgamma_reduce, cal_queue_dbeta_reduce, in_queue_dgamma_channel, in_queue_dbeta_channel,
+            out_tbuf_dgamma_channel_t, out_tbuf_dbeta_channel_t)
+
+
+@njit(cache=True)
+def _reduce_axis_n_wsp2ub(ctx, pipe, t, que, ws, rows, count, dst_local):
+    """reduce_axis_n_WSP2UB: ``rows`` workspace rows of ``count`` channels (C apart) into UB rows castEleNum apart,
+    MTE2_V, folded by halves (the upper half onto the lower, a PipeBarrier<PIPE_V> before and after each Add), then
+    added onto ``dst_local``."""
+    cast = t.cast_ele_num
+    vec_in_local = que.alloc_tensor(asc.float32)
+    asc.data_copy_pad(vec_in_local, ws, asc.DataCopyExtParams(rows, count * 4, (t.c - count) * 4,
+                                                             (cast - count) // FLOAT_PER_BLOCK),
+                      asc.DataCopyPadExtParams(False, 0, 0, 0))
+    _sync(ctx, pipe, asc.HardEvent.MTE2_V)
+    end = mid = rows
     while mid >= 2:
         mid >>= 1
         end -= mid
-        add(core, v, at(v, 4 * end * cast), v, mid * cast)
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        asc.add(vec_in_local, vec_in_local[end * cast], vec_in_local, mid * cast)
+        asc.pipe_barrier(ctx, asc.PIPE_V)
         mid = end
-    add(core, acc, v, acc, count)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.add(dst_local, vec_in_local, dst_local, count)
+    que.free_tensor(vec_in_local)
 
 
 @njit(cache=True)
-def _stage2_sums(core, t, start, ch, count, rows, wsg, wsb):
-    """The channel slice's sums over ``rows`` workspace rows from row offset ``start``, coreBatchParts at a time."""
-    sg, sb = slot(core, S2_DGAMMA_SUM, 0), slot(core, S2_DBETA_SUM, 0)
-    duplicate(core, sb, 0.0, t.cast_ele_num)
-    duplicate(core, sg, 0.0, t.cast_ele_num)
-    cbp = t.core_batch_parts
-    loops = ceil_div_dev(rows, cbp)
+def _reduce_rows(ctx, pipe, t, s2, g, start, ch, count, axis):
+    """The loop of reduce_dgamma_dbeta_WSP2GM and reduce_cast_dgamma_dbeta_WSP2GM: the sums zeroed (Duplicate,
+    PipeBarrier<PIPE_V>), then ``axis`` workspace rows from row offset ``start``, coreBatchParts at a time."""
+    cal_dgamma, cal_dbeta, in_dgamma, in_dbeta = s2[0], s2[1], s2[2], s2[3]
+    dbeta_sum_local = cal_dbeta.alloc_tensor(asc.float32)
+    dgamma_sum_local = cal_dgamma.alloc_tensor(asc.float32)
+    asc.duplicate(dbeta_sum_local, 0.0, t.cast_ele_num)
+    asc.duplicate(dgamma_sum_local, 0.0, t.cast_ele_num)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    parts = t.core_batch_parts
+    loops = (axis + parts - 1) // parts
     for li in range(loops):
-        rep = cbp if li < loops - 1 else (rows % cbp if rows % cbp else cbp)
-        off = start + li * cbp * t.c + ch
+        loop_offset = li * parts * t.c
+        rows = parts if li < loops - 1 else (axis % parts if axis % parts else parts)
         if t.dgamma_is_require:
-            _fold_rows(core, t, S2_DGAMMA_ROWS, wsg, off, rep, count, sg)
+            _reduce_axis_n_wsp2ub(ctx, pipe, t, in_dgamma, g.dgamma_ws[start + loop_offset + ch], rows, count,
+                                  dgamma_sum_local)
         if t.dbeta_is_require:
-            _fold_rows(core, t, S2_DBETA_ROWS, wsb, off, rep, count, sb)
-    return sg, sb
+            _reduce_axis_n_wsp2ub(ctx, pipe, t, in_dbeta, g.dbeta_ws[start + loop_offset + ch], rows, count,
+                                  dbeta_sum_local)
+    return dgamma_sum_local, dbeta_sum_local
 
 
-@njit(cache=True, inline="always")
-def _stage2(core, t, dgamma, dbeta, wsg, wsb, sh2g, sh2b, kind):
-    c, s2, cast = core.idx, t.stage2_core_used, t.cast_ele_num
-    if not t.deterministic:
-        if kind == 0 or t.n == 1 or c >= s2:
-            return
-        count = cast if c < s2 - 1 else t.tail_cast_num  # cast_dgamma_dbeta_WSP2GM
-        for req, ws, rows, tb, out in ((t.dgamma_is_require, wsg, S2_DGAMMA_ROWS, S2_DGAMMA_T, dgamma),
-                                       (t.dbeta_is_require, wsb, S2_DBETA_ROWS, S2_DBETA_T, dbeta)):
-            if req:
-                v = slot(core, rows, 0)
-                data_copy_pad(core, v, ws, c * cast, 1, count, count, 0)
-                cast_from_f32(core, slot(core, tb, 0), v, count, kind, CAST_ROUND)
-                data_copy_pad_out(core, out, c * cast, slot(core, tb, 0), 1, count, count)
-        return
-    half_rows = ceil_div_dev(t.n, SPLIT_COUNT)
-    if kind != 0:  # reduce_cast_dgamma_dbeta_WSP2GM: every row of a channel slice, then the cast
-        if c >= s2:
-            return
-        count = cast if c < s2 - 1 else t.tail_cast_num
-        sg, sb = _stage2_sums(core, t, 0, c * cast, count, half_rows, wsg, wsb)
-        if t.dgamma_is_require:
-            _copy_out(core, dgamma, c * cast, sg, slot(core, S2_DGAMMA_T, 0), count, kind)
-        if t.dbeta_is_require:
-            _copy_out(core, dbeta, c * cast, sb, slot(core, S2_DBETA_T, 0), count, kind)
-        return
-    first = ceil_div_dev(half_rows, SPLIT_COUNT)  # reduce_dgamma_dbeta_WSP2GM over two halves of the rows
-    if c >= SPLIT_COUNT * s2:
-        return
-    way = c // s2
-    ch = (c % s2) * cast
-    count = cast if c % s2 < s2 - 1 else t.tail_cast_num
-    start, rows = (0, first) if way == 0 else (first * t.c, half_rows - first)
-    sg, sb = _stage2_sums(core, t, start, ch, count, rows, wsg, wsb)
+@njit(cache=True)
+def _reduce_dgamma_dbeta_wsp2gm(ctx, pipe, t, s2, g, start, ch, count, axis):
+    """reduce_dgamma_dbeta_WSP2GM (fp32, N > 2): a half's rows of a channel slice summed, V_MTE3, each sum added
+    atomically into the zeroed output."""
+    dgamma_sum_local, dbeta_sum_local = _reduce_rows(ctx, pipe, t, s2, g, start, ch, count, axis)
+    _sync(ctx, pipe, asc.HardEvent.V_MTE3)
+    params = asc.DataCopyExtParams(1, count * 4, 0, 0)
     if t.dgamma_is_require:
-        atomic_add_pad_out(core, sh2g, way * t.c + ch, sg, count)
+        asc.set_atomic_add(ctx, asc.float32)
+        asc.data_copy_pad(g.dgamma[ch], dgamma_sum_local, params)
+        asc.set_atomic_none(ctx)
+    s2[0].free_tensor(dgamma_sum_local)
     if t.dbeta_is_require:
-        atomic_add_pad_out(core, sh2b, way * t.c + ch, sb, count)
+        asc.set_atomic_add(ctx, asc.float32)
+        asc.data_copy_pad(g.dbeta[ch], dbeta_sum_local, params)
+        asc.set_atomic_none(ctx)
+    s2[1].free_tensor(dbeta_sum_local)
 
 
-@njit(cache=True, inline="always")  # compiled once, inside _cores
-def _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rstd, gamma, dx, dgamma, dbeta, wsg,
-          wsb, sh1g, sh1b, sh2g, sh2b, kind):
-    core = make_core(c, block_dim, arena, plan, cnt, err, checks)
-    isz = elem_size(kind)
-    g_dgamma, g_dbeta = gm_tensor(G_DGAMMA, dgamma, isz), gm_tensor(G_DBETA, dbeta, isz)
-    g_wsg, g_wsb = gm_tensor(G_WSG, wsg, 4), gm_tensor(G_WSB, wsb, 4)
-    if phase == 0:
-        _init_outputs(core, t, g_dgamma, g_dbeta, g_wsg, g_wsb, kind)
+@njit(cache=True)
+def _reduce_cast_dgamma_dbeta_wsp2gm(ctx, pipe, t, s2, g, ch, count, axis):
+    """reduce_cast_dgamma_dbeta_WSP2GM (b16, N > 2): every row of a channel slice summed, PipeBarrier<PIPE_ALL>,
+    each sum out by Custom_DataCopy_Out (the cast)."""
+    dgamma_sum_local, dbeta_sum_local = _reduce_rows(ctx, pipe, t, s2, g, 0, ch, count, axis)
+    asc.pipe_barrier(ctx, asc.PIPE_ALL)
+    if t.dgamma_is_require:
+        _copy_out(ctx, pipe, g.dgamma[ch], dgamma_sum_local, s2[4], count)
+    s2[0].free_tensor(dgamma_sum_local)
+    if t.dbeta_is_require:
+        _copy_out(ctx, pipe, g.dbeta[ch], dbeta_sum_local, s2[5], count)
+    s2[1].free_tensor(dbeta_sum_local)
+
+
+@njit(cache=True)
+def _cast_dgamma_dbeta_wsp2gm(ctx, pipe, t, s2, g, ch, count):
+    """cast_dgamma_dbeta_WSP2GM (b16, N = 2): each fp32 sum of the slice in, MTE2_V, Cast with CAST_ROUND into its
+    T TBuf, FreeTensor, V_MTE3, out."""
+    for req, ws, que, tbuf, out in ((t.dgamma_is_require, g.dgamma_ws, s2[2], s2[4], g.dgamma),
+                                    (t.dbeta_is_require, g.dbeta_ws, s2[3], s2[5], g.dbeta)):
+        if req:
+            local = que.alloc_tensor(asc.float32)
+            asc.data_copy_pad(local, ws[ch], asc.DataCopyExtParams(1, count * 4, 0, 0),
+                              asc.DataCopyPadExtParams(False, 0, 0, 0))
+            temp = tbuf.get(out.dtype)
+            _sync(ctx, pipe, asc.HardEvent.MTE2_V)
+            asc.cast(temp, local, asc.CAST_ROUND, count)
+            que.free_tensor(local)
+            _sync(ctx, pipe, asc.HardEvent.V_MTE3)
+            asc.data_copy_pad(out[ch], temp, asc.DataCopyExtParams(1, count * 2, 0, 0))
+
+
+@njit(cache=True)
+def _stage2(ctx, pipe, t, g, b16):
+    """Process after pipe.Reset: SyncAll and the second stage of ``GroupNormGrad<T, isDeterministic>``; fp32 with
+    N <= 2 has none."""
+    c = asc.get_block_idx(ctx)
+    det = t.tiling_key >= DETERMINISTIC_KEY
+    s2_cores, cast = t.stage2_core_used, t.cast_ele_num
+    if not det:
+        if not b16:
+            return
+        asc.sync_all(ctx)
+        if t.n != 1 and c < s2_cores:
+            s2 = _init_buffer_4_stage2(pipe, t, b16, det)
+            _cast_dgamma_dbeta_wsp2gm(ctx, pipe, t, s2, g, c * cast, cast if c < s2_cores - 1 else t.tail_cast_num)
         return
-    if phase == 2:
-        _stage2(core, t, g_dgamma, g_dbeta, g_wsg, g_wsb, gm_tensor(G_SH2G, sh2g, 4),
-                gm_tensor(G_SH2B, sh2b, 4), kind)
+    asc.sync_all(ctx)
+    s2 = _init_buffer_4_stage2(pipe, t, b16, det)
+    half_rows = (t.n + SPLIT_COUNT - 1) // SPLIT_COUNT
+    if b16:
+        if c < s2_cores:
+            _reduce_cast_dgamma_dbeta_wsp2gm(ctx, pipe, t, s2, g, c * cast,
+                                             cast if c < s2_cores - 1 else t.tail_cast_num, half_rows)
         return
-    g_dy, g_x, g_mean, g_rstd = gm_tensor(G_DY, dy, isz), gm_tensor(G_X, x, isz), \
-        gm_tensor(G_MEAN, mean, isz), gm_tensor(G_RSTD, rstd, isz)
-    g_gamma, g_dx = gm_tensor(G_GAMMA, gamma, isz), gm_tensor(G_DX, dx, isz)
-    g_sh1g, g_sh1b = gm_tensor(G_SH1G, sh1g, 4), gm_tensor(G_SH1B, sh1b, 4)
-    if c < t.tail_core:
-        first, count = c * t.task_num_per_core, t.task_num_per_core
-    else:
-        first, count = c * t.task_num_per_tail_core + t.tail_core, t.task_num_per_tail_core
-    for task in range(first, first + count):
-        if t.ub_mode == MODE_0 or t.ub_mode == MODE_5:
-            _task_mode0(core, t, task, g_dy, g_x, g_mean, g_rstd, g_gamma, g_dx, g_dgamma, g_dbeta, g_sh1g, g_sh1b,
-                        kind)
-        else:
-            _task_channels(core, t, task, g_dy, g_x, g_mean, g_rstd, g_gamma, g_dx, g_dgamma, g_dbeta, g_sh1g,
-                           g_sh1b, kind)
+    first = (half_rows + SPLIT_COUNT - 1) // SPLIT_COUNT  # the first half's rows; the second half the rest
+    if c < SPLIT_COUNT * s2_cores:
+        way, part = c // s2_cores, c % s2_cores
+        count = cast if part < s2_cores - 1 else t.tail_cast_num
+        start, axis = (0, first) if way == 0 else (first * t.c, half_rows - first)
+        _reduce_dgamma_dbeta_wsp2gm(ctx, pipe, t, s2, g, start, part * cast, count, axis)
 
 
-@njit(cache=True, nogil=True, host=True)
-def _cores(first, last, phase, block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rstd, gamma, dx, dgamma,
-           dbeta, wsg, wsb, sh1g, sh1b, sh2g, sh2b, kind):
-    t = DeviceTiling(*t)  # a plain tuple from the host: see tiling.common.device_form
-    for c in range(first, last):
-        _core(phase, c, block_dim, arena, plan, cnt, err, checks, t, dy, x, mean, rstd, gamma, dx, dgamma, dbeta, wsg,
-              wsb, sh1g, sh1b, sh2g, sh2b, kind)
+@kernel
+def group_norm_grad_kernel(ctx, t, dy, mean, rstd, x, gamma, dx, dgamma, dbeta):
+    """``GroupNormGrad<T, isDeterministic>`` (T the element type of dy, isDeterministic N > 2: tiling key dtype +
+    10): the constructor (Init_Output_GM, Init_Unified_Buffer, SyncAll), then Process."""
+    b16 = asc.size_of(dy.dtype) == 2
+    ws = asc.get_user_workspace(ctx).reinterpret_cast(asc.float32)
+    g = Gm(dy, mean, rstd, x, gamma, dx, dgamma, dbeta, ws, ws[t.work_space_size])
+    pipe = asc.TPipe(ctx)
+    _init_output_gm(ctx, t, g)
+    b = _init_unified_buffer(ctx, pipe, t, b16)
+    asc.sync_all(ctx)
+    _process(ctx, pipe, t, b, g)
+    pipe.reset()
+    _stage2(ctx, pipe, t, g, b16)
 
 
-def device_tiling(t: GroupNormBackwardTiling) -> tuple[Any, ...]:
-    return device_form(DeviceTiling, t)
-
-
-@reruns_on_overflow
 def run(t: GroupNormBackwardTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, mean: np.ndarray,
         rstd: np.ndarray, gamma: np.ndarray, dx: np.ndarray, dgamma: np.ndarray, dbeta: np.ndarray, ws: np.ndarray,
-        checks: bool) -> None:
-    """Launch the kernel on arrays already validated (outputs flat or shaped, in the op's dtype)."""
-    plan = ub_plan(t, spec).check()
-    launch = prepare("group_norm_backward", spec, t, plan, t.block_dim, checks, GM_NAMES, phase_local_ub=True)
-    kind = KIND[t.dtype]
-    wss = t.work_space_size
-    user = ws[SYS_WORKSPACE:SYS_WORKSPACE + 2 * wss * 4].view(np.float32)
-    wsg, wsb = user[:wss], user[wss:]
-    out_g, out_b = dgamma.reshape(-1), dbeta.reshape(-1)
-    # phase 1's atomic adds: into the workspace rows (deterministic, or b16 with N = 2), else into the outputs
-    to_ws = t.deterministic or kind != 0
-    sh1 = [AtomicTarget(SPLIT_COUNT, wss if to_ws else t.c) for _ in range(2)]
-    fp32_stage2 = t.deterministic and kind == 0
-    sh2 = [AtomicTarget(SPLIT_COUNT, t.c if fp32_stage2 else 0) for _ in range(2)]
-    args = (t.block_dim, launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks,
-            device_tiling(t), to_gm(dy), to_gm(x), to_gm(mean), to_gm(rstd), to_gm(gamma), gm_out(dx), gm_out(out_g),
-            gm_out(out_b), gm_out(wsg), gm_out(wsb), gm_out(sh1[0].shadow), gm_out(sh1[1].shadow),
-            gm_out(sh2[0].shadow), gm_out(sh2[1].shadow), kind)
-    with host_threads(dy, x, dx):
-        run_cores(_cores, t.block_dim, 0, *args)  # a SyncAll after each phase
-        run_cores(_cores, t.block_dim, 1, *args)
-        if not (kind != 0 and t.n == 1 and not t.deterministic):
-            targets = (wsg, wsb) if to_ws else (out_g, out_b)
-            for a, target, req in zip(sh1, targets, (t.dgamma_is_require, t.dbeta_is_require), strict=True):
-                if req:
-                    a.merge_into(target)
-        if t.deterministic or kind != 0:
-            run_cores(_cores, t.block_dim, 2, *args)
-    if fp32_stage2:
-        for a, target, req in zip(sh2, (out_g, out_b), (t.dgamma_is_require, t.dbeta_is_require), strict=True):
-            if req:
-                a.merge_into(target)
-    finish(launch, t.workspace_size)
+        checks: bool | None) -> RunReport:
+    """Launch the kernel on arrays already validated (outputs C-contiguous, in the op's dtype; ``dx`` empty when not
+    asked for). ``ws`` is the whole workspace the tiling asks for; the kernel gets the user part after the
+    library's 16 MiB (GetUserWorkspace), which tilesim does not emulate."""
+    user = ws[SYS_WORKSPACE:SYS_WORKSPACE + 2 * t.work_space_size * 4]
+    return launch(group_norm_grad_kernel, t, *(np.ascontiguousarray(a) for a in (dy, mean, rstd, x, gamma)), dx,
+                  dgamma, dbeta, block_dim=t.block_dim, outputs=3, soc=spec, checks=checks, workspace=user,
+                  op="group_norm_backward", gm_names=GM_NAMES)
 
 
 def decomposed(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np.ndarray, gamma: np.ndarray, n: int, c: int,
@@ -595,7 +1064,7 @@ def execute(t: GroupNormBackwardTiling | None, spec: SocSpec, grad_out: Any, inp
             gamma: Any, N: int, C: int, HxW: int, group: int, mask: tuple[bool, bool, bool],  # noqa: N803
             res: list[np.ndarray | None], ws: np.ndarray | None, checks: bool) -> None:
     """Compute into ``res`` (the three outputs, None where masked off), arguments already validated: the
-    kernel with tiling ``t`` on ``ws``, or the decomposition when ``t`` is None. In checked mode the kernel
+    kernel with tiling ``t`` on ``ws``, or the decomposition when ``t`` is None. In checked mode the launch
     writes temporaries, copied into ``res`` only when it ran clean."""
     dt = NUMPY_DTYPE[dtype_name(grad_out)]
     g = gamma if gamma is not None else np.ones(C, dt)
@@ -605,8 +1074,9 @@ def execute(t: GroupNormBackwardTiling | None, spec: SocSpec, grad_out: Any, inp
             if r is not None:
                 r[...] = v.reshape(r.shape)
         return
-    targets = write_targets(res, checks, (grad_out, input, mean, rstd, gamma))
-    dgamma, dbeta = (v if v is not None else np.empty(C, dt) for v in targets[1:])  # masked off: computed, dropped
-    run(t, spec, grad_out, input, mean, rstd, g, targets[0] if mask[0] else np.empty(0, dt), dgamma, dbeta, ws,
-        checks)
-    copy_back(res, targets)
+    dx, dgamma, dbeta = (r if r is not None else np.empty(0 if i == 0 else C, dt)  # masked off: computed, dropped
+                         for i, r in enumerate(res))
+    run(t, spec, grad_out, input, mean, rstd, g, dx, dgamma, dbeta, ws, checks)
+
+
+__all__ = ["decomposed", "execute", "group_norm_backward", "group_norm_grad_kernel", "run"]

@@ -10,8 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+import tilesim
+from tilesim import launch as host
 from tilesim import machine as asc
+from tilesim.cost import estimate_all, estimated
 from tilesim.launcher import kernel, launch
+from tilesim.schedule import QUEUE
 
 N = 64
 
@@ -75,3 +79,52 @@ def test_reset_waits_for_each_freed_buffer_and_places_from_zero(frees: int, chec
     assert rep.total("wait_flags") == frees + frees + 2
     placed = [(b.name, b.offset, b.nbytes, b.buffer_num) for b in rep.ub_plan.buffers]
     assert placed == [("q", 0, N * 4, 2), ("tmp", 2 * N * 4, N * 4, 1), ("q2", 0, N * 4, 1), ("qi", N * 4, N * 4, 1)]
+
+
+@kernel
+def staged_kernel(ctx, t, x, y):
+    """More vector instructions than a core queues before it schedules them (tilesim.schedule.QUEUE), then SyncAll,
+    Reset and a second stage whose buffers come after: while the first stage runs, the core's plan has fewer rows
+    than the launch's."""
+    pipe = asc.TPipe(ctx)
+    tmp = pipe.init_buffer(asc.TBuf(asc.VECCALC), N * 4)
+    a = tmp.get(asc.float32)
+    asc.data_copy(a, x, N)
+    asc.pipe_barrier(ctx, asc.PIPE_ALL)
+    for _ in range(t.frees):
+        asc.adds(a, a, 1.0, N)
+    asc.sync_all(ctx)
+    pipe.reset()
+    q = pipe.init_buffer(asc.TQue(asc.VECIN, 1), 1, N * 4)
+    q2 = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), 1, N * 4)
+    b = q.alloc_tensor(asc.float32)
+    asc.data_copy(b, x, N)
+    q.enque(b)
+    b = q.deque(asc.float32)
+    c = q2.alloc_tensor(asc.float32)
+    asc.adds(c, b, 1.0, N)
+    q2.enque(c)
+    q.free_tensor(b)
+    c = q2.deque(asc.float32)
+    asc.data_copy(y, c, N)
+    q2.free_tensor(c)
+
+
+def test_a_launch_scheduled_while_it_runs_places_its_state_by_the_launchs_plan(monkeypatch) -> None:
+    """A core that schedules its queue before its TPipe has placed every buffer finds its state where the launch
+    laid it out (after the slot bases of the whole plan), and the estimate is the log's replay."""
+    monkeypatch.setattr(host, "_forced_checks", [False])
+    x = np.arange(N, dtype=np.float32)
+
+    def call():  # type: ignore[no-untyped-def]
+        y = np.zeros(N, np.float32)
+        launch(staged_kernel, Case(3 * QUEUE, 0), x, y, block_dim=2)
+        return (y,)
+
+    rec, logged = tilesim.recorded(call)
+    out, online = estimated(call)
+    np.testing.assert_array_equal(rec[0], out[0])
+    np.testing.assert_array_equal(out[0], x + 1)
+    for a, b in zip(estimate_all(logged, stages=False), online, strict=True):
+        assert (a.total_us, a.phase_us) == (b.total_us, b.phase_us)
+        np.testing.assert_array_equal(a.core_us, b.core_us)

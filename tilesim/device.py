@@ -329,7 +329,10 @@ def schedule_queue(row_at, plan):
     n = head[SCHED_PENDING]
     if n == 0:
         return
-    n_slots, n_gm, rows = head[SCHED_SLOTS], head[SCHED_GMS], plan.shape[0]
+    n_slots, n_gm = head[SCHED_SLOTS], head[SCHED_GMS]
+    # the launch's plan rows, whose slot bases come before the state: a core's own plan (a TPipe that places more
+    # buffers after a Reset) may have fewer so far
+    rows = head[SCHED_QUEUE] - REC_AT - SCHED_BASE - state_words(n_slots, n_gm)
     base_at = row_at + (REC_AT + SCHED_BASE) * 8
     f = carray(address_as_pointer(base_at + rows * 8, np.float64), state_words(n_slots, n_gm))
     run(f, plan, carray(address_as_pointer(base_at, np.int64), rows),

@@ -313,54 +313,51 @@ def check_tiling(t: GroupNormBackwardTiling, official: GroupNormBackwardTiling, 
     ub_plan(t, soc).check()
 
 
-# UB buffer ids, the same in every mode (a mode leaves out what it does not use).
-BUFFERS = ["dy", "dy_T", "x", "x_T", "temp_x", "temp_dy", "gamma", "gamma_T", "dgamma_T", "dbeta_T", "dgamma",
-           "dbeta", "temp_hxw", "s2_dgamma_sum", "s2_dbeta_sum", "s2_dgamma_rows", "s2_dbeta_rows", "s2_dgamma_T",
-           "s2_dbeta_T"]
-(DY, DY_T, X, X_T, TEMP_X, TEMP_DY, GAMMA, GAMMA_T, DGAMMA_T, DBETA_T, DGAMMA, DBETA, TEMP_HXW, S2_DGAMMA_SUM,
- S2_DBETA_SUM, S2_DGAMMA_ROWS, S2_DBETA_ROWS, S2_DGAMMA_T, S2_DBETA_T) = range(len(BUFFERS))
+# GroupNormGrad's InitBuffer calls, one order for every dtype and mode (kernels.group_norm_backward places a buffer a
+# mode or dtype does not have with 0 bytes, where it moves no offset): Init_Unified_Buffer, then after pipe.Reset
+# the second stage's Initbuffer4stage2_mode0/1/2.
+STAGE1_BUFFERS = ["in_queue_dy", "in_tbuf_dy_t", "in_queue_x", "in_temp_x", "in_temp_dy", "in_tbuf_x_t",
+                  "in_queue_gamma", "in_tbuf_gamma_t", "temp_queue_hxw_fp32_mode3", "out_tbuf_dgamma_t",
+                  "out_tbuf_dbeta_t", "out_queue_dgamma", "out_queue_dbeta", "temp_queue_hxw", "in_temp_x_fp32",
+                  "in_temp_dy_fp32"]
+STAGE2_BUFFERS = ["cal_queue_dgamma_reduce", "cal_queue_dbeta_reduce", "in_queue_dgamma_channel",
+                  "in_queue_dbeta_channel", "out_tbuf_dgamma_channel_t", "out_tbuf_dbeta_channel_t"]
 
 
 @shared_plan
 def ub_plan(t: GroupNormBackwardTiling, soc: SocSpec) -> UbPlan:
-    """Init_Unified_Buffer of the kernel for the tiling's mode, then (after pipe.Reset) the stage-2 buffers.
-
-    Every id of :data:`BUFFERS` gets a row, in that order, so the device can index by id; a buffer the mode does
-    not allocate gets 0 bytes.
-    """
+    """Init_Unified_Buffer of the kernel for the tiling's dtype and mode (Init_Unified_Buffer_FP32_MODE_* or
+    _FP16_BF16_MODE_*), then (after pipe.Reset) the second stage's buffers where core 0 places them: every row of
+    :data:`STAGE1_BUFFERS` and :data:`STAGE2_BUFFERS` in that order, 0 bytes where ops-nn places none."""
     b16 = t.dtype != FP32
     epb = elements_per_block(t.dtype)
-    sz = {}
     if t.ub_mode == MODE_0:
-        main, nbuf = align_up(t.c_g * t.hxw, epb), 1
-        if not (t.hxw % EIGHT_BLOCK == 0 or t.c_g == 1):
-            sz[TEMP_X] = sz[TEMP_DY] = (align_up(t.hxw, epb) * 4, 1)
+        main = align_up(t.c_g * t.hxw, epb)
     elif t.ub_mode in (MODE_1, MODE_2):
-        main, nbuf = align_up(t.hxw, epb), 2 if t.ub_mode == MODE_2 else 1
+        main = align_up(t.hxw, epb)
     elif t.ub_mode == MODE_3:
-        main, nbuf = align_up(t.mode2_ub_capacity_ele, epb), 1
+        main = align_up(t.mode2_ub_capacity_ele, epb)
     else:
-        main, nbuf = align_up(t.c_g, epb), 1
-    cg = align_up(t.c_g, epb)
-    sz[DY] = sz[X] = sz[TEMP_HXW] = (main * 4, nbuf)
-    sz[GAMMA] = sz[DGAMMA] = sz[DBETA] = (cg * 4, 1)
-    if b16:
-        sz[DY_T] = sz[X_T] = (main * 2, 1)
-        sz[GAMMA_T] = sz[DGAMMA_T] = sz[DBETA_T] = (cg * 2, 1)
-    stage2 = {}
-    cast = t.cast_ele_num
-    if t.deterministic:
-        stage2[S2_DGAMMA_SUM] = stage2[S2_DBETA_SUM] = (cast * 4, 1)
-        stage2[S2_DGAMMA_ROWS] = stage2[S2_DBETA_ROWS] = (t.core_batch_parts * cast * 4, 1)
-        if b16:
-            stage2[S2_DGAMMA_T] = stage2[S2_DBETA_T] = (cast * 2, 1)
-    elif b16 and t.n != 1:
-        stage2[S2_DGAMMA_ROWS] = stage2[S2_DBETA_ROWS] = (cast * 4, 1)
-        stage2[S2_DGAMMA_T] = stage2[S2_DBETA_T] = (cast * 2, 1)
+        main = align_up(t.c_g, epb)
+    nbuf = 2 if t.ub_mode == MODE_2 else 1
+    cg = align_up(t.c_g, epb) * 4
+    tb = 2 if b16 else 0
+    temp = 0
+    if t.ub_mode == MODE_0 and not (t.hxw % EIGHT_BLOCK == 0 or t.c_g == 1):
+        temp = align_up(t.hxw, epb) * 4
+    mode3_fp32 = t.ub_mode == MODE_3 and not b16
+    stage1 = [(main * 4, nbuf), (main * tb, 1), (main * 4, nbuf), (temp if b16 else 0, 1), (temp if b16 else 0, 1),
+              (main * tb, 1), (cg, 1), (cg // 4 * tb, 1), (main * 4 if mode3_fp32 else 0, nbuf), (cg // 4 * tb, 1),
+              (cg // 4 * tb, 1), (cg, 1), (cg, 1), (0 if mode3_fp32 else main * 4, nbuf), (0 if b16 else temp, 1),
+              (0 if b16 else temp, 1)]
     plan = UbPlan(soc.ub_size)
-    for i, name in enumerate(BUFFERS):
-        if i == S2_DGAMMA_SUM:
-            plan.reset()
-        nbytes, nb = (stage2 if i >= S2_DGAMMA_SUM else sz).get(i, (0, 0))
-        plan.add(name, nbytes, nb or 1)
+    for name, (nbytes, num) in zip(STAGE1_BUFFERS, stage1, strict=True):
+        plan.add(name, nbytes, num)
+    if t.deterministic or (b16 and t.n != 1):
+        cast = t.cast_ele_num
+        sums = cast * 4 if t.deterministic else 0
+        rows = t.core_batch_parts * cast * 4 if t.deterministic else cast * 4
+        plan.reset()
+        for name, nbytes in zip(STAGE2_BUFFERS, (sums, sums, rows, rows, cast * tb, cast * tb), strict=True):
+            plan.add(name, nbytes, 1)
     return plan
