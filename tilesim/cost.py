@@ -51,6 +51,7 @@ from . import schedule
 from .cost_params import CostParams, cost_params
 from .device import (
     L_AMOUNT,
+    L_CLASS,
     L_GM,
     L_PIPE,
     MTE2_PAD_BYTES,
@@ -163,7 +164,10 @@ def _replay_log(report: RunReport, p: CostParams,
         lo = ends[ph - 1] if ph else np.zeros(bd, np.int64)
         parts = [report.log[c][lo[c]:ends[ph, c]] for c in range(bd)]
         moved = [np.bincount(x[:, L_PIPE], weights=x[:, L_AMOUNT], minlength=N_PIPES) for x in parts]
-        movers = sum(1 for x in parts if ((x[:, L_PIPE] == PIPE_MTE2) | (x[:, L_PIPE] == PIPE_MTE3)).any())
+        # a core that moved data: a sync on an MTE pipe (a SetFlag, a PresetFlag's) is logged on that pipe but moves
+        # nothing, and the live schedule counts movers by their transfers (tilesim.launch.phase_rates)
+        movers = sum(1 for x in parts if (((x[:, L_PIPE] == PIPE_MTE2) | (x[:, L_PIPE] == PIPE_MTE3))
+                                          & (x[:, L_CLASS] < PIPE_BARRIERS)).any())
         for c, part in enumerate(parts):
             if part.shape[0] == 0:
                 continue
