@@ -31,7 +31,10 @@ BiSheng's auto-sync off as well as on. The kernels:
 The atomic adds land in core order (:mod:`tilesim.machine.atomic`), as the cores' turns come: each add is one
 float addition into dgamma in GM. Split-D adds a core's tile once per 32-row batch, so for a core after core 0
 with more than 32 rows dgamma is (((d + b0) + b1) + ...) in core order, the NPU's order of adds (earlier tilesim
-summed a core's batches before adding them).
+summed a core's batches before adding them, an order the NPU cannot take: those bits changed).
+
+Every kernel has a SyncAll, so a launch runs each core on a host thread of its own
+(:func:`tilesim.launch.run_synced`); on a small call that costs more than the work (split-D [64, 12288] fp32).
 
 Where this differs from ops-nn on purpose:
 
