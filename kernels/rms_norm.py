@@ -141,7 +141,7 @@ def _fold_to_repeat(ctx, src, count):
 
 
 @njit(cache=True)
-def _reduce_sum_half_interval(ctx, pipe, src, count):
+def reduce_sum_half_interval(ctx, pipe, src, count):
     """``float ReduceSumHalfInterval(src, count)``: the folds, ``WholeReduceSum<float, false>`` into src[0], V_S
     (an id from FetchEventID), GetValue(0)."""
     _fold_to_repeat(ctx, src, count)
@@ -179,7 +179,7 @@ def _reduce_pre_repeat(ctx, dst, src, tmp, elem_num, num_last_dim, tail_count, r
 
 
 @njit(cache=True)
-def _reduce_sum_multi_n(ctx, dst, src, tmp, num_row, num_col, num_col_align):
+def reduce_sum_multi_n(ctx, dst, src, tmp, num_row, num_col, num_col_align):
     """ReduceSumMultiN (with ReduceSumForSmallReduceDim): the sum of each of ``num_row`` rows of ``num_col``
     (rows numColAlign apart) into ``dst[r]``, 255 rows an instruction; ``tmp`` holds 64 floats a row."""
     tail_count = num_col % NUM_PER_REP_FP32
@@ -301,7 +301,7 @@ def _normal_compute(ctx, pipe, t, i_i, in_queue_x, out_queue_y, x_fp32_buf, sqx_
     x32 = x_fp32_buf.get(asc.float32)
     _normal_square(ctx, in_queue_x, x_local, x32, sqx, n)
     asc.pipe_barrier(ctx, asc.PIPE_V)
-    reduce_out = _reduce_sum_half_interval(ctx, pipe, sqx, n)
+    reduce_out = reduce_sum_half_interval(ctx, pipe, sqx, n)
     asc.set_flag(ctx, asc.HardEvent.V_S, ev_vs)
     asc.wait_flag(ctx, asc.HardEvent.V_S, ev_vs)
     rstd_value = _scalar_rstd(reduce_out, np.float32(1.0) / np.float32(n), t.epsilon)
@@ -690,7 +690,7 @@ def _merge_n_compute(ctx, t, i_o, calc_row_num, gamma_local, in_queue_x, out_que
     _merge_n_square(ctx, in_queue_x, x_local, x32, sqx, en)
     asc.pipe_barrier(ctx, asc.PIPE_V)
     rstd_local = out_queue_rstd.alloc_tensor(asc.float32)
-    _reduce_sum_multi_n(ctx, rstd_local, sqx, tmp, calc_row_num, t.num_col, t.num_col_align)
+    reduce_sum_multi_n(ctx, rstd_local, sqx, tmp, calc_row_num, t.num_col, t.num_col_align)
     asc.pipe_barrier(ctx, asc.PIPE_V)
     _rstd_of_sums(ctx, rstd_local, tmp, calc_row_num, t.avg_factor, t.epsilon)
     out_queue_rstd.enque(rstd_local)
@@ -788,7 +788,7 @@ def _single_row_compute(ctx, pipe, t, i_i, in_queue_x, out_queue_y, x_buf_fp32, 
     asc.pipe_barrier(ctx, asc.PIPE_V)
     asc.mul(x_local, x32, x32, n)
     asc.pipe_barrier(ctx, asc.PIPE_V)
-    reduce_out = _reduce_sum_half_interval(ctx, pipe, x_local, n)
+    reduce_out = reduce_sum_half_interval(ctx, pipe, x_local, n)
     in_queue_x.free_tensor(x_local)
     asc.set_flag(ctx, asc.HardEvent.V_S, ev_vs)
     asc.wait_flag(ctx, asc.HardEvent.V_S, ev_vs)

@@ -552,7 +552,7 @@ def test_cache_stamps_carry_the_machine_hash():
         h.update(str(p.relative_to(root)).encode())
         h.update(p.read_bytes())
     assert jit_cache.MACHINE_HASH == h.hexdigest()[:16]
-    for fn in (sys.modules["kernels.rms_norm_grad"]._cores, _two_call_sites):
+    for fn in (sys.modules["kernels.rms_norm_grad"]._split_n_compute, _two_call_sites):
         stamp = fn._cache._cache_file._source_stamp
         assert isinstance(stamp, tuple) and stamp[-1] == jit_cache.MACHINE_HASH
 

@@ -200,8 +200,8 @@ def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, sync_column, st
                     if everything else done_now
                 issued, free0, free1, free2, free3 = _gate(t, issued, -1 if everything else pipe, scalar, mte2,
                                                            vector, mte3, free0, free1, free2, free3)
-            if times:
-                start[i] = free[i] = issued
+            if times:  # on its pipe, in order: not before the pipe's earlier instructions have left it
+                start[i] = free[i] = _later(issued, free0 if mte2 else free1 if vector else free2 if mte3 else free3)
             continue
         vcls = min(max(log[i, L_CLASS] - vec_column, 0), N_VEC - 1)
         w = slot_of(plan, base, cache, n_slots, log[i, L_WRITE])

@@ -220,41 +220,36 @@ def rms_norm_grad(dy: Any, x: Any, rstd: Any, gamma: Any, *, soc: str | SocSpec 
         chunk_tail=chunk_tail, tiling_key=key, workspace_size=ws, buffer_num=int(buffer_num))
 
 
-# UB buffer ids of the kernels' plans (the order of their InitBuffer calls).
-DY, X, DX, RSTD, GAMMA, DGAMMA, TMP, TMP_MEAN, MEAN, MEAN_TMP = range(10)
-
-
 @shared_plan
 def ub_plan(t: RmsNormGradTiling, soc: str | SocSpec = DEFAULT_SOC) -> UbPlan:
-    """The kernel's InitBuffer calls for this tiling: the UB plan, not yet checked against the capacity."""
+    """The kernel's InitBuffer calls for this tiling, in their order: the UB plan, not yet checked against the
+    capacity. The dy and x queue buffers also hold block_dim rows of 64 floats for the deterministic final sum
+    (split-N sizes them so in ops-nn; split-D here too, see :mod:`kernels.rms_norm_grad`)."""
     spec = get_soc(soc)
     plan = UbPlan(spec.ub_size)
     cva, uf, nb = t.col_val_align, t.ub_factor, t.buffer_num
-    if t.tiling_key == SPLIT_N:
-        # The queues also hold block_dim rows of 64 floats for the deterministic final sum.
+    if t.tiling_key == SPLIT_N:  # InitInputQue, InitOutputQue, InitTmpBuffer
         io = max(uf * cva, t.block_dim * LANES) * 4
         align = ALIGN_32 if t.data_type == 0 else 16
-        plan.add("dy", io, nb)
-        plan.add("x", io, nb)
-        plan.add("dx", io, nb)
-        plan.add("rstd", align_up(uf, align) * 4, nb)
-        plan.add("gamma", cva * 4)
-        plan.add("dgamma", cva * 4)
+        plan.add("in_que_dy", io, nb)
+        plan.add("in_que_x", io, nb)
+        plan.add("in_que_rstd", align_up(uf, align) * 4, nb)
+        plan.add("in_que_gamma", cva * 4)
+        plan.add("out_que_dx", io, nb)
+        plan.add("out_que_dgamma", cva * 4)
         if t.small_d:
-            plan.add("tmp", uf * LANES * 4)
-            plan.add("tmp_mean", uf * 4)
-    else:
+            plan.add("tmp_buf", uf * LANES * 4)
+            plan.add("tmp_mean_buf", uf * 4)
+    else:  # InitUB
         io = max(uf, t.block_dim * LANES) * 4
-        plan.add("dy", io, nb)
-        plan.add("x", io, nb)
-        plan.add("dx", io, nb)
-        plan.add("rstd", ROW_FACTOR_SPLIT_D * 4)
-        plan.add("gamma", uf * 4)
-        plan.add("dgamma", uf * 4)
-        plan.add("tmp", 32)  # unused slots keep the buffer ids of split-N
-        plan.add("tmp_mean", 32)
-        plan.add("mean", ROW_FACTOR_SPLIT_D * 4)
-        plan.add("mean_tmp", ROW_FACTOR_SPLIT_D * 4)
+        plan.add("in_que_dy", io, nb)
+        plan.add("in_que_x", io, nb)
+        plan.add("in_que_rstd", ROW_FACTOR_SPLIT_D * 4)
+        plan.add("in_que_gamma", uf * 4)
+        plan.add("out_que_dx", uf * 4, nb)
+        plan.add("out_que_dgamma", uf * 4)
+        plan.add("mean_buf", ROW_FACTOR_SPLIT_D * 4)
+        plan.add("mean_tmp_buf", ROW_FACTOR_SPLIT_D * 4)
     return plan
 
 
