@@ -67,6 +67,8 @@ from .machine.tensor import (
     X_PLAN_AT,
     X_PLAN_ROWS,
     X_POOL,
+    X_STACK,
+    X_STACK_ROWS,
     X_SYNC_AT,
     X_SYNC_GEN,
     X_UB_SIZE,
@@ -106,6 +108,8 @@ def enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, alog, lo
     w[X_ERR_SIZE] = err.shape[1]
     w[X_ERR_AT] = np.int64(err.ctypes.data) + i * err.shape[1] * 8
     w[X_POOL] = 0
+    w[X_STACK] = 0
+    w[X_STACK_ROWS] = 0
     w[X_WS_AT] = ws.ctypes.data
     w[X_WS_SIZE] = ws.size
     w[X_MASK_LO] = -1
@@ -331,15 +335,23 @@ def cores(first, last, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, alo
 
 
 def _plan_of(ctx_row: np.ndarray, names: tuple[str, ...], soc: SocSpec) -> UbPlan:
-    """The UB plan a core's InitBuffer calls placed (its context block's rows), with the buffers' names."""
-    return _plan(ctx_row[X_PLAN:X_PLAN + 3 * int(ctx_row[X_PLAN_ROWS])].tobytes(), names, soc.ub_size)
+    """The UB plan a core's InitBuffer and PopStackBuffer calls placed (its context block's rows), with the
+    buffers' names (PopStackBuffer's: ``stack``)."""
+    return _plan(ctx_row[X_PLAN:X_PLAN + 3 * int(ctx_row[X_PLAN_ROWS])].tobytes(), names, soc.ub_size,
+                 int(ctx_row[X_STACK_ROWS]))
 
 
 @functools.lru_cache(maxsize=256)
-def _plan(rows: bytes, names: tuple[str, ...], capacity: int) -> UbPlan:
+def _plan(rows: bytes, names: tuple[str, ...], capacity: int, stack_rows: int = 0) -> UbPlan:
     plan = UbPlan(capacity)
+    k = 0  # the init_buffer targets name the rows that are not PopStackBuffer's
     for b, (off, size, num) in enumerate(np.frombuffer(rows, np.int64).reshape(-1, 3).tolist()):
-        plan.add(names[b] if b < len(names) else f"buf{b}", size, num)
+        if stack_rows >> b & 1:
+            plan.add("stack", size, num)
+            plan.buffers[-1] = dataclasses.replace(plan.buffers[-1], stack=True)
+        else:
+            plan.add(names[k] if k < len(names) else f"buf{b}", size, num)
+            k += 1
         plan.buffers[-1].offset = off
     return plan.freeze()
 
