@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 
+import tilesim
 from tilesim.launcher import kernel, launch
 from tilesim.machine import VECCALC, VECIN, TBuf, TPipe, TQue, data_copy, duplicate, float32, pop_stack_buffer, uint8
 from tilesim.soc import get_soc
@@ -50,3 +52,23 @@ def test_pop_stack_buffer_hands_out_the_free_ub() -> None:
     assert out.tolist() == [free, 160, 160, 2.5]
     names = [(b.name, b.offset, b.nbytes, b.stack) for b in rep.ub_plan.buffers]
     assert names == [("q", 0, 160, False), ("stack", 160, free, True), ("after", 160, 64, False)]
+
+
+@kernel
+def tbuf_overrun(ctx, t, a, out):
+    """A Duplicate of ``t.n`` floats into a TBuf of 64 floats placed last, then the first 64 copied out."""
+    pipe = TPipe(ctx)
+    buf = pipe.init_buffer(TBuf(VECCALC), 256)
+    b = buf.get(float32)
+    duplicate(b, 1.5, t.n)
+    out.set_value(0, b.get_value(0))
+
+
+def test_a_tbuf_access_past_its_end_is_out_of_bounds() -> None:
+    """A TBuf is one slot: 256 B of it and not the UB after it (nothing placed there does not make it its)."""
+    out = np.zeros(1, np.float32)
+    launch(tbuf_overrun, StackTiling(64, 1), np.ones(1, np.float32), out, block_dim=1, checks=True)
+    with pytest.raises(tilesim.CheckError) as ei:
+        launch(tbuf_overrun, StackTiling(128, 1), np.ones(1, np.float32), out, block_dim=1, checks=True)
+    v = ei.value.violations[0]
+    assert (v.kind, v.memory, v.offset, v.nbytes) == ("UB out of bounds", 'UB buffer "buf"', 0, 512)
