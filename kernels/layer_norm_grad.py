@@ -152,19 +152,21 @@ def _compute(ctx, t, lt, bt, dy_que, x_que, var_que, mean_que, pd_x_que, res, ga
 
 
 @njit(cache=True)
-def _tile_sums_out(ctx, t, pg, pb, ws):
+def _tile_sums_out(ctx, pipe, t, pg, pb, ws):
     """The tile's fp32 [H] sums atomic-added into the core's workspace rows (V_MTE3 before, MTE3_V after: the
-    next tile's APIs write the same UB)."""
+    next tile's APIs write the same UB; the ids FetchEventID's, beside the queues' own)."""
     hp = t.h_align
     c = asc.get_block_idx(ctx)
-    asc.set_flag(ctx, asc.HardEvent.V_MTE3, 0)
-    asc.wait_flag(ctx, asc.HardEvent.V_MTE3, 0)
+    ev = pipe.fetch_event_id(asc.HardEvent.V_MTE3)
+    asc.set_flag(ctx, asc.HardEvent.V_MTE3, ev)
+    asc.wait_flag(ctx, asc.HardEvent.V_MTE3, ev)
     asc.set_atomic_add(ctx, asc.float32)
     asc.data_copy_pad(ws[2 * c * hp], pg, asc.DataCopyExtParams(1, hp * 4, 0, 0))
     asc.data_copy_pad(ws[(2 * c + 1) * hp], pb, asc.DataCopyExtParams(1, hp * 4, 0, 0))
     asc.set_atomic_none(ctx)
-    asc.set_flag(ctx, asc.HardEvent.MTE3_V, 0)
-    asc.wait_flag(ctx, asc.HardEvent.MTE3_V, 0)
+    ev = pipe.fetch_event_id(asc.HardEvent.MTE3_V)
+    asc.set_flag(ctx, asc.HardEvent.MTE3_V, ev)
+    asc.wait_flag(ctx, asc.HardEvent.MTE3_V, ev)
 
 
 @njit(cache=True)
@@ -225,15 +227,16 @@ def _init(ctx, t):
 @njit(cache=True)
 def _process(ctx, t, queues, tmp, dy, x, variance, mean, gamma, pd_x):
     """The core's part before the SyncAll: its workspace rows zeroed, gamma, then its rows tile by tile."""
-    _, dy_que, x_que, pd_x_que, res, var_que, mean_que, g = queues
+    pipe, dy_que, x_que, pd_x_que, res, var_que, mean_que, g = queues
     reuse = t.is_reuse_source != 0
     h, hp, rows = t.h, t.h_align, t.ub_rows
     ws = asc.get_user_workspace(ctx).reinterpret_cast(asc.float32)
     c = asc.get_block_idx(ctx)
     asc.init_output(ws[2 * c * hp], 2 * hp, 0.0)
     _copy_in_rows(g, gamma, 1, h)
-    asc.set_flag(ctx, asc.HardEvent.MTE2_V, 0)
-    asc.wait_flag(ctx, asc.HardEvent.MTE2_V, 0)
+    ev = pipe.fetch_event_id(asc.HardEvent.MTE2_V)
+    asc.set_flag(ctx, asc.HardEvent.MTE2_V, ev)
+    asc.wait_flag(ctx, asc.HardEvent.MTE2_V, ev)
     _widen(g, hp, gamma.dtype)
     n_rows = t.tail_rows if c == t.block_dim - 1 else t.block_factor
     r0 = c * t.block_factor
@@ -244,7 +247,7 @@ def _process(ctx, t, queues, tmp, dy, x, variance, mean, gamma, pd_x):
         _copy_in(t, dy_que, x_que, var_que, mean_que, dy, x, variance, mean, r0 + done, n)
         pg, pb = _compute(ctx, t, t.lng[k], t.beta[k], dy_que, x_que, var_que, mean_que, pd_x_que, res, g, tmp, dy,
                           r0 + done, n, reuse)
-        _tile_sums_out(ctx, t, pg, pb, ws)
+        _tile_sums_out(ctx, pipe, t, pg, pb, ws)
         _copy_out(t, pd_x_que, pd_x, r0 + done, n, sz)
     return ws
 
