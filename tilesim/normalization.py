@@ -30,6 +30,10 @@ Reproduced as the code has it, quirks included:
 - LayerNormGradBeta walks the rows of a chunk ``originalH`` apart and adds ``originalH`` columns: with padding
   (originalH < H) it reads the wrong rows, and columns past originalH of the outputs are left as they were.
 - ``epsilon`` is a T: the caller passes half's value for half (1e-5 becomes 1.0014e-5).
+
+Where this differs from asc-devkit: the A2 code runs on every SoC. Built for 310P (``__NPU_ARCH__`` 2002)
+BroadcastLastDimImpl is DuplicateLastDimImpl for all the rows (a GetValue and a Duplicate each, no Brcb); the
+values are the same, the counters and the scalar reads are not.
 """
 
 from __future__ import annotations
