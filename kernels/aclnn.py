@@ -304,7 +304,7 @@ def layer_norm_grad_get_workspace_size(dy: Any, x: Any, variance: Any, mean: Any
         return _fail(e), 0, None
 
     def run(ws: np.ndarray | None) -> None:
-        _layer_norm_grad.run(t, spec, dy, x, variance, mean, gamma, epsilon, *outs, ws, checks_default(None))
+        _layer_norm_grad.run(t, spec, dy, x, variance, mean, gamma, *outs, ws, checks_default(None))
 
     _recent[0] = ""
     return ACLNN_SUCCESS, t.workspace_size, Executor("layer_norm_grad", t.workspace_size, run, t)

@@ -1,16 +1,27 @@
-"""A layer-norm backward built on the LayerNormGrad and LayerNormGradBeta APIs, multi-core, on tilesim (the design
-and its choices: ``tiling/layer_norm_grad.py``).
+"""A layer-norm backward built on the LayerNormGrad and LayerNormGradBeta APIs, multi-core, on tilesim's
+programming model (the design and its choices: ``tiling/layer_norm_grad.py``). There is no Huawei op of this
+design: the kernel is tilesim's, the APIs in it are asc-devkit's (:mod:`tilesim.normalization`).
 
-Per core: gamma once; per UB tile of whole rows:
-- CopyIn (DataCopyPad): dy with zero padding to the 32 B-aligned H; x row by row, padded with the row's mean so
-  that x − μ is 0 past H and the API's Σ(x − μ) over the stored H is exact; variance and mean. Half lands in the
-  upper half of fp32 buffers and is widened in place.
-- The float APIs: LayerNormGrad (pd_x, resForGamma), then LayerNormGradBeta on the same rows (dy again from GM
-  first when isReuseSource let LayerNormGrad compute in it); the tile's pd_gamma and pd_beta atomic-added in
-  fp32 to the core's own workspace rows.
-- CopyOut of pd_x (half: rounded to nearest even).
+Init: a TPipe with the VECIN queues of dy and x (a tile of ``ub_rows`` rows ``h_align`` wide, fp32-sized: half
+lands in the upper half and is widened in place), the VECOUT queue of pd_x, the resForGamma TBuf, the VECIN
+queues of variance and mean, the gamma TBuf and, with ``tmp="shared"``, the tmp TBuf (the APIs'
+sharedTmpBuffer). With ``tmp="framework"`` the APIs' PopStackBuffer hands out the UB left free, and the kernel
+puts the tile's [H] sums after the Beta's temporaries there too (PopStackBuffer of its own). gamma is copied in
+once (DataCopyPad, then a MTE2_V flag, widened for half). Per UB tile of whole rows:
 
-SyncAll, then 64-column tasks add the cores' rows in core order and write pd_gamma and pd_beta in T.
+- CopyIn (DataCopyPad, EnQue): dy with zero padding to h_align; x one DataCopyPad per row padded with the row's
+  mean (read from GM by GetValue), so that x − μ is 0 past H and the API's Σ(x − μ) over the stored H is exact
+  (one DataCopyPad for the tile when H is aligned); variance and mean.
+- Compute: DeQue, widen (half, CAST_NONE); ``LayerNormGrad<float, isReuseSource>`` into pd_x and resForGamma,
+  then ``LayerNormGradBeta<float, isReuseSource>`` on the same rows into the tile's [H] sums (with isReuseSource
+  LayerNormGrad computed in dy: it comes from GM again first, FreeTensor, AllocTensor, DataCopyPad, EnQue,
+  DeQue); pd_x rounded to half in place (CAST_RINT); EnQue pd_x; a V_MTE3 flag, the sums atomic-added in fp32
+  (SetAtomicAdd<float>) into the core's own workspace rows (zeroed by InitOutput first), a MTE3_V flag before
+  the next tile's APIs write the temporaries again.
+- CopyOut (DataCopyPad) of pd_x's H real columns.
+
+SyncAll, then TPipe.Reset and 64-column tasks round-robin over the cores: each adds the cores' fp32 rows in core
+order (a VECIN tensor of block_dim rows, a VECOUT sum) and writes pd_gamma or pd_beta in T: deterministic.
 """
 
 from __future__ import annotations
@@ -18,194 +29,257 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numba.extending import overload
 
-from tilesim.cast import CAST_RINT, elem_size
-from tilesim.datamove import atomic_add_pad_out, data_copy_pad, data_copy_pad_out, init_output
-from tilesim.device import at, count_gm_scalar, gm_f32, gm_tensor, gm_u16, make_core, plan_of, slot
-from tilesim.jit import njit
-from tilesim.launch import finish, host_threads, prepare, reruns_on_overflow, run_cores, workspace
-from tilesim.memo import by_identity
+from tilesim import machine as asc  # AscendC::
+from tilesim.jit import DEVICE_OPTIONS, njit
+from tilesim.launch import RunReport, workspace
+from tilesim.launcher import kernel, launch
 from tilesim.normalization import layer_norm_grad as lng_api
 from tilesim.normalization import layer_norm_grad_beta as beta_api
+from tilesim.normalization import tmp_buffer
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tilesim.vector import add, cast_from_f32, cast_to_f32, duplicate
 from tiling.common import dtype_name, shape_of
-from tiling.layer_norm_grad import (
-    DY,
-    FINAL_ACC,
-    FINAL_ROWS,
-    GAMMA,
-    LANES,
-    MEAN,
-    PD_X,
-    RES,
-    SYS_WORKSPACE,
-    TMP,
-    VAR,
-    LayerNormGradOpTiling,
-    X,
-    check_tiling,
-    plan_for,
-)
+from tiling.layer_norm_grad import LANES, LayerNormGradOpTiling, check_tiling
 from tiling.layer_norm_grad import layer_norm_grad as make_tiling
-from tiling.layer_norm_grad_api import LayerNormGradBetaTilingDevice as BetaDevice
-from tiling.layer_norm_grad_api import LayerNormGradTilingDevice as LngDevice
-from tiling.layer_norm_grad_api import device_tiling
 
-from .common import KIND, checks_default, copy_back, gm_out, output, to_gm, write_targets
+from .common import output
 
-GM_NAMES = ["dy", "x", "variance", "mean", "gamma", "pd_x", "pd_gamma", "pd_beta", "workspace"]
+GM_NAMES = ["dy", "x", "variance", "mean", "gamma", "pd_x", "pd_gamma", "pd_beta"]
+
+
+def _land(buf, n, dtype):  # type: ignore[no-untyped-def]
+    """Where T data bound for an fp32 buffer of ``align_up(n, 16)`` elements lands, as a tensor of T: the buffer
+    itself for float, for half its upper half (32 B aligned, as DataCopyPad needs)."""
+
+
+@overload(_land, jit_options=DEVICE_OPTIONS)
+def _land_typed(buf, n, dtype):  # type: ignore[no-untyped-def]
+    if dtype.dt.size == 4:
+        return lambda buf, n, dtype: buf.reinterpret_cast(dtype)
+    return lambda buf, n, dtype: buf.reinterpret_cast(dtype)[(n + 15) // 16 * 16]
+
+
+def _widen(buf, n, dtype):  # type: ignore[no-untyped-def]
+    """Half: the ``n`` elements landed in ``buf``'s upper half cast to fp32 in place (CAST_NONE: exact)."""
+
+
+@overload(_widen, jit_options=DEVICE_OPTIONS)
+def _widen_typed(buf, n, dtype):  # type: ignore[no-untyped-def]
+    if dtype.dt.size == 4:
+        return lambda buf, n, dtype: None
+    return lambda buf, n, dtype: asc.cast(buf, _land(buf, n, dtype), asc.CAST_NONE, n)
 
 
 @njit(cache=True)
-def _land(buf, n_elems, kind):
-    """Where T data bound for an fp32 buffer of ``align_up(n_elems, 16)`` elements lands: the buffer itself for
-    float, for half its upper half (32 B aligned, as DataCopyPad needs)."""
-    return buf if kind == 0 else at(buf, 2 * ((n_elems + 15) // 16 * 16))
+def _copy_in_rows(buf, src, rows, h):
+    """DataCopyPad of ``rows`` rows of H (zero padding to h_align) into an fp32 buffer."""
+    hp = (h * asc.size_of(src.dtype) + 31) // 32 * 32 // asc.size_of(src.dtype)
+    asc.data_copy_pad(_land(buf, rows * hp, src.dtype), src, asc.DataCopyExtParams(rows, h * asc.size_of(src.dtype),
+                                                                                  0, 0))
+
+
+def _narrow(buf, n, dtype):  # type: ignore[no-untyped-def]
+    """Half: ``n`` fp32 values rounded to half in place (CAST_RINT: to nearest even)."""
+
+
+@overload(_narrow, jit_options=DEVICE_OPTIONS)
+def _narrow_typed(buf, n, dtype):  # type: ignore[no-untyped-def]
+    if dtype.dt.size == 4:
+        return lambda buf, n, dtype: None
+    return lambda buf, n, dtype: asc.cast(buf.reinterpret_cast(dtype), buf, asc.CAST_RINT, n)
 
 
 @njit(cache=True)
-def _widen(core, buf, n_elems, kind):
-    if kind != 0:
-        cast_to_f32(core, buf, _land(buf, n_elems, kind), n_elems, kind)
-
-
-@njit(cache=True, inline="always")
-def _copy_in(core, t, r0, n, g_dy, g_x, g_var, g_mean, kind):
-    """dy (zero padding past H), x (each row padded with its mean), variance and mean, widened to fp32."""
-    h, hp = t[0], t[1]
-    e = n * hp
-    dy, x = slot(core, DY, 0), slot(core, X, 0)
-    var, mean = slot(core, VAR, 0), slot(core, MEAN, 0)
-    data_copy_pad(core, _land(dy, e, kind), g_dy, r0 * h, n, h, h, 0)
-    xl = _land(x, e, kind)
+def _copy_in(t, dy_que, x_que, var_que, mean_que, dy, x, variance, mean, r0, n):
+    """CopyIn: dy, x (each row padded with its mean), variance and mean of rows [r0, r0 + n)."""
+    h, hp = t.h, t.h_align
+    d = dy_que.alloc_tensor(asc.float32)
+    _copy_in_rows(d, dy[r0 * h], n, h)
+    dy_que.enque(d)
+    xl = x_que.alloc_tensor(asc.float32)
     if h == hp:
-        data_copy_pad(core, xl, g_x, r0 * h, n, h, h, 0)
-    else:  # one DataCopyPad per row, its padding value the row's mean (a scalar read of GM)
-        isz = g_x.isz
-        for i in range(n):  # the mean's value for fp32, its bits for half (what DataCopyPad's padding takes)
-            count_gm_scalar(core, g_mean, r0 + i)
-            pv = gm_f32(g_mean)[r0 + i] if isz == 4 else np.float32(gm_u16(g_mean)[r0 + i])
-            data_copy_pad(core, at(xl, i * hp * isz), g_x, (r0 + i) * h, 1, h, h, pv)
-    data_copy_pad(core, _land(var, n, kind), g_var, r0, 1, n, n, 0)
-    data_copy_pad(core, _land(mean, n, kind), g_mean, r0, 1, n, n, 0)
-    _widen(core, dy, e, kind)
-    _widen(core, x, e, kind)
-    _widen(core, var, n, kind)
-    _widen(core, mean, n, kind)
+        _copy_in_rows(xl, x[r0 * h], n, h)
+    else:  # the padding value: the mean's fp32 value, or for half its bits (what DataCopyPad's padding takes)
+        sz = asc.size_of(x.dtype)
+        for i in range(n):
+            pad = asc.DataCopyPadExtParams(True, 0, hp - h, np.float32(mean.get_value(r0 + i)))
+            row = asc.DataCopyExtParams(1, h * sz, 0, 0)
+            asc.data_copy_pad(_land(xl, n * hp, x.dtype)[i * hp], x[(r0 + i) * h], row, pad)
+    x_que.enque(xl)
+    v = var_que.alloc_tensor(asc.float32)
+    _copy_in_rows(v, variance[r0], 1, n)
+    var_que.enque(v)
+    m = mean_que.alloc_tensor(asc.float32)
+    _copy_in_rows(m, mean[r0], 1, n)
+    mean_que.enque(m)
 
 
-@njit(cache=True, inline="always")
-def _tile(core, t, lt, bt, r0, n, g_dy, g_x, g_var, g_mean, g_pdx, g_ws, gamma, eps, kind, reuse):
-    """One UB tile of ``n`` rows from row ``r0``: CopyIn, the two float APIs, the fp32 partial sums, CopyOut."""
-    h, hp = t[0], t[1]
-    _copy_in(core, t, r0, n, g_dy, g_x, g_var, g_mean, kind)
-    dy, x, pdx, res = slot(core, DY, 0), slot(core, X, 0), slot(core, PD_X, 0), slot(core, RES, 0)
-    tmp = slot(core, TMP, 0)
-    lng_api(core, pdx, res, dy, x, slot(core, VAR, 0), slot(core, MEAN, 0), gamma, tmp, plan_of(core)[TMP, 1], eps, lt,
-            0, reuse)
+@njit(cache=True)
+def _compute(ctx, t, lt, bt, dy_que, x_que, var_que, mean_que, pd_x_que, res, gamma, tmp, dy, r0, n, reuse):
+    """Compute: the two float APIs on the tile; returns the tile's [H] sums (pd_gamma, pd_beta) in the
+    temporaries' region."""
+    h, hp = t.h, t.h_align
+    e = n * hp
+    d = dy_que.deque(asc.float32)
+    xl = x_que.deque(asc.float32)
+    v = var_que.deque(asc.float32)
+    m = mean_que.deque(asc.float32)
+    dt = dy.dtype
+    _widen(d, e, dt)
+    _widen(xl, e, dt)
+    _widen(v, n, dt)
+    _widen(m, n, dt)
+    pdx = pd_x_que.alloc_tensor(asc.float32)
+    lng_api(ctx, pdx, res, d, xl, v, m, gamma, tmp, t.epsilon, lt, reuse)
+    x_que.free_tensor(xl)
+    var_que.free_tensor(v)
+    mean_que.free_tensor(m)
     if reuse:  # LayerNormGrad computed in dy: the Beta needs it again
-        data_copy_pad(core, dy, g_dy, r0 * h, n, h, h, 0)
-    pg, pb = at(tmp, t[3]), at(tmp, t[4])
-    beta_api(core, pg, pb, res, dy, tmp, t[2], bt, 0, reuse)
-    c = core.idx
-    atomic_add_pad_out(core, g_ws, 2 * c * hp, pg, hp)
-    atomic_add_pad_out(core, g_ws, (2 * c + 1) * hp, pb, hp)
-    if kind != 0:
-        cast_from_f32(core, pdx, pdx, n * hp, kind, CAST_RINT)
-    data_copy_pad_out(core, g_pdx, r0 * h, pdx, n, h, h)
+        dy_que.free_tensor(d)
+        d = dy_que.alloc_tensor(asc.float32)
+        asc.data_copy_pad(d, dy[r0 * h], asc.DataCopyExtParams(n, h * 4, 0, 0))
+        dy_que.enque(d)
+        d = dy_que.deque(asc.float32)
+    region = tmp_buffer(ctx, tmp)  # the tmp TBuf, or PopStackBuffer's UB
+    pg = region[t.pd_gamma_off].reinterpret_cast(asc.float32)
+    pb = region[t.pd_beta_off].reinterpret_cast(asc.float32)
+    beta_api(ctx, pg, pb, res, d, tmp, bt, reuse)
+    dy_que.free_tensor(d)
+    _narrow(pdx, e, dt)
+    pd_x_que.enque(pdx)
+    return pg, pb
 
 
-@njit(cache=True, inline="always")
-def _final(core, t, g_ws, g_pg, g_pb, block_dim, kind):
-    """64-column tasks round-robin over the cores: add the cores' fp32 rows in core order, cast, write."""
-    h, hp = t[0], t[1]
-    rows, acc = slot(core, FINAL_ROWS, 0), slot(core, FINAL_ACC, 0)
-    for task in range(core.idx, 2 * ((h + LANES - 1) // LANES), block_dim):
+@njit(cache=True)
+def _tile_sums_out(ctx, pipe, t, pg, pb, ws):
+    """The tile's fp32 [H] sums atomic-added into the core's workspace rows (V_MTE3 before, MTE3_V after: the
+    next tile's APIs write the same UB; the ids FetchEventID's, beside the queues' own)."""
+    hp = t.h_align
+    c = asc.get_block_idx(ctx)
+    ev = pipe.fetch_event_id(asc.HardEvent.V_MTE3)
+    asc.set_flag(ctx, asc.HardEvent.V_MTE3, ev)
+    asc.wait_flag(ctx, asc.HardEvent.V_MTE3, ev)
+    asc.set_atomic_add(ctx, asc.float32)
+    asc.data_copy_pad(ws[2 * c * hp], pg, asc.DataCopyExtParams(1, hp * 4, 0, 0))
+    asc.data_copy_pad(ws[(2 * c + 1) * hp], pb, asc.DataCopyExtParams(1, hp * 4, 0, 0))
+    asc.set_atomic_none(ctx)
+    ev = pipe.fetch_event_id(asc.HardEvent.MTE3_V)
+    asc.set_flag(ctx, asc.HardEvent.MTE3_V, ev)
+    asc.wait_flag(ctx, asc.HardEvent.MTE3_V, ev)
+
+
+@njit(cache=True)
+def _copy_out(t, pd_x_que, pd_x, r0, n, sz):
+    """CopyOut: the H real columns of each row of pd_x."""
+    p = pd_x_que.deque(pd_x.dtype)
+    asc.data_copy_pad(pd_x[r0 * t.h], p, asc.DataCopyExtParams(n, t.h * sz, 0, 0))
+    pd_x_que.free_tensor(p)
+
+
+@njit(cache=True)
+def _final(ctx, pipe, t, ws, pd_gamma, pd_beta):
+    """After the SyncAll: 64-column tasks round-robin over the cores add the cores' fp32 rows in core order, cast,
+    write."""
+    h, hp, bd = t.h, t.h_align, t.block_dim
+    pipe.reset()
+    rows_que = pipe.init_buffer(asc.TQue(asc.VECIN, 1), 1, bd * LANES * 4)
+    acc_que = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), 1, LANES * 4)
+    sz = asc.size_of(pd_gamma.dtype)
+    for task in range(asc.get_block_idx(ctx), 2 * ((h + LANES - 1) // LANES), bd):
         which = task % 2  # 0 pd_gamma, 1 pd_beta
         col0 = (task // 2) * LANES
         w = min(LANES, h - col0)
-        data_copy_pad(core, rows, g_ws, which * hp + col0, block_dim, w, 2 * hp, 0)
+        rows = rows_que.alloc_tensor(asc.float32)
+        asc.data_copy_pad(rows, ws[which * hp + col0], asc.DataCopyExtParams(bd, w * 4, (2 * hp - w) * 4, 0))
+        rows_que.enque(rows)
+        rows = rows_que.deque(asc.float32)
         pitch = (w * 4 + 31) // 32 * 32 // 4
-        duplicate(core, acc, 0.0, pitch)
-        for b in range(block_dim):
-            add(core, acc, acc, at(rows, 4 * b * pitch), pitch)
-        out = g_pg if which == 0 else g_pb
-        if kind != 0:
-            cast_from_f32(core, acc, acc, pitch, kind, CAST_RINT)
-        data_copy_pad_out(core, out, col0, acc, 1, w, w)
+        acc = acc_que.alloc_tensor(asc.float32)
+        asc.duplicate(acc, 0.0, pitch)
+        for b in range(bd):
+            asc.add(acc, acc, rows[b * pitch], pitch)
+        rows_que.free_tensor(rows)
+        _narrow(acc, pitch, pd_gamma.dtype)
+        acc_que.enque(acc)
+        acc = acc_que.deque(pd_gamma.dtype)
+        out = pd_gamma if which == 0 else pd_beta
+        asc.data_copy_pad(out[col0], acc, asc.DataCopyExtParams(1, w * sz, 0, 0))
+        acc_que.free_tensor(acc)
 
 
-@njit(cache=True, inline="always")  # compiled once, inside _cores
-def _core(phase, c, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, bt2, dy, x, var, mean, gamma, pdx,
-          pg, pb, ws, eps, kind, reuse):
-    h, hp, bf, bd, tail, ub_rows = t[0], t[1], t[5], t[6], t[7], t[8]
-    core = make_core(c, bd, arena, plan, cnt, err, checks)
-    isz = elem_size(kind)
-    g_dy, g_x, g_var, g_mean = gm_tensor(0, dy, isz), gm_tensor(1, x, isz), gm_tensor(2, var, isz), \
-        gm_tensor(3, mean, isz)
-    g_gamma, g_pdx, g_pg, g_pb = gm_tensor(4, gamma, isz), gm_tensor(5, pdx, isz), gm_tensor(6, pg, isz), \
-        gm_tensor(7, pb, isz)
-    g_ws = gm_tensor(8, ws, 4)
-    if phase == 1:
-        _final(core, t, g_ws, g_pg, g_pb, bd, kind)
-        return
-    init_output(core, g_ws, 2 * c * hp, 2 * hp, 0.0)
-    gam = slot(core, GAMMA, 0)
-    data_copy_pad(core, _land(gam, hp, kind), g_gamma, 0, 1, h, h, 0)
-    _widen(core, gam, hp, kind)
-    rows = tail if c == bd - 1 else bf
-    r0 = c * bf
-    done = 0
-    while done < rows:
-        n = min(ub_rows, rows - done)
-        if n == ub_rows:  # the API tilings of a full tile, a full core's last tile, the tail core's last tile
-            lt, bt = lt0, bt0
-        elif c < bd - 1:
-            lt, bt = lt1, bt1
-        else:
-            lt, bt = lt2, bt2
-        _tile(core, t, lt, bt, r0 + done, n, g_dy, g_x, g_var, g_mean, g_pdx, g_ws, gam, eps, kind, reuse)
-        done += n
+@njit(cache=True)
+def _init(ctx, t):
+    """Init: the TPipe and the buffers of a tile (all fp32-sized), before the temporaries."""
+    rows, hp = t.ub_rows, t.h_align
+    stat = (rows + 15) // 16 * 16 * 4  # room for half to land in the upper half, 32 B aligned
+    pipe = asc.TPipe(ctx)
+    dy_que = pipe.init_buffer(asc.TQue(asc.VECIN, 1), 1, rows * hp * 4)
+    x_que = pipe.init_buffer(asc.TQue(asc.VECIN, 1), 1, rows * hp * 4)
+    pd_x_que = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), 1, rows * hp * 4)
+    res_for_gamma = pipe.init_buffer(asc.TBuf(asc.VECCALC), rows * hp * 4)
+    var_que = pipe.init_buffer(asc.TQue(asc.VECIN, 1), 1, stat)
+    mean_que = pipe.init_buffer(asc.TQue(asc.VECIN, 1), 1, stat)
+    gamma_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), hp * 4)
+    return pipe, dy_que, x_que, pd_x_que, res_for_gamma.get(asc.float32), var_que, mean_que, gamma_buf.get(asc.float32)
 
 
-@njit(cache=True, nogil=True, host=True)
-def _cores(first, last, phase, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, bt2, dy, x, var, mean,
-           gamma, pdx, pg, pb, ws, eps, kind, reuse):
-    # the API tilings come as plain tuples: see tiling.common.device_form
-    lt0, lt1, lt2 = LngDevice(*lt0), LngDevice(*lt1), LngDevice(*lt2)
-    bt0, bt1, bt2 = BetaDevice(*bt0), BetaDevice(*bt1), BetaDevice(*bt2)
-    for c in range(first, last):
-        _core(phase, c, arena, plan, cnt, err, checks, t, lt0, lt1, lt2, bt0, bt1, bt2, dy, x, var, mean, gamma, pdx,
-              pg, pb, ws, eps, kind, reuse)
+@njit(cache=True)
+def _process(ctx, t, queues, tmp, dy, x, variance, mean, gamma, pd_x):
+    """The core's part before the SyncAll: its workspace rows zeroed, gamma, then its rows tile by tile."""
+    pipe, dy_que, x_que, pd_x_que, res, var_que, mean_que, g = queues
+    reuse = t.is_reuse_source != 0
+    h, hp, rows = t.h, t.h_align, t.ub_rows
+    ws = asc.get_user_workspace(ctx).reinterpret_cast(asc.float32)
+    c = asc.get_block_idx(ctx)
+    asc.init_output(ws[2 * c * hp], 2 * hp, 0.0)
+    _copy_in_rows(g, gamma, 1, h)
+    ev = pipe.fetch_event_id(asc.HardEvent.MTE2_V)
+    asc.set_flag(ctx, asc.HardEvent.MTE2_V, ev)
+    asc.wait_flag(ctx, asc.HardEvent.MTE2_V, ev)
+    _widen(g, hp, gamma.dtype)
+    n_rows = t.tail_rows if c == t.block_dim - 1 else t.block_factor
+    r0 = c * t.block_factor
+    sz = asc.size_of(x.dtype)
+    for done in range(0, n_rows, rows):
+        n = min(rows, n_rows - done)
+        k = 0 if n == rows else (1 if c < t.block_dim - 1 else 2)  # a full tile, a full core's last, the tail's
+        _copy_in(t, dy_que, x_que, var_que, mean_que, dy, x, variance, mean, r0 + done, n)
+        pg, pb = _compute(ctx, t, t.lng[k], t.beta[k], dy_que, x_que, var_que, mean_que, pd_x_que, res, g, tmp, dy,
+                          r0 + done, n, reuse)
+        _tile_sums_out(ctx, pipe, t, pg, pb, ws)
+        _copy_out(t, pd_x_que, pd_x, r0 + done, n, sz)
+    return ws
 
 
-@by_identity
-def _device_args(t: LayerNormGradOpTiling) -> tuple[tuple[int, ...], ...]:
-    """What the device takes of the tiling, once per tiling object: the scalars it reads, by index (h, h_align,
-    beta_bytes, pd_gamma_off, pd_beta_off, block_factor, block_dim, tail_rows, ub_rows), then the three
-    LayerNormGrad and the three LayerNormGradBeta tilings as plain tuples (see tiling.common.device_form)."""
-    return ((t.h, t.h_align, t.beta_bytes, t.pd_gamma_off, t.pd_beta_off, t.block_factor, t.block_dim, t.tail_rows,
-             t.ub_rows), *(tuple(device_tiling(a)) for a in t.lng), *(tuple(device_tiling(b)) for b in t.beta))
+@kernel
+def layer_norm_grad_kernel(ctx, t, dy, x, variance, mean, gamma, pd_x, pd_gamma, pd_beta):
+    """``tmp="shared"``: Init with the tmp TBuf last, the tiles, SyncAll, the final sums."""
+    queues = _init(ctx, t)
+    tmp_buf = queues[0].init_buffer(asc.TBuf(asc.VECCALC), t.region_bytes)
+    ws = _process(ctx, t, queues, tmp_buf.get(asc.uint8), dy, x, variance, mean, gamma, pd_x)
+    asc.sync_all(ctx)
+    _final(ctx, queues[0], t, ws, pd_gamma, pd_beta)
 
 
-@reruns_on_overflow
+@kernel
+def layer_norm_grad_framework_kernel(ctx, t, dy, x, variance, mean, gamma, pd_x, pd_gamma, pd_beta):
+    """``tmp="framework"``: the APIs without a sharedTmpBuffer (their PopStackBuffer: the UB Init left free)."""
+    queues = _init(ctx, t)
+    ws = _process(ctx, t, queues, None, dy, x, variance, mean, gamma, pd_x)
+    asc.sync_all(ctx)
+    _final(ctx, queues[0], t, ws, pd_gamma, pd_beta)
+
+
 def run(t: LayerNormGradOpTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, variance: np.ndarray,
-        mean: np.ndarray, gamma: np.ndarray, epsilon: float, pd_x: np.ndarray, pd_gamma: np.ndarray,
-        pd_beta: np.ndarray, ws: np.ndarray, checks: bool) -> None:
-    """Launch the kernel on validated arrays (the device part of the op)."""
-    plan = plan_for(t.ub_rows, t.h_align, t.block_dim, spec, t.tmp_mode, t.region_bytes).check()
-    launch = prepare("layer_norm_grad", spec, t, plan, t.block_dim, checks, GM_NAMES, phase_local_ub=True)
-    kind = KIND[t.dtype]
-    eps = float(np.float32(epsilon))  # the float APIs' epsilon
-    user_ws = ws[SYS_WORKSPACE:t.workspace_size]
-    args = (launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks, *_device_args(t),
-            to_gm(dy), to_gm(x), to_gm(variance), to_gm(mean), to_gm(gamma), gm_out(pd_x), gm_out(pd_gamma),
-            gm_out(pd_beta), user_ws, eps, kind, bool(t.is_reuse_source))
-    with host_threads(dy, x, pd_x):
-        for phase in range(2):  # SyncAll between the tiles and the final sums
-            run_cores(_cores, t.block_dim, phase, *args)
-    finish(launch, t.workspace_size)
+        mean: np.ndarray, gamma: np.ndarray, pd_x: np.ndarray, pd_gamma: np.ndarray, pd_beta: np.ndarray,
+        ws: np.ndarray | None, checks: bool | None, auto_sync: bool = True) -> RunReport:
+    """Launch the kernel on validated arrays (the device part of the op); ``auto_sync`` is BiSheng's
+    ``--cce-auto-sync`` for checked mode."""
+    k = layer_norm_grad_kernel if t.tmp_mode == 0 else layer_norm_grad_framework_kernel
+    return launch(k, t, *(np.ascontiguousarray(a) for a in (dy, x, variance, mean, gamma)),
+                  pd_x, pd_gamma, pd_beta, block_dim=t.block_dim, outputs=3, soc=spec, checks=checks, workspace=ws,
+                  op="layer_norm_grad", gm_names=GM_NAMES, auto_sync=auto_sync)
 
 
 def layer_norm_grad(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, *, epsilon: float = 1e-5,
@@ -233,9 +307,5 @@ def layer_norm_grad(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, *, ep
     pd_x = output(out, 0, "pd_x", shape_of(x), dt)
     pd_gamma = output(out, 1, "pd_gamma", (t.h,), dt)
     pd_beta = output(out, 2, "pd_beta", (t.h,), dt)
-    checks = checks_default(checks)
-    outs = (pd_x, pd_gamma, pd_beta)
-    targets = write_targets(outs, checks, (dy, x, variance, mean, gamma))
-    run(t, spec, dy, x, variance, mean, gamma, epsilon, *targets, workspace(t.workspace_size), checks)
-    copy_back(outs, targets)
-    return outs
+    run(t, spec, dy, x, variance, mean, gamma, pd_x, pd_gamma, pd_beta, workspace(t.workspace_size), checks)
+    return pd_x, pd_gamma, pd_beta

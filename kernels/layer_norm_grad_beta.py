@@ -1,37 +1,51 @@
-"""The LayerNormGradBeta document's example kernel (``KernelLayernormGradBeta``) on tilesim: one core copies
-resForGamma and dy [B, S, H] whole into its UB, calls the LayerNormGradBeta API and copies pd_gamma and pd_beta
-[H] out. The temporaries are a sharedTmpBuffer of the kernel's own plan (``tmp="shared"``, ``tmp_bytes`` of it)
-or the UB the plan leaves free (``tmp="framework"``, the prototype without sharedTmpBuffer: PopStackBuffer).
+"""The LayerNormGradBeta document's example kernel (``KernelLayernormGradBeta``) on tilesim's programming model:
+one core copies resForGamma and dy [B, S, H] whole into its UB, calls the LayerNormGradBeta API and copies
+pd_gamma and pd_beta [H] out.
+
+- Init: a TPipe with the two VECIN queues (resForGamma, dy: B·S·H of T each), the two VECOUT queues (pd_gamma,
+  pd_beta: H of T each) and, with ``tmp="shared"``, the sharedTmpBuffer TBuf of ``tmp_bytes``.
+- CopyIn: AllocTensor, DataCopy of all B·S·H elements, EnQue; resForGamma, then dy.
+- Compute: DeQue both, AllocTensor both outputs, ``LayerNormGradBeta<T, isReuseSource>(pdGamma, pdBeta,
+  resForGamma, dy, sharedTmpBuffer, tiling)`` (:func:`tilesim.normalization.layer_norm_grad_beta`; with
+  ``tmp="framework"`` the prototype without sharedTmpBuffer, whose PopStackBuffer hands out the UB the pipe left
+  free), EnQue the outputs, FreeTensor the sources.
+- CopyOut: DeQue, DataCopy of H elements, FreeTensor; pd_gamma, then pd_beta.
+The syncs are the queue calls' alone (EnQue / DeQue of each tensor); the API's PipeBarrier<PIPE_V>s are its own.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tilesim.cast import elem_size
-from tilesim.datamove import data_copy, data_copy_out
-from tilesim.device import gm_tensor, make_core, slot
+from tilesim import machine as asc  # AscendC::
 from tilesim.errors import invalid
-from tilesim.jit import njit
-from tilesim.launch import finish, prepare, run_checked
-from tilesim.normalization import layer_norm_grad_beta as api
+from tilesim.launcher import kernel, launch
+from tilesim.normalization import layer_norm_grad_beta as lng_beta
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan
 from tiling.common import FP16, FP32, ITEMSIZE, dtype_name, require, shape_of
 from tiling.layer_norm_grad_api import (
     LayerNormGradBetaTiling,
-    LayerNormGradBetaTilingDevice,
-    device_tiling,
     get_layer_norm_grad_beta_max_min_tmp_size,
     get_layer_norm_grad_beta_nd_tiling_info,
 )
 
-from .common import KIND, checks_default, gm_out, output, to_gm
+from .common import output
 
 GM_NAMES = ["resForGamma", "inputDy", "outputPdGamma", "outputPdBeta"]
-RES, DY, PD_GAMMA, PD_BETA, TMP = range(5)
+
+
+@dataclass(frozen=True)
+class BetaExampleTiling:
+    """The example kernel's TilingData: the API's tiling, the sharedTmpBuffer's bytes (0: the framework's) and
+    isReuseSource."""
+
+    api: LayerNormGradBetaTiling
+    tmp_bytes: int
+    is_reuse_source: int
 
 
 def check_api_args(dtype: str, h: int, is_reuse_source: bool, what: str = "inputDy") -> None:
@@ -69,21 +83,41 @@ def tmp_region(plan: UbPlan, tmp: str, tmp_bytes: int | None, need: tuple[int, i
     raise invalid("tmp", f"{tmp!r} must be \"shared\" or \"framework\"")
 
 
-@njit(cache=True, host=True)
-def _kernel(arena, plan, cnt, err, checks, t, res, dy, pd_gamma, pd_beta, tmp_bytes, kind, reuse):
-    t = LayerNormGradBetaTilingDevice(*t)  # a plain tuple across the launch: see tiling.common.device_form
-    core = make_core(0, 1, arena, plan, cnt, err, checks)
-    isz = elem_size(kind)
-    g_res, g_dy = gm_tensor(0, res, isz), gm_tensor(1, dy, isz)
-    g_pg, g_pb = gm_tensor(2, pd_gamma, isz), gm_tensor(3, pd_beta, isz)
-    r, d = slot(core, RES, 0), slot(core, DY, 0)
-    pg, pb = slot(core, PD_GAMMA, 0), slot(core, PD_BETA, 0)
-    bsh, h = t.bsh_length, t.h_length
-    data_copy(core, r, g_res, 0, bsh)  # CopyIn
-    data_copy(core, d, g_dy, 0, bsh)
-    api(core, pg, pb, r, d, slot(core, TMP, 0), tmp_bytes, t, kind, reuse)  # Compute
-    data_copy_out(core, g_pg, 0, pg, h)  # CopyOut
-    data_copy_out(core, g_pb, 0, pb, h)
+@kernel
+def layer_norm_grad_beta_kernel(ctx, t, res_for_gamma, input_dy, output_pd_gamma, output_pd_beta):
+    """KernelLayernormGradBeta: Init, CopyIn, Compute, CopyOut on one core."""
+    sz = asc.size_of(input_dy.dtype)
+    bsh, h = t.api.bsh_length, t.api.h_length
+    pipe = asc.TPipe(ctx)
+    res_for_gamma_que = pipe.init_buffer(asc.TQue(asc.VECIN, 1), 1, bsh * sz)
+    dy_que = pipe.init_buffer(asc.TQue(asc.VECIN, 1), 1, bsh * sz)
+    pd_gamma_que = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), 1, h * sz)
+    pd_beta_que = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), 1, h * sz)
+    r = res_for_gamma_que.alloc_tensor(input_dy.dtype)  # CopyIn
+    asc.data_copy(r, res_for_gamma, bsh)
+    res_for_gamma_que.enque(r)
+    d = dy_que.alloc_tensor(input_dy.dtype)
+    asc.data_copy(d, input_dy, bsh)
+    dy_que.enque(d)
+    r = res_for_gamma_que.deque(input_dy.dtype)  # Compute
+    d = dy_que.deque(input_dy.dtype)
+    pg = pd_gamma_que.alloc_tensor(input_dy.dtype)
+    pb = pd_beta_que.alloc_tensor(input_dy.dtype)
+    if t.tmp_bytes > 0:
+        tmp = pipe.init_buffer(asc.TBuf(asc.VECCALC), t.tmp_bytes)
+        lng_beta(ctx, pg, pb, r, d, tmp.get(asc.uint8), t.api, t.is_reuse_source != 0)
+    else:
+        lng_beta(ctx, pg, pb, r, d, None, t.api, t.is_reuse_source != 0)
+    pd_gamma_que.enque(pg)
+    pd_beta_que.enque(pb)
+    res_for_gamma_que.free_tensor(r)
+    dy_que.free_tensor(d)
+    pg = pd_gamma_que.deque(input_dy.dtype)  # CopyOut
+    asc.data_copy(output_pd_gamma, pg, h)
+    pd_gamma_que.free_tensor(pg)
+    pb = pd_beta_que.deque(input_dy.dtype)
+    asc.data_copy(output_pd_beta, pb, h)
+    pd_beta_que.free_tensor(pb)
 
 
 def layer_norm_grad_beta(res_for_gamma: Any, dy: Any, *, soc: str | SocSpec = DEFAULT_SOC, tmp: str = "shared",
@@ -95,7 +129,7 @@ def layer_norm_grad_beta(res_for_gamma: Any, dy: Any, *, soc: str | SocSpec = DE
 
     ``tmp``/``tmp_bytes`` choose the temporaries (see :func:`tmp_region`); ``is_reuse_source`` lets the API
     compute in resForGamma's UB copy (float only). The tiling comes from the API's host helpers; the run
-    report's ``tiling`` is the LayerNormGradBetaTiling.
+    report's ``tiling`` is the kernel's :class:`BetaExampleTiling` (``.api`` the LayerNormGradBetaTiling).
     """
     require(resForGamma=res_for_gamma, inputDy=dy)
     spec = get_soc(soc)
@@ -124,16 +158,7 @@ def layer_norm_grad_beta(res_for_gamma: Any, dy: Any, *, soc: str | SocSpec = DE
     t: LayerNormGradBetaTiling = get_layer_norm_grad_beta_nd_tiling_info(src_shape, size, isz, is_reuse_source)
     pd_gamma = output(out, 0, "outputPdGamma", (h,), dtype)
     pd_beta = output(out, 1, "outputPdBeta", (h,), dtype)
-    checks = checks_default(checks)
-    pg, pb = np.empty_like(pd_gamma), np.empty_like(pd_beta)  # the caller's arrays are written only on success
-
-    def launch_once() -> None:
-        launch = prepare("layer_norm_grad_beta", spec, t, plan, 1, checks, GM_NAMES)
-        _kernel(launch.arena, launch.plan_array, launch.counters, launch.err, launch.core_checks,
-                tuple(device_tiling(t)), to_gm(res_for_gamma), to_gm(dy), gm_out(pg), gm_out(pb), size, KIND[dtype],
-                bool(is_reuse_source))
-        finish(launch)
-
-    run_checked(launch_once)
-    pd_gamma[...], pd_beta[...] = pg, pb
+    kt = BetaExampleTiling(t, size if tmp == "shared" else 0, int(bool(is_reuse_source)))
+    launch(layer_norm_grad_beta_kernel, kt, np.ascontiguousarray(res_for_gamma), np.ascontiguousarray(dy), pd_gamma,
+           pd_beta, block_dim=1, outputs=2, soc=spec, checks=checks, op="layer_norm_grad_beta", gm_names=GM_NAMES)
     return pd_gamma, pd_beta

@@ -17,7 +17,8 @@ The LayerNormGradBeta fixtures (``reuse_source``, ``tmp_too_small``, ``framework
 controls) run the API on one core over a [1, 8, 32] fp32 input; they are broken from the host side (a short tmp
 buffer, a tiling made for more temporaries than the plan leaves free) or by reading a source the API reused.
 
-:func:`run_fixture` launches one by name with ``prepare`` / ``run_cores`` (once per phase) / ``finish``, so a
+:func:`run_fixture` launches one by name (the tile fixtures with ``prepare`` / ``run_cores`` once per phase /
+``finish``; the LayerNormGradBeta ones, on the programming model, with :func:`tilesim.launcher.launch`), so a
 violation raises :class:`tilesim.CheckError` exactly as it would from an op.
 """
 
@@ -32,13 +33,16 @@ from numba import njit
 from tilesim.datamove import atomic_add_pad_out, data_copy, data_copy_out, data_copy_pad, data_copy_pad_out
 from tilesim.device import at, gm_tensor, make_core, slot
 from tilesim.launch import AtomicTarget, RunReport, capture, finish, host_threads, prepare, run_cores
-from tilesim.normalization import layer_norm_grad_beta
+from tilesim.launcher import kernel, launch
+from tilesim.machine import VECCALC, HardEvent, TBuf, TPipe, float32, set_flag, uint8, wait_flag
+from tilesim.machine import data_copy as asc_data_copy
+from tilesim.normalization import layer_norm_grad_beta as api_beta
 from tilesim.reduce import whole_reduce_sum
 from tilesim.soc import get_soc
 from tilesim.ub import UbPlan
 from tilesim.vector import add, duplicate, get_value, muls
 from tiling.layer_norm_grad_api import (
-    device_tiling,
+    LayerNormGradBetaTiling,
     get_layer_norm_grad_beta_max_min_tmp_size,
     get_layer_norm_grad_beta_nd_tiling_info,
 )
@@ -385,27 +389,53 @@ BETA_GM = ["res_for_gamma", "dy", "pd_gamma", "pd_beta", "res_after"]
 B_RES, B_DY, B_PG, B_PB, B_FILLER, B_TMP = range(6)
 
 
-@njit(cache=True, nogil=True)
-def fx_beta(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, t, res, dy, pg, pb, res_after,
-            tmp_bytes):
+@dataclass(frozen=True)
+class BetaFixtureTiling:
+    """The LayerNormGradBeta fixtures' tiling: the API's, isReuseSource, what follows the API (``knobs[1]``), the
+    filler's bytes and the sharedTmpBuffer's (0: the framework's stack buffer)."""
+
+    api: LayerNormGradBetaTiling
+    reuse: int
+    after: int
+    filler: int
+    tmp_bytes: int
+
+
+@kernel
+def fx_beta(ctx, t, g_res, g_dy, g_pg, g_pb, g_after):
     """The LayerNormGradBeta document's kernel on one core: CopyIn resForGamma and dy, the API with isReuseSource
-    ``knobs[0]`` and the temporaries of buffer B_TMP (``tmp_bytes`` of them), CopyOut pd_gamma and pd_beta.
-    ``knobs[1]``: 1 then copies resForGamma's UB out again (after isReuseSource: the API's scratch), 2 reloads it
-    from GM first (written again: fine)."""
-    core = make_core(0, block_dim, arena, plan, cnt, err, checks)
-    g_res, g_dy = gm_tensor(0, res, 4), gm_tensor(1, dy, 4)
-    g_pg, g_pb, g_after = gm_tensor(2, pg, 4), gm_tensor(3, pb, 4), gm_tensor(4, res_after, 4)
-    r, d = slot(core, B_RES, 0), slot(core, B_DY, 0)
-    lpg, lpb = slot(core, B_PG, 0), slot(core, B_PB, 0)
-    data_copy(core, r, g_res, 0, t.bsh_length)
-    data_copy(core, d, g_dy, 0, t.bsh_length)
-    layer_norm_grad_beta(core, lpg, lpb, r, d, slot(core, B_TMP, 0), tmp_bytes, t, 0, knobs[0] != 0)
-    data_copy_out(core, g_pg, 0, lpg, t.h_length)
-    data_copy_out(core, g_pb, 0, lpb, t.h_length)
-    if knobs[1] == 2:
-        data_copy(core, r, g_res, 0, t.bsh_length)
-    if knobs[1] != 0:
-        data_copy_out(core, g_after, 0, r, t.bsh_length)
+    ``t.reuse`` and the temporaries of the tmp TBuf (``t.tmp_bytes``) or the framework's (PopStackBuffer: the
+    UB left after the filler), CopyOut pd_gamma and pd_beta. ``t.after``: 1 then copies resForGamma's UB out
+    again (after isReuseSource: the API's scratch), 2 reloads it from GM first (written again: fine)."""
+    pipe = TPipe(ctx)
+    res_for_gamma = pipe.init_buffer(TBuf(VECCALC), 4 * BETA_N)
+    dy = pipe.init_buffer(TBuf(VECCALC), 4 * BETA_N)
+    pd_gamma = pipe.init_buffer(TBuf(VECCALC), 4 * BETA_H)
+    pd_beta = pipe.init_buffer(TBuf(VECCALC), 4 * BETA_H)
+    filler = pipe.init_buffer(TBuf(VECCALC), t.filler)  # noqa: F841  (only its place in the UB: the UB left)
+    r, d = res_for_gamma.get(float32), dy.get(float32)
+    lpg, lpb = pd_gamma.get(float32), pd_beta.get(float32)
+    asc_data_copy(r, g_res, BETA_N)
+    asc_data_copy(d, g_dy, BETA_N)
+    set_flag(ctx, HardEvent.MTE2_V, 0)
+    wait_flag(ctx, HardEvent.MTE2_V, 0)
+    if t.tmp_bytes > 0:
+        tmp = pipe.init_buffer(TBuf(VECCALC), t.tmp_bytes)
+        api_beta(ctx, lpg, lpb, r, d, tmp.get(uint8), t.api, t.reuse != 0)
+    else:
+        api_beta(ctx, lpg, lpb, r, d, None, t.api, t.reuse != 0)
+    set_flag(ctx, HardEvent.V_MTE3, 0)
+    wait_flag(ctx, HardEvent.V_MTE3, 0)
+    asc_data_copy(g_pg, lpg, BETA_H)
+    asc_data_copy(g_pb, lpb, BETA_H)
+    if t.after == 2:
+        set_flag(ctx, HardEvent.V_MTE2, 0)
+        wait_flag(ctx, HardEvent.V_MTE2, 0)
+        asc_data_copy(r, g_res, BETA_N)
+        set_flag(ctx, HardEvent.MTE2_MTE3, 0)
+        wait_flag(ctx, HardEvent.MTE2_MTE3, 0)
+    if t.after != 0:
+        asc_data_copy(g_after, r, BETA_N)
 
 
 # --- the registry and the launcher ------------------------------------------------------------------------------
@@ -487,22 +517,6 @@ def tile_plan() -> UbPlan:
     return plan.check()
 
 
-def beta_plan(f: Fixture) -> UbPlan:
-    """The LayerNormGradBeta fixtures' UB: the sources and outputs, then either a tmp buffer of ``f.tmp_bytes``
-    or a filler that leaves exactly ``f.tmp_bytes`` free, handed to the API as the framework's stack buffer."""
-    plan = UbPlan(SOC.ub_size)
-    for name, nbytes in (("res_for_gamma", 4 * BETA_N), ("dy", 4 * BETA_N), ("pd_gamma", 4 * BETA_H),
-                         ("pd_beta", 4 * BETA_H)):
-        plan.add(name, nbytes)
-    if f.tmp == "framework":
-        plan.add("filler", plan.capacity - plan.used - f.tmp_bytes)
-        plan.add_stack("stack")
-    else:
-        plan.add("filler", 0)
-        plan.add("tmp", f.tmp_bytes)
-    return plan.check()
-
-
 def beta_inputs() -> tuple[np.ndarray, np.ndarray]:
     """resForGamma and dy of the API fixtures (fixed values, so reruns agree)."""
     rng = np.random.default_rng(5)
@@ -546,13 +560,12 @@ def _run_tiles(name: str, f: Fixture, bd: int, kn: np.ndarray, n_phases: int, ch
 
 def _run_beta(name: str, f: Fixture, kn: np.ndarray, checks: bool) -> dict[str, np.ndarray]:
     res, dy = beta_inputs()
-    plan = beta_plan(f)
+    used = 2 * 4 * BETA_N + 2 * 4 * BETA_H  # the sources and outputs, before the filler
+    filler = SOC.ub_size - used - f.tmp_bytes if f.tmp == "framework" else 0
     t = get_layer_norm_grad_beta_nd_tiling_info((*BETA_SHAPE, BETA_H), f.tiling_bytes, 4, bool(kn[0]))
     pg, pb = np.full(BETA_H, 7.0, np.float32), np.full(BETA_H, 7.0, np.float32)
     after = np.full(BETA_N, 7.0, np.float32)
-    launch = prepare(name, SOC, t, plan, 1, checks, BETA_GM)
-    run_cores(f.kernel, 1, 0, 1, launch.arena, launch.plan_array, launch.counters, launch.err, checks, kn,
-              device_tiling(t), res.reshape(-1).view(np.uint8), dy.reshape(-1).view(np.uint8), pg.view(np.uint8),
-              pb.view(np.uint8), after.view(np.uint8), f.tmp_bytes)
-    finish(launch)
+    kt = BetaFixtureTiling(t, int(kn[0]), int(kn[1]), filler, f.tmp_bytes if f.tmp == "shared" else 0)
+    launch(fx_beta, kt, res.reshape(-1), dy.reshape(-1), pg, pb, after, block_dim=1, outputs=3, soc=SOC,
+           checks=checks, op=name, gm_names=BETA_GM)
     return {"res_for_gamma": res, "dy": dy, "pd_gamma": pg, "pd_beta": pb, "res_after": after}

@@ -23,6 +23,7 @@ from tilesim.machine import (
     CAST_RINT,
     CAST_ROUND,
     CAST_TRUNC,
+    MASK_PLACEHOLDER,
     VECIN,
     VECOUT,
     HardEvent,
@@ -32,6 +33,9 @@ from tilesim.machine import (
     cast,
     data_copy,
     set_flag,
+    set_mask_count,
+    set_mask_norm,
+    set_vector_mask,
     wait_flag,
 )
 
@@ -269,3 +273,40 @@ def test_the_docs_examples() -> None:
     assert [to_float(half, False, m, "float16") for m in (*R, CAST_ODD)] == [0.5, 0.5, 0.5 + 2 ** -11,
                                                                                0.5 + 2 ** -11, 0.5, 0.5 + 2 ** -11]
     assert [to_float(Fraction(2 ** 12 + 2), False, m, "float16") for m in R] == [4096, 4096, 4100, 4100, 4096]
+
+
+@dataclass(frozen=True)
+class CountTiling:
+    n: int
+
+
+@kernel
+def narrow_count_mode(ctx, t, a, out):
+    """A level-0 Cast float -> half in counter mode of ``t.n`` (< 64) elements into a VECOUT buffer of just their
+    bytes, as LayerNormGradBeta casts its [H] sums back."""
+    pipe = TPipe(ctx)
+    qi = pipe.init_buffer(TQue(VECIN, 1), 1, t.n * 4)
+    qo = pipe.init_buffer(TQue(VECOUT, 1), 1, t.n * 2)
+    x = qi.alloc_tensor(a.dtype)
+    data_copy(x, a, t.n)
+    qi.enque(x)
+    x = qi.deque(a.dtype)
+    y = qo.alloc_tensor(out.dtype)
+    set_mask_count(ctx)
+    set_vector_mask(ctx, t.n)
+    cast(y, x, CAST_NONE, MASK_PLACEHOLDER, 1, UnaryRepeatParams(1, 1, 4, 8))
+    set_mask_norm(ctx)
+    qo.enque(y)
+    y = qo.deque(out.dtype)
+    data_copy(out, y, t.n)
+    qo.free_tensor(y)
+    qi.free_tensor(x)
+
+
+def test_a_level0_cast_is_bounded_by_its_last_lane() -> None:
+    """Checked mode bounds each operand of a level-0 Cast at the last lane the mask (here the counter) enables,
+    in its own element size, as the element-wise instructions do: 16 halves from 16 floats stay inside 32 B."""
+    x = np.arange(16, dtype=np.float32) / 3
+    out = np.zeros(16, np.float16)
+    launch(narrow_count_mode, CountTiling(16), x, out, block_dim=1, checks=True)
+    assert np.array_equal(out, x.astype(np.float16))

@@ -647,7 +647,8 @@ def _ub_check(core, t, nbytes):
     start = p[t.buf, 0]
     size = p[t.buf, 1]
     k = (t.addr - start) // size if t.addr >= start else -1
-    own = k if t.gen < 0 else t.gen % p[t.buf, 2]  # a queue tensor's own slot: its tile's
+    # a queue tensor's own slot: its tile's; a TBuf's (or the stack's) one of the buffer's slots, not past them
+    own = (k if k < p[t.buf, 2] else -1) if t.gen < 0 else t.gen % p[t.buf, 2]
     if k < 0 or k != own or t.addr + nbytes > start + (k + 1) * size or nbytes < 0:
         report(core, ERR_UB_OOB, t.buf, t.addr - start, nbytes, size)
         return False

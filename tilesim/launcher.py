@@ -2,9 +2,11 @@
 ``launch(my_kernel, tiling, x, y, z, block_dim=n)``.
 
 A kernel is ``def my_kernel(ctx, t, x, y, z)``: ``ctx`` its core's KernelContext (GetBlockIdx, the TPipe), ``t``
-the tiling (the dataclass's numeric fields, as a namedtuple), then one typed GlobalTensor per GM array in the
-launch's order. The launch does the rest: the cores' UBs, counters and context blocks, checked mode and its
-records, recording for the cost model, the host threads, and the report (:class:`tilesim.RunReport`).
+the tiling (the dataclass's numeric fields as a namedtuple; a field that is a dataclass, such as an API's tiling
+inside the op's, as a namedtuple of its own, a tuple of dataclasses as a tuple of them), then one typed
+GlobalTensor per GM array in the launch's order. The launch does the rest: the cores' UBs, counters and context
+blocks, checked mode and its records, recording for the cost model, the host threads, and the report
+(:class:`tilesim.RunReport`).
 
 The loop over a launch's cores is generated per kernel, tiling class and element types into a small module in
 the user's cache directory (``TILESIM_CACHE``, else ``~/.cache/tilesim``): Numba caches a function's machine code
@@ -65,6 +67,8 @@ from .machine.tensor import (
     X_PLAN_AT,
     X_PLAN_ROWS,
     X_POOL,
+    X_STACK,
+    X_STACK_ROWS,
     X_SYNC_AT,
     X_SYNC_GEN,
     X_UB_SIZE,
@@ -74,6 +78,7 @@ from .machine.tensor import (
     ctx_words,
     make_context,
 )
+from .memo import by_identity
 from .soc import DEFAULT_SOC, SocSpec, get_soc
 from .tilings import name_of
 from .ub import UbPlan
@@ -103,6 +108,8 @@ def enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, alog, lo
     w[X_ERR_SIZE] = err.shape[1]
     w[X_ERR_AT] = np.int64(err.ctypes.data) + i * err.shape[1] * 8
     w[X_POOL] = 0
+    w[X_STACK] = 0
+    w[X_STACK_ROWS] = 0
     w[X_WS_AT] = ws.ctypes.data
     w[X_WS_SIZE] = ws.size
     w[X_MASK_LO] = -1
@@ -213,8 +220,61 @@ def _cache_dir() -> Path:
 _CORE_LOOPS: dict[tuple[Any, ...], Any] = {}
 
 
+_NUMBER = (int, float, bool, np.number)
+
+
+def _nested(v: Any) -> bool:
+    """A field the kernel receives as a namedtuple (a dataclass, e.g. an API's tiling inside the op's) or a tuple
+    of them (one per case, indexed on the device)."""
+    if isinstance(v, tuple):
+        return bool(v) and all(dataclasses.is_dataclass(e) and type(e) is type(v[0]) for e in v)
+    return dataclasses.is_dataclass(v) and not isinstance(v, type)
+
+
 def _tiling_fields(cls: type, t: Any) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls) if isinstance(getattr(t, f.name), (int, float, bool, np.number))]
+    return [f.name for f in dataclasses.fields(cls) if isinstance(getattr(t, f.name), _NUMBER)
+            or _nested(getattr(t, f.name))]
+
+
+def _tiling_form(t: Any) -> tuple[str, Any]:
+    """How the generated loop rebuilds tiling ``t`` from the plain tuple :func:`_tiling_values` gives: an
+    expression over ``v`` (that tuple) and the namedtuple types it names, ``(expression, {name: fields})``.
+    A dataclass field becomes a namedtuple of its own numeric fields, a tuple of dataclasses a tuple of them."""
+    types_: dict[str, list[str]] = {}
+
+    def build(obj: Any, ref: str) -> str:
+        names = _tiling_fields(type(obj), obj)
+        types_[name_of(names)] = names
+        parts = []
+        for i, n in enumerate(names):
+            v = getattr(obj, n)
+            if isinstance(v, tuple):
+                parts.append("(" + "".join(f"{build(e, f'{ref}[{i}][{j}]')}, " for j, e in enumerate(v)) + ")")
+            elif dataclasses.is_dataclass(v):
+                parts.append(build(v, f"{ref}[{i}]"))
+            else:
+                parts.append(f"{ref}[{i}]")
+        return f"{name_of(names)}({', '.join(parts)})"
+
+    return build(t, "v"), types_
+
+
+def _tiling_values(t: Any) -> tuple[Any, ...]:
+    """Tiling ``t`` as the plain (nested) tuple a launch passes: its numeric fields, a dataclass field as the
+    tuple of its own, a tuple of dataclasses as a tuple of those."""
+    out = []
+    for n in _tiling_fields(type(t), t):
+        v = getattr(t, n)
+        if isinstance(v, tuple):
+            out.append(tuple(_tiling_values(e) for e in v))
+        elif dataclasses.is_dataclass(v):
+            out.append(_tiling_values(v))
+        else:
+            out.append(v)
+    return tuple(out)
+
+
+_memo_values = by_identity(_tiling_values)  # once per tiling object: a nested tiling has many fields
 
 
 def _core_loop(k: Kernel, t: Any, elems: tuple[dtypes.DType, ...]) -> Any:
@@ -229,8 +289,10 @@ def _core_loop(k: Kernel, t: Any, elems: tuple[dtypes.DType, ...]) -> Any:
     mod = sys.modules[k.py_func.__module__]
     src_file = getattr(mod, "__file__", None) or ""
     names = _tiling_fields(type(t), t)
+    expr, tiling_types = _tiling_form(t)
+    nested = len(tiling_types) > 1 or any(_nested(getattr(t, n)) for n in names)
     digest = hashlib.sha256(repr((k.py_func.__module__, k.py_func.__qualname__, src_file, type(t).__qualname__,
-                                  names, elems)).encode()).hexdigest()[:16]
+                                  names, expr, elems)).encode()).hexdigest()[:16]
     kernel_hash = hashlib.sha256(Path(src_file).read_bytes()).hexdigest()[:16] if os.path.exists(src_file) else ""
     gm = ", ".join(f"g{i}" for i in range(n_gm))
     tensors = ", ".join(f"make_global((kc.ctx, kc.checks, np.int64({i}), np.int64(g{i}.ctypes.data), "
@@ -245,14 +307,14 @@ from tilesim.jit import njit
 from tilesim.launcher import enter_core, exit_core
 from tilesim.machine.dtypes import by_name
 from tilesim.machine.tensor import make_global
-from tilesim.tilings import {name_of(names)} as Tiling
+from tilesim.tilings import {", ".join(sorted(tiling_types)) if nested else name_of(names) + " as Tiling"}
 
 kernel = importlib.import_module({k.py_func.__module__!r}).{k.py_func.__qualname__}.fn
 {consts}
 
 @njit(cache=True, nogil=True, host=True)
 def cores(first, last, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, alog, order, t{", " + gm if gm else ""}):
-    t = Tiling(*t)
+    {"v = t" + chr(10) + "    t = " + expr if nested else "t = Tiling(*t)"}
     for i in range(first, last):
         kc = enter_core(order[i], block_dim, arena, cnt, err, checks, ctx, ws, sync_at, alog, first)
         kernel(kc, t{", " + tensors if tensors else ""})
@@ -267,21 +329,29 @@ def cores(first, last, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, alo
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[spec.name] = module  # type: ignore[union-attr]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
-    loop = _CORE_LOOPS[key] = (module.cores, operator.attrgetter(*names) if len(names) > 1
-                               else (lambda t: (getattr(t, names[0]),)) if names else (lambda t: ()))
+    loop = _CORE_LOOPS[key] = (module.cores, _memo_values if nested else operator.attrgetter(*names)
+                               if len(names) > 1 else (lambda t: (getattr(t, names[0]),)) if names else (lambda t: ()))
     return loop
 
 
 def _plan_of(ctx_row: np.ndarray, names: tuple[str, ...], soc: SocSpec) -> UbPlan:
-    """The UB plan a core's InitBuffer calls placed (its context block's rows), with the buffers' names."""
-    return _plan(ctx_row[X_PLAN:X_PLAN + 3 * int(ctx_row[X_PLAN_ROWS])].tobytes(), names, soc.ub_size)
+    """The UB plan a core's InitBuffer and PopStackBuffer calls placed (its context block's rows), with the
+    buffers' names (PopStackBuffer's: ``stack``)."""
+    return _plan(ctx_row[X_PLAN:X_PLAN + 3 * int(ctx_row[X_PLAN_ROWS])].tobytes(), names, soc.ub_size,
+                 int(ctx_row[X_STACK_ROWS]))
 
 
 @functools.lru_cache(maxsize=256)
-def _plan(rows: bytes, names: tuple[str, ...], capacity: int) -> UbPlan:
+def _plan(rows: bytes, names: tuple[str, ...], capacity: int, stack_rows: int = 0) -> UbPlan:
     plan = UbPlan(capacity)
+    k = 0  # the init_buffer targets name the rows that are not PopStackBuffer's
     for b, (off, size, num) in enumerate(np.frombuffer(rows, np.int64).reshape(-1, 3).tolist()):
-        plan.add(names[b] if b < len(names) else f"buf{b}", size, num)
+        if stack_rows >> b & 1:
+            plan.add("stack", size, num)
+            plan.buffers[-1] = dataclasses.replace(plan.buffers[-1], stack=True)
+        else:
+            plan.add(names[k] if k < len(names) else f"buf{b}", size, num)
+            k += 1
         plan.buffers[-1].offset = off
     return plan.freeze()
 

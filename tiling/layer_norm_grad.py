@@ -65,6 +65,7 @@ class LayerNormGradOpTiling:
     ub_rows: int
     tmp_mode: int  # 0 shared, 1 framework
     is_reuse_source: int
+    epsilon: float  # the float APIs' epsilon (the argument rounded to fp32)
     region_bytes: int  # the tmp region: a plan buffer, or all free UB
     lng_bytes: int
     beta_bytes: int
@@ -173,11 +174,11 @@ def layer_norm_grad(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, *, ep
     """The tiling for these arguments; ``core_num`` and ``ub_rows`` override the split and the tile."""
     spec = get_soc(soc)
     rows, h, dt = check_args(dy, x, variance, mean, gamma, epsilon, is_reuse_source, tmp)
-    return _tiling(rows, h, dt, bool(is_reuse_source), tmp, spec, core_num, ub_rows)
+    return _tiling(rows, h, dt, bool(is_reuse_source), tmp, spec, core_num, ub_rows, float(np.float32(epsilon)))
 
 
 def _tiling(rows: int, h: int, dt: str, reuse: bool, tmp: str, spec: SocSpec, core_num: int | None,
-            ub_rows: int | None) -> LayerNormGradOpTiling:
+            ub_rows: int | None, eps: float) -> LayerNormGradOpTiling:
     """The tiling of checked arguments (it runs the API helpers six times: :func:`layer_norm_grad` remembers
     it)."""
     hp = align_up(h, 32 // ITEMSIZE[dt])  # whole 32 B blocks of T (half rows must land 32 B apart too)
@@ -203,11 +204,11 @@ def _tiling(rows: int, h: int, dt: str, reuse: bool, tmp: str, spec: SocSpec, co
         if not _fits(r, hp, reuse, bd, spec, mode):
             raise tiling_error("ub_rows", f"{r} rows of H = {h} and their temporaries do not fit the UB of "
                                           f"{spec.name}")
-    return _build(rows, h, hp, dt, reuse, mode, bf, r, spec)
+    return _build(rows, h, hp, dt, reuse, mode, bf, r, spec, eps)
 
 
 def _build(rows: int, h: int, hp: int, dt: str, reuse: bool, mode: int, bf: int, r: int,
-           spec: SocSpec) -> LayerNormGradOpTiling:
+           spec: SocSpec, eps: float) -> LayerNormGradOpTiling:
     """Every field from the free choices: rows per core and rows per tile."""
     bd = ceil_div(rows, bf)
     tail = rows - (bd - 1) * bf
@@ -219,7 +220,7 @@ def _build(rows: int, h: int, hp: int, dt: str, reuse: bool, mode: int, bf: int,
     beta = tuple(get_layer_norm_grad_beta_nd_tiling_info((1, n, hp, hp), beta_b, 4, reuse) for n in sizes)
     return LayerNormGradOpTiling(
         rows=rows, h=h, h_align=hp, data_type=0 if dt == FP32 else 1, block_factor=bf, block_dim=bd,
-        tail_rows=tail, ub_rows=r, tmp_mode=mode, is_reuse_source=int(reuse), region_bytes=region,
+        tail_rows=tail, ub_rows=r, tmp_mode=mode, is_reuse_source=int(reuse), epsilon=eps, region_bytes=region,
         lng_bytes=lng_b, beta_bytes=beta_b, pd_gamma_off=pg, pd_beta_off=pb,
         workspace_size=SYS_WORKSPACE + 2 * bd * hp * 4, lng=lng, beta=beta)
 
@@ -242,7 +243,7 @@ def check_tiling(t: LayerNormGradOpTiling, official: LayerNormGradOpTiling, soc:
     def bad(field: str, rule: str) -> AclnnError:
         return AclnnError(ACLNN_ERR_INNER_TILING_ERROR, f"tiling.{field}: {rule}")
 
-    for name in ("rows", "h", "h_align", "data_type", "tmp_mode", "is_reuse_source"):
+    for name in ("rows", "h", "h_align", "data_type", "tmp_mode", "is_reuse_source", "epsilon"):
         if getattr(t, name) != getattr(official, name):
             raise bad(name, f"{getattr(t, name)} does not match the arguments ({getattr(official, name)})")
     spec = get_soc(soc)
@@ -257,7 +258,7 @@ def check_tiling(t: LayerNormGradOpTiling, official: LayerNormGradOpTiling, soc:
     if not 1 <= t.ub_rows <= t.block_factor:
         raise bad("ub_rows", f"{t.ub_rows} must be in [1, block_factor {t.block_factor}]")
     want = _build(t.rows, t.h, t.h_align, t.dtype, bool(t.is_reuse_source), t.tmp_mode, t.block_factor, t.ub_rows,
-                  spec)
+                  spec, t.epsilon)
     if not 1 <= want.block_dim <= spec.core_num_aiv:
         raise bad("block_factor", f"{t.block_factor} rows per core need {want.block_dim} cores; {spec.name} has "
                                   f"{spec.core_num_aiv}")

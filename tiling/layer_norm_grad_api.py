@@ -10,9 +10,7 @@ The non-950 paths only (910B, 910_93, 310P).
 
 from __future__ import annotations
 
-import functools
-from collections import namedtuple
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -257,18 +255,3 @@ def one_chunk_tiling(src_shape: Any, type_size: int, is_reuse_source: bool) -> L
     size = (b * s * h) & U32
     need = _lng_need(type_size, is_reuse_source)
     return _lng_tiling(need * size * 4, b, s, h, oh, size, b * s, size, type_size, is_reuse_source)
-
-
-# The device forms, defined at import so that Numba's on-disk cache can key kernels on them.
-LayerNormGradTilingDevice = namedtuple("LayerNormGradTilingDevice", [f.name for f in fields(LayerNormGradTiling)])
-LayerNormGradBetaTilingDevice = namedtuple("LayerNormGradBetaTilingDevice",
-                                           [f.name for f in fields(LayerNormGradBetaTiling)])
-_DEVICE_TYPES: dict[type, Any] = {LayerNormGradTiling: LayerNormGradTilingDevice,
-                                  LayerNormGradBetaTiling: LayerNormGradBetaTilingDevice}
-
-
-@functools.lru_cache(maxsize=1024)
-def device_tiling(t: LayerNormGradTiling | LayerNormGradBetaTiling) -> Any:
-    """An API tiling as the namedtuple its device function takes (the same fields, Numba-friendly)."""
-    nt = _DEVICE_TYPES[type(t)]
-    return nt(*(int(getattr(t, f)) for f in nt._fields))

@@ -15,7 +15,7 @@ from .datacopy import (
     set_atomic_none,
 )
 from .dtypes import bfloat16, float32, half, int8, int16, int32, int64, size_of, uint8, uint16, uint32
-from .pipe import VECCALC, VECIN, VECOUT, TBuf, TPipe, TQue
+from .pipe import VECCALC, VECIN, VECOUT, TBuf, TPipe, TQue, pop_stack_buffer
 from .rearrange import broadcast, gather, transpose
 from .reduce import (
     BrcbRepeatParams,
@@ -79,7 +79,7 @@ __all__ = [
     "set_atomic_add", "set_atomic_none", "sync_all", "init_output", "broadcast",
     "copy", "CopyRepeatParams",
     "CAST_CEIL", "CAST_FLOOR", "CAST_NONE", "CAST_ODD", "CAST_RINT", "CAST_ROUND", "CAST_TRUNC", "MASK_PLACEHOLDER",
-    "VECCALC", "VECIN", "VECOUT", "BinaryRepeatParams", "DataCopyExtParams", "DataCopyPadExtParams",
+    "VECCALC", "VECIN", "VECOUT", "pop_stack_buffer", "BinaryRepeatParams", "DataCopyExtParams", "DataCopyPadExtParams",
     "DataCopyParams", "TBuf", "TPipe", "TQue", "UnaryRepeatParams", "abs_", "add", "adds", "bfloat16", "cast",
     "data_copy", "data_copy_pad", "div", "duplicate", "exp", "float32", "get_block_idx", "get_block_num",
     "get_user_workspace", "half", "int8", "int16", "int32", "int64", "ln", "max_", "maxs", "min_", "mins", "mul",

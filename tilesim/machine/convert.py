@@ -91,9 +91,11 @@ from .vector import (
     UnaryRepeatParams,
     elems,
     lane_on,
+    last_lane,
     level0_mask,
     load,
     marker,
+    mask_span,
     op_name,
     params_ok,
     reset_mask,
@@ -321,13 +323,6 @@ def _strided_impl(op, dst, src, s, mode, lo, hi, repeat, ds, dr, ss, sr, tail): 
     return walk
 
 
-@njit(cache=True, inline="always")
-def _blocks_span(repeat, blk, rep, blocks):
-    """Bytes from an operand's start to the end of the last of the ``blocks`` blocks a repeat of a level-0 walk
-    touches."""
-    return ((repeat - 1) * rep + (blocks - 1) * blk) * 32 + 32 if repeat > 0 else 0
-
-
 @checked_only(True)
 def apart(core, op, dst, dst_bytes, src, src_bytes):
     """Checked mode: ``dst``'s bytes do not overlap ``src``'s, where instruction ``op`` (its code) forbids it."""
@@ -430,8 +425,6 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
     if len(args) != 3 or not (isinstance(args[2], types.BaseNamedTuple)
                               and args[2].instance_class is UnaryRepeatParams):
         return None
-    dblocks, sblocks = per * dsz // 32, per * ssz // 32  # the blocks of a repeat, per operand
-
     def level0(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
         m = _mode_of(dst.ctx, mode, admitted, code, a_i, d_i)
         mask, repeat, params = args
@@ -444,7 +437,9 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
             return
         if repeat <= 0 or (lo == 0 and hi == 0):
             return  # a NOP on A2: dst is not written
-        d_span, s_span = _blocks_span(repeat, ds, dr, dblocks), _blocks_span(repeat, ss, sr, sblocks)
+        lane = last_lane(lo, hi, tail, per)  # each operand to its last lane, as vec_op bounds them
+        d_span, s_span = mask_span(repeat, ds, dr, lane, tail, dsz, per), mask_span(repeat, ss, sr, lane, tail, ssz,
+                                                                                     per)
         if not vec_ok(core, ps, s_span):
             return
         if apart_only and not apart(core, code, pd, d_span, ps, s_span):

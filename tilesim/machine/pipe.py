@@ -68,6 +68,8 @@ from .tensor import (
     X_PLAN_ROWS,
     X_POOL,
     X_QUE,
+    X_STACK,
+    X_STACK_ROWS,
     X_UB_SIZE,
     CoreHandle,
     KernelContextType,
@@ -136,6 +138,8 @@ def _tpipe(ctx):  # type: ignore[no-untyped-def]
         w = ctx_words(ctx.ctx)
         w[X_POOL] = 0
         w[X_PLAN_ROWS] = 0
+        w[X_STACK] = 0
+        w[X_STACK_ROWS] = 0
         return _make_pipe((ctx.ctx, ctx.checks), None)
     return make
 
@@ -345,6 +349,32 @@ def _get(b, dtype, n=None):  # type: ignore[no-untyped-def]
             size = want
         return make_local((b.ctx, b.checks, b.buf, w[row], size, np.int64(-1)), dt)
     return get
+
+
+def pop_stack_buffer(ctx, dtype):  # type: ignore[no-untyped-def]
+    """PopStackBuffer<T, TPosition::LCM>(tensor), as a high-level API without a sharedTmpBuffer calls it: the UB
+    the TPipe's buffers leave free (from the end of the last InitBuffer to the UB's end, whole 32 B blocks) as a
+    LocalTensor of ``dtype``. It places no buffer: an InitBuffer after it takes the same UB. Reports name it
+    ``stack`` (a row of the UB plan, the same one while no InitBuffer or Reset moves the free UB)."""
+
+
+@overload(pop_stack_buffer, jit_options=DEVICE_OPTIONS)
+def _pop_stack_buffer(ctx, dtype):  # type: ignore[no-untyped-def]
+    if not (isinstance(ctx, KernelContextType) and isinstance(dtype, ElemType)):
+        return None
+    dt = dtype.dt
+
+    def pop(ctx, dtype):  # type: ignore[no-untyped-def]
+        w = ctx_words(ctx.ctx)
+        off = w[X_POOL]
+        b = w[X_STACK] - 1
+        if b < 0 or b >= w[X_PLAN_ROWS] or w[X_PLAN + 3 * b] != off:
+            b = _place(w, (w[X_UB_SIZE] - off) // 32 * 32, np.int64(1), VECCALC, np.int64(0))
+            w[X_POOL] = off  # the stack is not the pipe's: the next InitBuffer starts where it does
+            w[X_STACK] = b + 1
+            w[X_STACK_ROWS] |= np.int64(1) << b
+        return make_local((ctx.ctx, ctx.checks, b, off, w[X_PLAN + 3 * b + 1], np.int64(-1)), dt)
+    return pop
 
 
 @overload_method(TPipeType, "reset", jit_options=DEVICE_OPTIONS)

@@ -59,7 +59,9 @@ X_ARRIVED = X_SYNC_GEN + 1  # the phases this core has finished (a SyncAll reach
 X_ATOMIC_TURN = X_ARRIVED + 1  # 1 + the phase in which every core before this one has finished (its atomic adds land)
 X_ALOG_AT, X_ALOG_SIZE, X_ALOG_USED = X_ATOMIC_TURN + 1, X_ATOMIC_TURN + 2, X_ATOMIC_TURN + 3  # its atomic-add log
 X_WAITERS = X_ALOG_USED + 1  # threads asleep until X_ARRIVED advances (tilesim.machine.waits)
-CTX_WORDS = X_WAITERS + 1
+X_STACK = X_WAITERS + 1  # PopStackBuffer: 1 + the plan row it placed last (0: none)
+X_STACK_ROWS = X_STACK + 1  # the plan rows PopStackBuffer placed, a bit each (for reports)
+CTX_WORDS = X_STACK_ROWS + 1
 FREE, ALLOCATED, ENQUEUED, DEQUEUED = 0, 1, 2, 3  # a queue slot's state
 _GET_VALUE, _SET_VALUE = op_code("GetValue"), op_code("SetValue")
 
