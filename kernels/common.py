@@ -37,11 +37,6 @@ def output(out: Any, index: int, name: str, shape: tuple[int, ...], dtype: str) 
     return o
 
 
-def gm_out(a: np.ndarray) -> np.ndarray:
-    """The bytes of a C-contiguous output array, as a kernel's GlobalTensor holds them (writes land in ``a``)."""
-    return a.reshape(-1).view(U8)
-
-
 def checks_default(checks: bool | None) -> bool:
     """``checks=None`` follows the TILESIM_CHECKS environment variable; ``pytest --tilesim-checks`` forces it on
     (:func:`tilesim.launch.checks_enabled`)."""

@@ -42,12 +42,6 @@ KIND_BF16 = 2
 
 
 @njit(cache=True)
-def elem_size(kind):
-    """Bytes per element of a tensor of ``kind`` (0 for fp32)."""
-    return np.int64(4) if kind == 0 else np.int64(2)
-
-
-@njit(cache=True)
 def round_shift(mag, shift, mode, neg):
     """``mag >> shift`` rounded by RoundMode ``mode`` (``neg``: the value's sign, for FLOOR and CEIL): the one
     rounding of every cast (:mod:`tilesim.machine.convert` too). mag >= 0 and shift >= 1; a shift past 40 rounds as

@@ -56,12 +56,6 @@ STREAM_RUN_BYTES = 256  # shorter runs are mostly the partial lines at their end
 
 
 @njit(cache=True)
-def _gm_addr(g, off):
-    """The address of element ``off`` of a GM tensor."""
-    return g.addr + off * g.isz
-
-
-@njit(cache=True)
 def _streams(g, nbytes):
     return g.nbytes >= STREAM_TENSOR_BYTES and nbytes >= STREAM_RUN_BYTES
 

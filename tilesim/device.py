@@ -730,12 +730,6 @@ def global_tensor(tag, arr):
 
 
 @njit(cache=True)
-def gm_size(g):
-    """Elements in a GM tensor."""
-    return g.nbytes // g.isz
-
-
-@njit(cache=True)
 def gm_f32(g):
     """A fp32 GM tensor's elements, as float32 (GlobalTensor.GetValue / SetValue of the host)."""
     return carray(address_as_pointer(g.addr, np.float32), g.nbytes // 4)

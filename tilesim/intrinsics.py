@@ -148,18 +148,6 @@ def atomic_load(typingctx, addr):
     return types.int64(addr), codegen
 
 
-@intrinsic
-def yield_cpu(typingctx):
-    """Give the host core to another thread (``sched_yield``): a thread waiting for others on a busy host."""
-
-    def codegen(context, builder, signature, args):
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(32), []), "sched_yield")
-        builder.call(fn, [])
-        return context.get_dummy_value()
-
-    return types.none(), codegen
-
-
 # Linux's futex system call (its number per architecture), with which a waiting thread sleeps until the thread it
 # waits for wakes it; None elsewhere, where a wait sleeps in short naps (usleep) instead.
 SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower()) \

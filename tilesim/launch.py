@@ -7,7 +7,6 @@ A kernel module writes its per-core body and an ``@njit(nogil=True)`` loop over 
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import threading
@@ -654,15 +653,6 @@ def run_checked(call: Callable[[], Any]) -> Any:
         except LogOverflow:
             continue
     raise RuntimeError("checked mode: the instruction log did not fit after 3 tries")
-
-
-def reruns_on_overflow(run: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorate a kernel's launcher (prepare, phases, finish: a whole launch that writes every output it
-    has) so that a checked launch whose log did not fit runs again with the room it needed."""
-    @functools.wraps(run)
-    def launcher(*args: Any, **kwargs: Any) -> Any:
-        return run_checked(lambda: run(*args, **kwargs))
-    return launcher
 
 
 def finish(launch: Launch, workspace_size: int = 0) -> RunReport:

@@ -106,12 +106,6 @@ def whole_reduce_sums(core, dst, src, count, repeat):
 
 
 @njit(cache=True)
-def whole_reduce_sum_to(core, dst, src, count):
-    """WholeReduceSum writing its result to UB: ``dst[0]`` = vcadd over ``count`` <= 64 lanes of ``src``."""
-    whole_reduce_sums(core, dst, src, count, 1)
-
-
-@njit(cache=True)
 def reduce_level(core, dst, src, count):
     """One level of a repeat-wise sum: ``dst[k]`` = vcadd over 64-lane repeat ``k`` of ``src[0:count]``, the
     last repeat over the ``count % 64`` lanes left, as WholeReduceSum instructions of at most 255 repeats and

@@ -258,34 +258,6 @@ def duplicate(core, dst, value, n):
 
 
 @njit(cache=True)
-def broadcast_col(core, dst, src, rows, cols):
-    """BroadCast [rows, 1] to [rows, cols] (DIM_D): ``dst[r, :] = src[r]``."""
-    if not (vec_ok(core, src, 4 * rows) and vec_ok(core, dst, 4 * rows * cols)):
-        return
-    for r in range(rows):
-        flow_lanes(core, at(dst, 4 * r * cols), at(src, 4 * r), cols, 4, 4, 0)
-    d, s = f32(core, dst, rows * cols), f32(core, src, rows)
-    for r in range(rows):
-        d[r * cols:(r + 1) * cols] = s[r]
-    count_vector(core, VEC_DUP, 4 * rows * cols, dst, src, src)
-
-
-@njit(cache=True)
-def broadcast_row(core, dst, src, rows, cols):
-    """BroadCast [1, cols] to [rows, cols] (DIM_N): ``dst[r, :] = src``."""
-    if not (vec_ok(core, src, 4 * cols) and vec_ok(core, dst, 4 * rows * cols)):
-        return
-    for r in range(rows):
-        flow1(core, at(dst, 4 * r * cols), src, 4 * cols)
-    d, s = f32(core, dst, rows * cols), f32(core, src, cols)
-    for r in range(rows):  # a loop, not a slice assignment (whose shape-mismatch error path costs compile time)
-        o = r * cols
-        for j in range(cols):
-            d[o + j] = s[j]
-    count_vector(core, VEC_DUP, 4 * rows * cols, dst, src, src)
-
-
-@njit(cache=True)
 def cast_to_f32(core, dst, src, n, kind):
     """Cast b16 (``kind``: fp16 or bf16 bits) to fp32, exactly. ``src`` may be the upper half of ``dst``'s
     buffer (the kernels' in-place widening): element k is read before any write can reach it."""
