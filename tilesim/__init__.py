@@ -7,6 +7,7 @@ from . import (
     cast,
     datamove,
     device,
+    jit_link,  # noqa: F401  (before any kernel compiles)
     precision,
     races,  # noqa: F401  (registers the race check of checked launches)
     reduce,

@@ -1,0 +1,130 @@
+"""Device code gets machine code once, in the host function that links it; each process names its functions apart.
+
+Numba finalises every compiled function on its own: it links in the code of the functions it calls, optimises the
+result and generates machine code for it. A kernel's call tree is deep (the kernel, its stages, the instructions,
+their walks), and only the host function's copy (the launch's core loop, which links everything) ever runs:
+device code has no wrapper Python could call, so nothing takes its address. Its machine code was made for nothing.
+
+Here a function compiled without either wrapper (device code: tilesim's :func:`tilesim.jit.njit` without
+``host``, an ``@overload`` with :data:`tilesim.jit.DEVICE_OPTIONS`, Numba's own internal helpers) is finalised
+*link-only*: its callees linked in and Numba's optimisation run as before, so the host function links exactly the
+code it linked before and its machine code is the same; but no machine code of its own, and on disk the bitcode a
+caller links instead of an object file. (Leaving the optimisation to the host function alone, one -O3 pass over
+the whole tree, compiled faster still, 28 s against 34-41 s for NsaCompressGrad bf16, but made different inlining
+and vectorising choices: layer-norm backward ran 1.3x and NsaCompressGrad 1.2x slower.)
+
+Numba names a compiled function by its qualified name, a counter of the process and its argument types, and a
+linker keeps one definition per name. Code from the cache was named in another process, so a cached callee and a
+fresh one of the same name (``<lambda>`` number 5 of two processes, on the same types) would silently share one
+body: a checked launch reported misaligned operands that a GetValue had read, through another function's lambda.
+Each process's counter therefore starts at a random point of a 2^62 range.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from typing import Any
+
+from numba import _dynfunc  # type: ignore[attr-defined]
+from numba.core import bytecode, codegen, typed_passes
+from numba.core.compiler import CompileResult
+from numba.core.cpu import CPUContext
+
+_LINKABLE = "tilesim-linkable"  # the serialisation kind of a link-only library
+
+_numba_run_pass = typed_passes.BaseNativeLowering.run_pass
+_numba_finalize = codegen.CPUCodeLibrary.finalize
+_numba_serialize = codegen.CPUCodeLibrary.serialize_using_object_code
+_numba_unserialize = codegen.CPUCodeLibrary._unserialize.__func__
+_numba_get_executable = CPUContext.get_executable
+_numba_referenced_environments = CompileResult._find_referenced_environments
+
+
+def _is_link_only(library: Any) -> bool:
+    return getattr(library, "_tilesim_link_only", False)
+
+
+def _run_pass(self, state):  # type: ignore[no-untyped-def]
+    """Numba's lowering, with the library of a function that has neither wrapper marked link-only."""
+    flags = state.flags
+    if flags.no_cpython_wrapper and flags.no_cfunc_wrapper:
+        if state.library is None:
+            state.library = state.targetctx.codegen().create_library(state.func_id.func_qualname)
+            state.library.enable_object_caching()
+        state.library._tilesim_link_only = True
+    return _numba_run_pass(self, state)
+
+
+def _finalize(self):  # type: ignore[no-untyped-def]
+    """Numba's finalize; for a link-only library its callees linked in and Numba's optimisation, no machine code
+    (it is not added to the execution engine)."""
+    if not _is_link_only(self):
+        return _numba_finalize(self)
+    codegen.require_global_compiler_lock()
+    self._raise_if_finalized()
+    seen = set()
+    for library in self._linking_libraries:
+        if library not in seen:
+            self._reload_init.update(library._reload_init)
+            seen.add(library)
+            self._final_module.link_in(library._get_module_for_linking(), preserve=True)
+    self._optimize_final_module()
+    self._final_module.verify()
+    self._finalize_dynamic_globals()
+    self._verify_declare_only_symbols()
+    self._finalized = True
+    return None
+
+
+def _serialize(self):  # type: ignore[no-untyped-def]
+    """What Numba's cache stores: a link-only library's bitcode for linking (it has no object code)."""
+    if not _is_link_only(self):
+        return _numba_serialize(self)
+    self._ensure_finalized()
+    return (self.name, _LINKABLE, self._get_module_for_linking().as_bitcode())
+
+
+def _unserialize(cls, codegen_, state):  # type: ignore[no-untyped-def]
+    name, kind, data = state
+    if kind != _LINKABLE:
+        return _numba_unserialize(cls, codegen_, state)
+    self = codegen_.create_library(name)
+    self._tilesim_link_only = True
+    self._final_module = codegen.ll.parse_bitcode(data)
+    self._shared_module = self._final_module  # already linkonce_odr: what _get_module_for_linking would make
+    self._finalized = True
+    return self
+
+
+def _get_executable(self, library, fndesc, env):  # type: ignore[no-untyped-def]
+    """Numba's function object of a compiled function; a link-only one has no machine code, so no address (as a
+    device function has none today: it has no CPython wrapper) and no environment to set in the engine."""
+    if not _is_link_only(library):
+        return _numba_get_executable(self, library, fndesc, env)
+    return _dynfunc.make_function(fndesc.lookup_module(), fndesc.qualname.split(".")[-1],
+                                  f"device code {fndesc.qualname!r}", 0, env, (library,))
+
+
+def _referenced_environments(self):  # type: ignore[no-untyped-def]
+    """The environments a cached function sets when it is loaded: none for a link-only one, which is not in the
+    engine (only the host function that links it is, and it sets those of its linked code)."""
+    if _is_link_only(self.library):
+        return []
+    return _numba_referenced_environments(self)
+
+
+def install() -> None:
+    """Finalise device code link-only from now on (idempotent)."""
+    typed_passes.BaseNativeLowering.run_pass = _run_pass
+    codegen.CPUCodeLibrary.finalize = _finalize
+    codegen.CPUCodeLibrary.serialize_using_object_code = _serialize
+    codegen.CPUCodeLibrary._unserialize = classmethod(_unserialize)
+    CPUContext.get_executable = _get_executable
+    CompileResult._find_referenced_environments = _referenced_environments
+    if not getattr(bytecode.FunctionIdentity, "_tilesim_random_ids", False):
+        bytecode.FunctionIdentity._unique_ids = itertools.count(random.SystemRandom().getrandbits(62))
+        bytecode.FunctionIdentity._tilesim_random_ids = True
+
+
+install()
