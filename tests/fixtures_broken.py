@@ -573,7 +573,7 @@ def launch_as_asked(*args: object, checks: bool, **kw: object) -> RunReport:
     with a broken kernel (``checks=False``) stays fast under ``pytest --tilesim-checks``, which forces checked mode
     on every other launch."""
     forced = checks_enabled(False)
-    force_checks(False if not checks else forced)
+    force_checks(forced and checks)
     try:
         return launch(*args, checks=checks, **kw)
     finally:

@@ -1,23 +1,22 @@
-"""Device code gets machine code once, in the host function that links it; each process names its functions apart.
+"""Device code gets machine code only in the host function that links it; each process names its functions apart.
 
 Numba finalises every compiled function on its own: it links in the code of the functions it calls, optimises the
 result and generates machine code for it. A kernel's call tree is deep (the kernel, its stages, the instructions,
 their walks), and only the host function's copy (the launch's core loop, which links everything) ever runs:
-device code has no wrapper Python could call, so nothing takes its address. Its machine code was made for nothing.
+device code has no wrapper Python could call, so nothing takes its address.
 
 Here a function compiled without either wrapper (device code: tilesim's :func:`tilesim.jit.njit` without
 ``host``, an ``@overload`` with :data:`tilesim.jit.DEVICE_OPTIONS`, Numba's own internal helpers) is finalised
-*link-only*: its callees linked in and Numba's optimisation run as before, so the host function links exactly the
-code it linked before and its machine code is the same; but no machine code of its own, and on disk the bitcode a
-caller links instead of an object file. (Leaving the optimisation to the host function alone, one -O3 pass over
-the whole tree, compiled faster still, 28 s against 34-41 s for NsaCompressGrad bf16, but made different inlining
-and vectorising choices: layer-norm backward ran 1.3x and NsaCompressGrad 1.2x slower.)
+*link-only*: its callees are linked in and Numba optimises it as usual, so a host function links the same
+optimised code it would otherwise, but it is not added to the execution engine and gets no machine code. Numba's
+cache stores it as the bitcode a caller links, where it would store an object file. The optimisation stays per
+function on purpose: one -O3 pass over the whole tree in the host function compiles faster but inlines and
+vectorises otherwise, and some kernels then run slower (figures in ``bench/RESULTS.md``).
 
 Numba names a compiled function by its qualified name, a counter of the process and its argument types, and a
 linker keeps one definition per name. Code from the cache was named in another process, so a cached callee and a
-fresh one of the same name (``<lambda>`` number 5 of two processes, on the same types) would silently share one
-body: a checked launch reported misaligned operands that a GetValue had read, through another function's lambda.
-Each process's counter therefore starts at a random point of a 2^62 range.
+fresh one of the same name (``<lambda>`` number 5 of two processes, on the same types) would share one body, the
+wrong one for a caller. Each process's counter therefore starts at a random point of a 2^62 range.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ import itertools
 import random
 from typing import Any
 
+import llvmlite.binding as llvm
 from numba import _dynfunc  # type: ignore[attr-defined]
 from numba.core import bytecode, codegen, typed_passes
 from numba.core.compiler import CompileResult
@@ -91,7 +91,7 @@ def _unserialize(cls, codegen_, state):  # type: ignore[no-untyped-def]
         return _numba_unserialize(cls, codegen_, state)
     self = codegen_.create_library(name)
     self._tilesim_link_only = True
-    self._final_module = codegen.ll.parse_bitcode(data)
+    self._final_module = llvm.parse_bitcode(data)
     self._shared_module = self._final_module  # already linkonce_odr: what _get_module_for_linking would make
     self._finalized = True
     return self
