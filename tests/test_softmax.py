@@ -6,7 +6,7 @@ a tail pass, the re-computed tiling of a short tile), non-finite rows; the API's
 against figures worked out by hand; what each tile issues; checked mode in both auto-sync settings; the explorer's
 candidates.
 
-The statement of the order takes exp from ``tilesim.vector.exp_values`` (the emulated Exp's own values) and the
+The statement of the order takes exp from ``tilesim.expf.exp_values`` (the emulated Exp's own values) and the
 half rounding from ``tilesim.cast.narrow`` with CAST_ROUND (the API's FLOAT2HALF_ROUND_MODE on v220).
 """
 
@@ -24,8 +24,8 @@ from kernels.ops import OPS
 from kernels.softmax import kernel_tiling_func
 from kernels.softmax import run as run_kernel
 from tilesim.cast import CAST_ROUND, narrow
+from tilesim.expf import exp_values
 from tilesim.precision import Expected, compare, judge
-from tilesim.vector import exp_values
 from tiling.common import align_up
 from tiling.softmax import (
     get_soft_max_max_tmp_size,

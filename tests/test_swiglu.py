@@ -5,7 +5,7 @@ double buffering, saturating and non-finite inputs, hand-made tilings; the tilin
 hand from ``swi_glu_tiling.cpp``; the syncs and instructions each tile issues; checked mode in both auto-sync
 settings; the explorer's candidates.
 
-The statement of the kernels' order takes exp from ``tilesim.vector.exp_values``, the emulated Exp instruction's
+The statement of the kernels' order takes exp from ``tilesim.expf.exp_values``, the emulated Exp instruction's
 own values (numpy's float32 exp differs from the C library's expf by up to 2 ulp).
 """
 
@@ -23,8 +23,8 @@ from kernels import swiglu
 from kernels.ops import OPS
 from kernels.swiglu import run as run_kernel
 from tilesim import machine as asc
+from tilesim.expf import exp_values
 from tilesim.precision import Expected, compare, judge
-from tilesim.vector import exp_values
 from tiling.common import align_up, replace
 from tiling.swiglu import max_tile_len, ub_plan
 from tiling.swiglu import swiglu as make_tiling

@@ -68,6 +68,14 @@ def _exp_array(a, out):
         out[i] = exp_f32(a[i])
 
 
+def exp_values(a: np.ndarray) -> np.ndarray:
+    """The values the Exp instruction gives for a float32 array, bit for bit (for oracles that replay a kernel's
+    instruction order; numpy's own float32 exp differs from them by up to 2 ulp)."""
+    out = np.empty(a.shape, np.float32)
+    _exp_array(np.ascontiguousarray(a, np.float32).reshape(-1), out.reshape(-1))
+    return out
+
+
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """How many float32 values lie between ``a`` and ``b`` (0: the same value), for finite or infinite values of
     one sign; NaN pairs count 0."""

@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 from numba import carray
 
-from ..datamove import add_rows
 from ..intrinsics import address_as_pointer, atomic_load, copy_bytes, store_fence
 from ..jit import njit
+from .movers import add_rows
 from .tensor import CTX_WORDS, X_ALOG_AT, X_ALOG_SIZE, X_ALOG_USED, X_ARRIVED, X_ATOMIC_TURN, X_FAULT, X_IDX, X_SYNC_GEN
 from .waits import finished_phase, wait_finished
 

@@ -59,7 +59,9 @@ from ..cast import (
     ROUND_MODES,
     b16_to_f32_bits,
     f32_bits_to_b16,
+    narrow_bits,
     round_shift,
+    widen_bits,
 )
 from ..device import (
     ERR_API_RULE,
@@ -75,13 +77,14 @@ from ..device import (
     plan_of,
     report,
     shadow_of,
+    u16,
+    u32,
     vec_ok,
     vec_out,
 )
 from ..intrinsics import address_as_pointer, f32_as_u32, u32_as_f32
 from ..jit import DEVICE_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
-from ..vector import cast_from_f32, cast_to_f32
 from .dtypes import ALL
 from .hazard import INSTRUCTIONS, hz_instruction, op_code
 from .pipe import FAULT_API_TABLE, FAULT_CAST, FAULT_DTYPE, fault
@@ -135,6 +138,37 @@ def bad_type(*checks: tuple) -> int | None:  # type: ignore[type-arg]
             return type_index(dt)
     return None
 
+
+
+@njit(cache=True, inline="always")
+def _ok_lanes(core, dst, src, n_dst, n_src, dst_lane, src_lane, step):
+    """Operands of a cast: ``n_dst // dst_lane`` lanes, each from source lane ``i * step``; the shadow state
+    flows lane to lane."""
+    if not (vec_ok(core, src, n_src) and vec_ok(core, dst, n_dst)):
+        return False
+    flow_lanes(core, dst, src, n_dst // dst_lane, dst_lane, src_lane, step)
+    return True
+
+
+@njit(cache=True)
+def cast_to_f32(core, dst, src, n, kind):
+    """Cast b16 (``kind``: fp16 or bf16 bits) to fp32, exactly. ``src`` may be the upper half of ``dst``'s
+    buffer (the kernels' in-place widening): element k is read before any write can reach it."""
+    if not _ok_lanes(core, dst, src, 4 * n, 2 * n, 4, 2, 1):
+        return
+    d, s = u32(core, dst, n), u16(core, src, n)
+    widen_bits(s, d, n, kind)
+    count_vector(core, VEC_CAST, 4 * n, dst, src, src)
+
+
+@njit(cache=True)
+def cast_from_f32(core, dst, src, n, kind, mode):
+    """Cast fp32 to b16 bits with RoundMode ``mode``; ``dst`` may be ``src`` reinterpreted (in place)."""
+    if not _ok_lanes(core, dst, src, 2 * n, 4 * n, 2, 4, 1):
+        return
+    d, s = u16(core, dst, n), u32(core, src, n)
+    narrow_bits(s, d, n, kind, mode)
+    count_vector(core, VEC_CAST, 4 * n, dst, src, src)
 
 @njit(cache=True)
 def type_fault(ctx, code):

@@ -37,8 +37,6 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from ..datamove import gm_to_ub, out_ok, ub_to_gm, ub_to_ub
-from ..datamove import init_output as fill_gm
 from ..device import count_mte3
 from ..intrinsics import bf16_nearest_bits, f32_as_u32, fp16_nearest_bits
 from ..jit import DEVICE_OPTIONS, njit
@@ -46,6 +44,7 @@ from ..schedule import PIPE_MTE2, PIPE_MTE3, PIPE_VECTOR
 from .atomic import atomic_rows
 from .dtypes import ALL, ElemType
 from .hazard import hz_issue, hz_rows, op_code
+from .movers import fill_gm, gm_to_ub, out_ok, ub_to_gm, ub_to_ub
 from .pipe import FAULT_DTYPE
 from .sync import HardEvent, fetch_id, set_event, wait_event
 from .tensor import (
