@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -24,6 +26,7 @@ import tiling
 from tilesim import launcher
 from tilesim import machine as asc  # AscendC::
 from tilesim.jit import njit
+from tilesim.launch import checks_enabled, force_checks
 from tilesim.launcher import kernel, launch
 from tilesim.precision import assert_close
 from tilesim.soc import MIB, get_soc, list_socs
@@ -312,6 +315,18 @@ def run_rows(src: np.ndarray, t: RowsTiling, block_dim: int, checks: bool = Fals
     return dst, ub, rep
 
 
+@contextmanager
+def as_asked() -> Iterator[None]:
+    """Launches in the mode the test asks for: a fast one (what the NPU does with a broken kernel; the fast build's
+    code) stays fast under ``pytest --tilesim-checks``, which forces checked mode on every other launch."""
+    forced = checks_enabled(False)
+    force_checks(False)
+    try:
+        yield
+    finally:
+        force_checks(forced)
+
+
 def want_rows(src: np.ndarray, dst: np.ndarray, t: RowsTiling, block_dim: int) -> np.ndarray:
     """What dst must hold: each row of src where it goes, the gaps as they were."""
     want = dst.copy()
@@ -329,7 +344,7 @@ def inputs(dtype: np.dtype, n: int, seed: int) -> np.ndarray:
 @pytest.mark.parametrize("d", [1, 7, 33, 100, 1000])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("checks", [False, True])
-def test_parallel_kernel_writes_land_in_gm(d, dtype, checks):
+def test_parallel_kernel_writes_land_in_gm(d, dtype, checks, tilesim_checks):
     block_dim, rows = 6, 3
     bf16 = dtype == "bfloat16"
     rng = np.random.default_rng(d)
@@ -362,7 +377,7 @@ def test_parallel_kernel_writes_land_in_gm(d, dtype, checks):
         assert got.shape == (block_dim,)
         assert (got == expect.get(name, 0)).all(), (name, got, expect.get(name, 0))
     assert rep.total("mte2_bytes") == src.nbytes and rep.total("mte3_bytes") == dst.nbytes
-    assert rep.block_dim == block_dim and rep.checks == checks
+    assert rep.block_dim == block_dim and rep.checks == (checks or tilesim_checks)
     slot_b = pitch * isz  # as the kernel's InitBuffer calls placed them, in their order
     assert [(b.name, b.nbytes, b.buffer_num) for b in rep.ub_plan.buffers] == [
         ("in_x", slot_b, 2), ("out_y", slot_b, 2), ("out_ub", 0, 1), ("x32", 4 * pitch if bf16 else 0, 1)]
@@ -468,16 +483,17 @@ def run_checked(t: RowsTiling, what: list[int], checks: bool = True):
     return src, dst, rep
 
 
-def test_in_bounds_kernel_runs_with_and_without_checks():
+def test_in_bounds_kernel_runs_with_and_without_checks(tilesim_checks):
     for checks in (False, True):
         src, dst, rep = run_checked(COUNT, [OK] * N_CHECKED, checks)
-        assert np.array_equal(dst, src * 2) and rep.checks == checks
+        assert np.array_equal(dst, src * 2) and rep.checks == (checks or tilesim_checks)
         assert rep.counter("mte2_bytes").tolist() == [512] * N_CHECKED
 
 
 def test_partial_block_data_copy_is_fine_without_checks():
     """Checks off: a DataCopy of 252 B is not verified (the NPU would copy whole blocks); nothing is raised."""
-    _, _, rep = run_checked(COUNT, [OK, BAD_LEN, OK], False)
+    with as_asked():
+        _, _, rep = run_checked(COUNT, [OK, BAD_LEN, OK], False)
     assert rep.counter("mte2_bytes").tolist() == [512, 256 + 252, 512]
 
 
@@ -540,11 +556,12 @@ def test_fast_build_compiles_checked_mode_and_recording_out(monkeypatch):
     cores, fields = launcher._CORE_LOOPS[key]
     probe = njit(cache=False, nogil=True, host=True)(cores.py_func)
     monkeypatch.setitem(launcher._CORE_LOOPS, key, (probe, fields))
-    for checks in (False, True):
-        dst, _, _ = run_rows(src, t, 1, checks)
-        assert np.array_equal(dst, src)
-    with tilesim.capture(log=True):
-        run_rows(src, t, 1)
+    with as_asked():
+        for checks in (False, True):
+            dst, _, rep = run_rows(src, t, 1, checks)
+            assert np.array_equal(dst, src) and rep.checks == checks
+        with tilesim.capture(log=True):
+            run_rows(src, t, 1)
     irs = {str(sig[6]): ir for sig, ir in probe.inspect_llvm().items()}  # by the type of its checks argument
     assert set(irs) == {"none", "int64", "bool"}
     for name in ("_ub_check", "_align_check", "_read_check", "flow1"):
