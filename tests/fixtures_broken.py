@@ -7,19 +7,22 @@ SyncAll phase (``knobs[1]``); every other core does the ordinary CopyIn, Compute
 that names the wrong core or phase shows. They are tiny (1 to 4 cores, a tile of 256 B) so the whole set runs in
 a few seconds once compiled.
 
-The UB plan puts a 96 B buffer first, so that a buffer's offset in the UB is never its offset in the report
-(reports count from the buffer's start); ``xbuf`` is a double-buffered queue (two 256 B slots), ``ybuf`` and
-``zbuf`` single 256 B buffers. GM: ``src`` (fp32, SPAN elements per core, values 0, 1, 2, ...), ``dst`` (fp32,
-the same size, -1 before the launch) and ``acc``, an atomic-add target whose per-core shadow rows all carry one
-tag and the same offsets, as the NPU's atomic adds into one tensor would.
+The tile fixtures are the cases of one kernel, :func:`tile_fixtures` (one compile for all: a kernel links its
+device code into its own machine code), on the Ascend C programming model. It places its TPipe's buffers in the
+order pad0 (a TBuf of 96 B), xbuf (a VECIN TQue of two 256 B buffers: double buffering), ybuf (a VECOUT TQue of
+one) and zbuf (a TBuf of 256 B): the 96 B first, so that a buffer's offset in the UB is never its offset in the
+report (reports count from the buffer's start). It runs ``knobs`` phases with a SyncAll between each two, every
+case once per phase. GM: ``src`` (fp32, SPAN elements per core, values 0, 1, 2, ...), ``dst`` (fp32, the same
+size, -1 before the launch) and ``acc`` (fp32, one tile of zeros), which the atomic case adds into under
+SetAtomicAdd. Every case syncs its pipes (the queues' EnQue / DeQue, SetFlag / WaitFlag where a TBuf or a
+copy-out of a VECIN tensor needs one), so that the one thing broken is the only report.
 
 The LayerNormGradBeta fixtures (``reuse_source``, ``tmp_too_small``, ``framework_tmp_too_big`` and their clean
 controls) run the API on one core over a [1, 8, 32] fp32 input; they are broken from the host side (a short tmp
 buffer, a tiling made for more temporaries than the plan leaves free) or by reading a source the API reused.
 
-:func:`run_fixture` launches one by name (the tile fixtures with ``prepare`` / ``run_cores`` once per phase /
-``finish``; the LayerNormGradBeta ones, on the programming model, with :func:`tilesim.launcher.launch`), so a
-violation raises :class:`tilesim.CheckError` exactly as it would from an op.
+:func:`run_fixture` launches one by name with :func:`tilesim.launcher.launch`, so a violation raises
+:class:`tilesim.CheckError` exactly as it would from an op.
 """
 
 from __future__ import annotations
@@ -28,29 +31,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
-from tilesim.datamove import atomic_add_pad_out, data_copy, data_copy_out, data_copy_pad, data_copy_pad_out
-from tilesim.device import at, gm_tensor, make_core, slot
-from tilesim.launch import (
-    AtomicTarget,
-    RunReport,
-    capture,
-    checks_enabled,
-    finish,
-    force_checks,
-    host_threads,
-    prepare,
-    run_cores,
-)
+from tilesim import machine as asc
+from tilesim.jit import njit
+from tilesim.launch import RunReport, capture, checks_enabled, force_checks
 from tilesim.launcher import kernel, launch
 from tilesim.machine import VECCALC, HardEvent, TBuf, TPipe, float32, set_flag, uint8, wait_flag
 from tilesim.machine import data_copy as asc_data_copy
 from tilesim.normalization import layer_norm_grad_beta as api_beta
-from tilesim.reduce import whole_reduce_sum
 from tilesim.soc import get_soc
-from tilesim.ub import UbPlan
-from tilesim.vector import add, duplicate, get_value, muls
 from tiling.layer_norm_grad_api import (
     LayerNormGradBetaTiling,
     get_layer_norm_grad_beta_max_min_tmp_size,
@@ -58,336 +47,456 @@ from tiling.layer_norm_grad_api import (
 )
 
 SOC = get_soc("Ascend910B1")
-TILE = 64  # fp32 elements of one tile: 256 B, a slot of xbuf
+TILE = 64  # fp32 elements of one tile: 256 B, a buffer of xbuf
 SPAN = 4 * TILE  # fp32 elements of src and dst per core
-PAD0, XBUF, YBUF, ZBUF = range(4)  # UB buffer ids of the tile fixtures
 PAD0_BYTES = 96
 GM_NAMES = ["src", "dst", "acc"]
-G_SRC, G_DST, G_ACC = range(3)
 
 # --- the tile fixtures ------------------------------------------------------------------------------------------
-# Every kernel has one signature: (first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst,
-# acc), src and dst flat bytes, acc the [block_dim, 256] bytes of the atomic target's shadow rows.
+# Every case has one signature: (ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc), called by tile_fixtures once
+# per phase on every core: t the knobs (TileKnobs), c the core.
 
 
-@njit(cache=True, inline="always")
-def _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst):
-    """Core ``c``'s context, its GM tensors, and whether it misbehaves now (the chosen core, the chosen phase)."""
-    core = make_core(c, block_dim, arena, plan, cnt, err, checks)
-    return core, gm_tensor(G_SRC, src, 4), gm_tensor(G_DST, dst, 4), c == knobs[0] and phase == knobs[1]
+@dataclass(frozen=True)
+class TileKnobs:
+    """The tile fixtures' tiling: the case (its index in TILE_FIXTURES), the core that misbehaves and the phase it
+    does so in (knobs[0], knobs[1]; -1: none), two case-specific values (knobs[2], knobs[3]) and the phases."""
 
-
-@njit(cache=True)
-def _normal(core, c, gs, gd):
-    """What a well-behaved core does: CopyIn its first tile, Compute (x 2), CopyOut to the same place in dst."""
-    x = slot(core, XBUF, 0)
-    data_copy(core, x, gs, c * SPAN, TILE)
-    muls(core, x, x, 2.0, TILE)
-    data_copy_out(core, gd, c * SPAN, x, TILE)
+    case: int
+    core: int
+    phase: int
+    a: int
+    b: int
+    phases: int
 
 
 @njit(cache=True)
-def _load_pad(core, c, gs):
-    """CopyIn 10 fp32 (40 B) with DataCopyPad: the zero fill makes 64 B of xbuf written, the rest of the 256 B
-    slot never is. Then Compute over the whole slot (the padding lanes carry 'unwritten' to the result)."""
-    x = slot(core, XBUF, 0)
-    data_copy_pad(core, x, gs, c * SPAN, 1, 10, 10, 0.0)
-    muls(core, x, x, 2.0, TILE)
+def _tile_pipe(ctx):
+    """The TPipe's buffers: pad0 only takes the UB's first 96 B."""
+    pipe = asc.TPipe(ctx)
+    pad0 = pipe.init_buffer(asc.TBuf(asc.VECCALC), PAD0_BYTES)  # noqa: F841  (only its place in the UB)
+    xbuf = pipe.init_buffer(asc.TQue(asc.VECIN, 2), 2, 4 * TILE)
+    ybuf = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), 1, 4 * TILE)
+    zbuf = pipe.init_buffer(asc.TBuf(asc.VECCALC), 4 * TILE)
+    return xbuf, ybuf, zbuf
+
+
+@njit(cache=True)
+def _tile(xbuf, ybuf, src, dst):
+    """What a well-behaved core does with a tile: CopyIn from ``src`` into xbuf, Compute (x 2) into ybuf,
+    CopyOut to ``dst``. Nine instructions in the core's log: the copies, the Muls and the queues' flags."""
+    x = xbuf.alloc_tensor(asc.float32)
+    asc.data_copy(x, src, TILE)
+    xbuf.enque(x)
+    x = xbuf.deque(asc.float32)
+    y = ybuf.alloc_tensor(asc.float32)
+    asc.muls(y, x, 2.0, TILE)
+    xbuf.free_tensor(x)
+    ybuf.enque(y)
+    y = ybuf.deque(asc.float32)
+    asc.data_copy(dst, y, TILE)
+    ybuf.free_tensor(y)
+
+
+@njit(cache=True)
+def _normal(c, xbuf, ybuf, src, dst):
+    """Core ``c``'s first tile, to the same place in dst."""
+    _tile(xbuf, ybuf, src[c * SPAN], dst[c * SPAN])
+
+
+@njit(cache=True)
+def _loaded(xbuf, src):
+    """A tile of xbuf loaded by MTE2 and handed to the vector unit (CopyIn: the copy, EnQue, DeQue)."""
+    x = xbuf.alloc_tensor(asc.float32)
+    asc.data_copy(x, src, TILE)
+    xbuf.enque(x)
+    return xbuf.deque(asc.float32)
+
+
+@njit(cache=True)
+def _load_pad(xbuf, src):
+    """CopyIn 10 fp32 (40 B) with DataCopyPad: the zero fill makes 64 B of the tensor written, the rest of the
+    256 B never is. Then Compute over the whole tensor, in place (the padding lanes carry 'unwritten' to the
+    result). Four instructions: the copy, EnQue, DeQue, Muls."""
+    x = xbuf.alloc_tensor(asc.float32)
+    asc.data_copy_pad(x, src, asc.DataCopyExtParams(1, 40, 0, 0), asc.DataCopyPadExtParams(True, 0, 0, 0.0))
+    xbuf.enque(x)
+    x = xbuf.deque(asc.float32)
+    asc.muls(x, x, 2.0, TILE)
     return x
 
 
-@njit(cache=True, nogil=True)
-def fx_clean(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
-    """Clean control: every core streams its 4 tiles through the double-buffered queue, prefetching tile k + 1
-    into the other slot while tile k is computed and stored (slot k and k + 1 live at once: not a reuse)."""
-    for c in range(first, last):
-        core, gs, gd, _ = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        x = slot(core, XBUF, 0)
-        data_copy(core, x, gs, c * SPAN, TILE)
-        for k in range(SPAN // TILE):
-            nxt = x
-            if k + 1 < SPAN // TILE:
-                nxt = slot(core, XBUF, k + 1)
-                data_copy(core, nxt, gs, c * SPAN + (k + 1) * TILE, TILE)
-            muls(core, x, x, 2.0, TILE)
-            data_copy_out(core, gd, c * SPAN + k * TILE, x, TILE)
-            x = nxt
+@njit(cache=True)
+def _mte2_to_mte3(ctx):
+    """A copy-out of what a CopyIn loaded, with no vector step between: MTE3 waits for MTE2."""
+    asc.set_flag(ctx, asc.HardEvent.MTE2_MTE3, 0)
+    asc.wait_flag(ctx, asc.HardEvent.MTE2_MTE3, 0)
 
 
-@njit(cache=True, nogil=True)
-def fx_gm_read_oob(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
+@njit(cache=True)
+def _v_to_mte3(ctx):
+    """A copy-out of what the vector unit wrote outside a VECOUT queue: MTE3 waits for V."""
+    asc.set_flag(ctx, asc.HardEvent.V_MTE3, 0)
+    asc.wait_flag(ctx, asc.HardEvent.V_MTE3, 0)
+
+
+@njit(cache=True)
+def fx_clean(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
+    """Clean control: every core streams its 4 tiles through the double-buffered queue, loading tile k + 1 into
+    the other buffer before tile k is computed and stored (tiles k and k + 1 live at once: not a reuse)."""
+    x = xbuf.alloc_tensor(asc.float32)
+    asc.data_copy(x, src[c * SPAN], TILE)
+    xbuf.enque(x)
+    for k in range(SPAN // TILE):
+        if k + 1 < SPAN // TILE:
+            nxt = xbuf.alloc_tensor(asc.float32)
+            asc.data_copy(nxt, src[c * SPAN + (k + 1) * TILE], TILE)
+            xbuf.enque(nxt)
+        x = xbuf.deque(asc.float32)
+        y = ybuf.alloc_tensor(asc.float32)
+        asc.muls(y, x, 2.0, TILE)
+        xbuf.free_tensor(x)
+        ybuf.enque(y)
+        y = ybuf.deque(asc.float32)
+        asc.data_copy(dst[c * SPAN + k * TILE], y, TILE)
+        ybuf.free_tensor(y)
+
+
+@njit(cache=True)
+def fx_gm_read_oob(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
     """DataCopy of a tile from src element ``knobs[2]`` (past the end, or negative)."""
-    for c in range(first, last):
-        core, gs, gd, bad = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        if bad:
-            data_copy(core, slot(core, XBUF, 0), gs, knobs[2], TILE)
-        else:
-            _normal(core, c, gs, gd)
+    if c == t.core and phase == t.phase:
+        x = xbuf.alloc_tensor(asc.float32)
+        asc.data_copy(x, src[t.a], TILE)
+        xbuf.free_tensor(x)
+    else:
+        _normal(c, xbuf, ybuf, src, dst)
 
 
-@njit(cache=True, nogil=True)
-def fx_gm_write_oob(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
+@njit(cache=True)
+def fx_gm_write_oob(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
     """CopyOut of a tile to dst element ``knobs[2]`` (past the end, or negative)."""
-    for c in range(first, last):
-        core, gs, gd, bad = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        if bad:
-            x = slot(core, XBUF, 0)
-            data_copy(core, x, gs, c * SPAN, TILE)
-            data_copy_out(core, gd, knobs[2], x, TILE)
+    if c == t.core and phase == t.phase:
+        _tile(xbuf, ybuf, src[c * SPAN], dst[t.a])
+    else:
+        _normal(c, xbuf, ybuf, src, dst)
+
+
+@njit(cache=True)
+def fx_ub_oob(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
+    """Muls writing 256 B from 64 B into the tensor of xbuf's second buffer: the last 64 B leave the LocalTensor
+    (its buffer)."""
+    if c == t.core and phase == t.phase:
+        xbuf.alloc_tensor(asc.float32)  # the first buffer, so that the tile below gets the second
+        x = _loaded(xbuf, src[c * SPAN])
+        asc.muls(x[16], x, 2.0, TILE)
+    else:
+        _normal(c, xbuf, ybuf, src, dst)
+
+
+@njit(cache=True)
+def fx_ub_oob_other_slot(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
+    """An access wholly inside the *other* buffer of xbuf's queue, through a tile's LocalTensor. ``knobs[2]``:
+    0 Muls writes the 64 B before tile 1's tensor (the end of buffer 0, tile 0's); 1 Muls writes the 256 B after
+    tile 0's tensor (buffer 1, never allocated); 2 the same after buffer 1 went to tile 1."""
+    if c == t.core and phase == t.phase:
+        x0 = xbuf.alloc_tensor(asc.float32)
+        asc.data_copy(x0, src[c * SPAN], TILE)
+        xbuf.enque(x0)
+        if t.a == 1:
+            x0 = xbuf.deque(asc.float32)
+            asc.muls(x0[TILE], x0, 2.0, TILE)
+            return
+        x1 = xbuf.alloc_tensor(asc.float32)
+        asc.data_copy(x1, src[c * SPAN + TILE], TILE)
+        xbuf.enque(x1)
+        x0 = xbuf.deque(asc.float32)
+        x1 = xbuf.deque(asc.float32)
+        if t.a == 0:
+            asc.muls(x1[-16], x1, 2.0, 16)
         else:
-            _normal(core, c, gs, gd)
+            asc.muls(x0[TILE], x0, 2.0, TILE)
+    else:
+        _normal(c, xbuf, ybuf, src, dst)
 
 
-@njit(cache=True, nogil=True)
-def fx_ub_oob(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
-    """Muls writing 256 B from 64 B into xbuf's second slot: the last 64 B leave the LocalTensor (the slot)."""
-    for c in range(first, last):
-        core, gs, gd, bad = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        if bad:
-            x = slot(core, XBUF, 1)
-            data_copy(core, x, gs, c * SPAN, TILE)
-            muls(core, at(x, 64), x, 2.0, TILE)
-        else:
-            _normal(core, c, gs, gd)
+@njit(cache=True)
+def fx_use_after_free(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
+    """Tiles 0 and 1 through the two-buffer queue; tile 0's tensor freed; then (``knobs[2]`` 0) tile 2 loaded,
+    which AllocTensor gives tile 0's buffer, and tile 0's tensor used: or (1) tile 0's tensor used at once."""
+    if c == t.core and phase == t.phase:
+        x0 = xbuf.alloc_tensor(asc.float32)
+        asc.data_copy(x0, src[c * SPAN], TILE)
+        xbuf.enque(x0)
+        x1 = xbuf.alloc_tensor(asc.float32)
+        asc.data_copy(x1, src[c * SPAN + TILE], TILE)
+        xbuf.enque(x1)
+        x0 = xbuf.deque(asc.float32)
+        xbuf.deque(asc.float32)
+        xbuf.free_tensor(x0)
+        if t.a == 0:
+            _loaded(xbuf, src[c * SPAN + 2 * TILE])
+        asc.muls(x0, x0, 2.0, TILE)
+    else:
+        _normal(c, xbuf, ybuf, src, dst)
 
 
-@njit(cache=True, nogil=True)
-def fx_ub_oob_other_slot(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
-    """An access wholly inside the *other* slot of xbuf's queue, through a tile's LocalTensor. ``knobs[2]``:
-    0 Muls writes the 64 B before tile 1's tensor (the end of slot 0, tile 0's); 1 Muls writes the 256 B after
-    tile 0's tensor (slot 1, never allocated); 2 the same after slot 1 went to tile 1."""
-    for c in range(first, last):
-        core, gs, gd, bad = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        if bad:
-            x0 = slot(core, XBUF, 0)
-            data_copy(core, x0, gs, c * SPAN, TILE)
-            if knobs[2] == 1:
-                muls(core, at(x0, 4 * TILE), x0, 2.0, TILE)
-                continue
-            x1 = slot(core, XBUF, 1)
-            data_copy(core, x1, gs, c * SPAN + TILE, TILE)
-            if knobs[2] == 0:
-                muls(core, at(x1, -64), x1, 2.0, 16)
-            else:
-                muls(core, at(x0, 4 * TILE), x0, 2.0, TILE)
-        else:
-            _normal(core, c, gs, gd)
-
-
-@njit(cache=True, nogil=True)
-def fx_use_after_free(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
-    """Tiles 0, 1 and 2 through the two-slot queue, then tile 0's tensor is used: slot(xbuf, 0 + buffer_num)
-    handed its physical slot to tile 2."""
-    for c in range(first, last):
-        core, gs, gd, bad = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        if bad:
-            x0 = slot(core, XBUF, 0)
-            data_copy(core, x0, gs, c * SPAN, TILE)
-            x1 = slot(core, XBUF, 1)
-            data_copy(core, x1, gs, c * SPAN + TILE, TILE)
-            x2 = slot(core, XBUF, 2)
-            data_copy(core, x2, gs, c * SPAN + 2 * TILE, TILE)
-            muls(core, x0, x0, 2.0, TILE)
-        else:
-            _normal(core, c, gs, gd)
-
-
-@njit(cache=True, nogil=True)
-def fx_datacopy_len(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
+@njit(cache=True)
+def fx_datacopy_len(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
     """DataCopy of 7 fp32 (28 B): not whole 32 B blocks."""
-    for c in range(first, last):
-        core, gs, gd, bad = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        if bad:
-            data_copy(core, slot(core, XBUF, 0), gs, c * SPAN, 7)
+    if c == t.core and phase == t.phase:
+        asc.data_copy(xbuf.alloc_tensor(asc.float32), src[c * SPAN], 7)
+    else:
+        _normal(c, xbuf, ybuf, src, dst)
+
+
+@njit(cache=True)
+def fx_datacopy_ub_offset(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
+    """A UB address 16 B into a tensor of xbuf, by mover ``knobs[2]``: 0 DataCopy in, 1 DataCopyPad in,
+    2 DataCopy out, 3 DataCopyPad out (32 B either way)."""
+    if c == t.core and phase == t.phase:
+        x = xbuf.alloc_tensor(asc.float32)
+        if t.a == 0:
+            asc.data_copy(x[4], src[c * SPAN], 8)
+        elif t.a == 1:
+            asc.data_copy_pad(x[4], src[c * SPAN], asc.DataCopyExtParams(1, 20, 0, 0),
+                              asc.DataCopyPadExtParams(True, 0, 0, 0.0))
         else:
-            _normal(core, c, gs, gd)
-
-
-@njit(cache=True, nogil=True)
-def fx_datacopy_ub_offset(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
-    """A UB address 16 B into xbuf, by mover ``knobs[2]``: 0 DataCopy in, 1 DataCopyPad in, 2 DataCopy out,
-    3 DataCopyPad out (32 B either way)."""
-    for c in range(first, last):
-        core, gs, gd, bad = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        if bad:
-            x = slot(core, XBUF, 0)
-            how = knobs[2]
-            if how == 0:
-                data_copy(core, at(x, 16), gs, c * SPAN, 8)
-            elif how == 1:
-                data_copy_pad(core, at(x, 16), gs, c * SPAN, 1, 5, 5, 0.0)
+            asc.data_copy(x, src[c * SPAN], TILE)
+            _mte2_to_mte3(ctx)
+            if t.a == 2:
+                asc.data_copy(dst[c * SPAN], x[4], 8)
             else:
-                data_copy(core, x, gs, c * SPAN, TILE)
-                if how == 2:
-                    data_copy_out(core, gd, c * SPAN, at(x, 16), 8)
-                else:
-                    data_copy_pad_out(core, gd, c * SPAN, at(x, 16), 1, 5, 5)
-        else:
-            _normal(core, c, gs, gd)
+                asc.data_copy_pad(dst[c * SPAN], x[4], asc.DataCopyExtParams(1, 20, 0, 0))
+    else:
+        _normal(c, xbuf, ybuf, src, dst)
 
 
-@njit(cache=True, nogil=True)
-def fx_vec_misaligned(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
+@njit(cache=True)
+def fx_vec_misaligned(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
     """Muls on the LocalTensor 12 B into a loaded tile (a vector operand must start a 32 B block)."""
-    for c in range(first, last):
-        core, gs, gd, bad = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        if bad:
-            x = slot(core, XBUF, 0)
-            data_copy(core, x, gs, c * SPAN, TILE)
-            muls(core, at(x, 12), at(x, 12), 2.0, 8)
-        else:
-            _normal(core, c, gs, gd)
+    if c == t.core and phase == t.phase:
+        x = _loaded(xbuf, src[c * SPAN])
+        asc.muls(x[3], x[3], 2.0, 8)
+    else:
+        _normal(c, xbuf, ybuf, src, dst)
 
 
-@njit(cache=True, nogil=True)
-def fx_uninit_copy_out(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
-    """10 fp32 loaded with DataCopyPad (64 B written with the zero fill), computed over the slot, then 20 copied
+@njit(cache=True)
+def fx_uninit_copy_out(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
+    """10 fp32 loaded with DataCopyPad (64 B written with the zero fill), computed over the tensor, then 20 copied
     out: bytes 64 to 80 of the copy were never written."""
-    for c in range(first, last):
-        core, gs, gd, bad = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        if bad:
-            x = _load_pad(core, c, gs)
-            data_copy_pad_out(core, gd, c * SPAN, x, 1, 20, 20)
-        else:
-            _normal(core, c, gs, gd)
+    if c == t.core and phase == t.phase:
+        x = _load_pad(xbuf, src[c * SPAN])
+        _v_to_mte3(ctx)
+        asc.data_copy_pad(dst[c * SPAN], x, asc.DataCopyExtParams(1, 80, 0, 0))
+    else:
+        _normal(c, xbuf, ybuf, src, dst)
 
 
-@njit(cache=True, nogil=True)
-def fx_uninit_get_value(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
+@njit(cache=True)
+def _out8(ybuf, dst, v):
+    """``v`` in 8 lanes of ybuf, copied out to ``dst`` (a result's CopyOut)."""
+    y = ybuf.alloc_tensor(asc.float32)
+    asc.duplicate(y, v, 8)
+    ybuf.enque(y)
+    y = ybuf.deque(asc.float32)
+    asc.data_copy(dst, y, 8)
+    ybuf.free_tensor(y)
+
+
+@njit(cache=True)
+def fx_uninit_get_value(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
     """As uninit_copy_out, then GetValue(20): element 20 lies past the zero fill."""
-    for c in range(first, last):
-        core, gs, gd, bad = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        if bad:
-            x = _load_pad(core, c, gs)
-            v = get_value(core, x, 20)
-            y = slot(core, YBUF, 0)
-            duplicate(core, y, v, 8)
-            data_copy_out(core, gd, c * SPAN, y, 8)
-        else:
-            _normal(core, c, gs, gd)
+    if c == t.core and phase == t.phase:
+        x = _load_pad(xbuf, src[c * SPAN])
+        _out8(ybuf, dst[c * SPAN], x.get_value(20))
+    else:
+        _normal(c, xbuf, ybuf, src, dst)
 
 
-@njit(cache=True, nogil=True)
-def fx_uninit_reduce(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
-    """As uninit_copy_out, then WholeReduceSum over 20 lanes: lanes 16 to 19 were never written."""
-    for c in range(first, last):
-        core, gs, gd, bad = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        if bad:
-            x = _load_pad(core, c, gs)
-            s = whole_reduce_sum(core, x, 20)
-            y = slot(core, YBUF, 0)
-            duplicate(core, y, s, 8)
-            data_copy_out(core, gd, c * SPAN, y, 8)
-        else:
-            _normal(core, c, gs, gd)
+@njit(cache=True)
+def fx_uninit_reduce(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
+    """As uninit_copy_out, then WholeReduceSum over 20 lanes (into zbuf): lanes 16 to 19 were never written."""
+    if c == t.core and phase == t.phase:
+        x = _load_pad(xbuf, src[c * SPAN])
+        z = zbuf.get(asc.float32)
+        asc.duplicate(z, 0.0, 8)
+        asc.whole_reduce_sum(z, x, 20, 1, 1, 1, 8)
+        _out8(ybuf, dst[c * SPAN], z.get_value(0))
+    else:
+        _normal(c, xbuf, ybuf, src, dst)
 
 
-@njit(cache=True, nogil=True)
-def fx_uninit_through_vector(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
-    """z = x + y with only y's first half loaded; z goes out to GM. The add itself is fine (Valgrind-like); the
-    report comes at the CopyOut of z, naming zbuf and the unwritten second half."""
-    for c in range(first, last):
-        core, gs, gd, bad = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        if bad:
-            x, y, z = slot(core, XBUF, 0), slot(core, YBUF, 0), slot(core, ZBUF, 0)
-            data_copy(core, x, gs, c * SPAN, TILE)
-            data_copy(core, y, gs, c * SPAN + TILE, TILE // 2)
-            add(core, z, x, y, TILE)
-            data_copy_out(core, gd, c * SPAN, z, TILE)
-        else:
-            _normal(core, c, gs, gd)
+@njit(cache=True)
+def fx_uninit_through_vector(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
+    """z = x + y with x a whole tile and y (xbuf's other buffer) only its first half loaded; z (zbuf) goes out to
+    GM. The Add itself is fine (Valgrind-like); the report comes at the CopyOut of z, naming zbuf and the
+    unwritten second half."""
+    if c == t.core and phase == t.phase:
+        x = xbuf.alloc_tensor(asc.float32)
+        asc.data_copy(x, src[c * SPAN], TILE)
+        xbuf.enque(x)
+        y = xbuf.alloc_tensor(asc.float32)
+        asc.data_copy(y, src[c * SPAN + TILE], TILE // 2)
+        xbuf.enque(y)
+        x = xbuf.deque(asc.float32)
+        y = xbuf.deque(asc.float32)
+        z = zbuf.get(asc.float32)
+        asc.add(z, x, y, TILE)
+        _v_to_mte3(ctx)
+        asc.data_copy(dst[c * SPAN], z, TILE)
+    else:
+        _normal(c, xbuf, ybuf, src, dst)
 
 
-@njit(cache=True, nogil=True)
-def fx_clean_padding(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
-    """Clean control: computes on never-written padding lanes (Muls over the whole slot) but uses only what
+@njit(cache=True)
+def fx_clean_padding(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
+    """Clean control: computes on never-written padding lanes (Muls over the whole tensor) but uses only what
     DataCopyPad wrote, its zero fill included: CopyOut of the 10 elements, GetValue(12), WholeReduceSum over
     16 lanes (their sum, plus element 12, lands at dst[16:24])."""
-    for c in range(first, last):
-        core, gs, gd, _ = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        x = _load_pad(core, c, gs)
-        data_copy_pad_out(core, gd, c * SPAN, x, 1, 10, 10)
-        s = whole_reduce_sum(core, x, 16) + get_value(core, x, 12)
-        y = slot(core, YBUF, 0)
-        duplicate(core, y, s, 8)
-        data_copy_out(core, gd, c * SPAN + 16, y, 8)
+    x = _load_pad(xbuf, src[c * SPAN])
+    _v_to_mte3(ctx)
+    asc.data_copy_pad(dst[c * SPAN], x, asc.DataCopyExtParams(1, 40, 0, 0))
+    z = zbuf.get(asc.float32)
+    asc.whole_reduce_sum(z, x, 16, 1, 1, 1, 8)
+    _out8(ybuf, dst[c * SPAN + 16], z.get_value(0) + x.get_value(12))
+    xbuf.free_tensor(x)
 
 
-@njit(cache=True, nogil=True)
-def fx_race_write_write(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
+@njit(cache=True)
+def fx_race_write_write(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
     """Core ``knobs[0]`` in phase ``knobs[1]`` writes a tile to dst[SPAN - 32 : SPAN + 32]; core ``knobs[2]`` in
     phase ``knobs[3]`` writes its tile to dst[SPAN : SPAN + 64]: 128 B written by both. Every core reads its own
     src tile in every phase (reads never race), so no phase is empty."""
-    for c in range(first, last):
-        core, gs, gd, _ = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        x = slot(core, XBUF, 0)
-        data_copy(core, x, gs, c * SPAN, TILE)
-        if c == knobs[0] and phase == knobs[1]:
-            data_copy_out(core, gd, SPAN - TILE // 2, x, TILE)
-        if c == knobs[2] and phase == knobs[3]:
-            data_copy_out(core, gd, SPAN, x, TILE)
+    x = xbuf.alloc_tensor(asc.float32)
+    asc.data_copy(x, src[c * SPAN], TILE)
+    _mte2_to_mte3(ctx)
+    if c == t.core and phase == t.phase:
+        asc.data_copy(dst[SPAN - TILE // 2], x, TILE)
+    if c == t.a and phase == t.b:
+        asc.data_copy(dst[SPAN], x, TILE)
+    xbuf.free_tensor(x)
 
 
-@njit(cache=True, nogil=True)
-def fx_race_write_read(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
+@njit(cache=True)
+def fx_race_write_read(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
     """Core ``knobs[0]`` in phase ``knobs[1]`` writes a tile to dst[SPAN + 32 : SPAN + 96]; core ``knobs[2]`` in
-    phase ``knobs[3]`` reads dst[SPAN : SPAN + 64] (CopyIn of what it takes for another core's result): 128 B
-    one writes and the other reads."""
-    for c in range(first, last):
-        core, gs, gd, _ = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        x = slot(core, XBUF, 0)
-        data_copy(core, x, gs, c * SPAN, TILE)
-        if c == knobs[0] and phase == knobs[1]:
-            data_copy_out(core, gd, SPAN + TILE // 2, x, TILE)
-        if c == knobs[2] and phase == knobs[3]:
-            data_copy(core, slot(core, YBUF, 0), gd, SPAN, TILE)
+    phase ``knobs[3]`` reads dst[SPAN : SPAN + 64] into xbuf's other buffer (CopyIn of what it takes for another
+    core's result): 128 B one writes and the other reads."""
+    x = xbuf.alloc_tensor(asc.float32)
+    asc.data_copy(x, src[c * SPAN], TILE)
+    _mte2_to_mte3(ctx)
+    if c == t.core and phase == t.phase:
+        asc.data_copy(dst[SPAN + TILE // 2], x, TILE)
+    if c == t.a and phase == t.b:
+        r = xbuf.alloc_tensor(asc.float32)
+        asc.data_copy(r, dst[SPAN], TILE)
+        xbuf.free_tensor(r)
+    xbuf.free_tensor(x)
 
 
-@njit(cache=True, nogil=True)
-def fx_atomic(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
-    """Every core atomic-adds its src tile into acc[0:64] (its own shadow row, the same tag and offsets), except
-    core ``knobs[0]`` in phase ``knobs[1]``, which writes the tile there plainly (knobs[0] = -1: none does)."""
-    for c in range(first, last):
-        core, gs, gd, bad = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        ga = gm_tensor(G_ACC, acc[c], 4)
-        x = slot(core, XBUF, 0)
-        data_copy(core, x, gs, c * SPAN, TILE)
-        if bad:
-            data_copy_out(core, ga, 0, x, TILE)
-        else:
-            atomic_add_pad_out(core, ga, 0, x, TILE)
+@njit(cache=True)
+def fx_atomic(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
+    """Every core adds its src tile into acc[0:64] under SetAtomicAdd, except core ``knobs[0]`` in phase
+    ``knobs[1]``, which writes the tile there plainly (knobs[0] = -1: none does)."""
+    x = xbuf.alloc_tensor(asc.float32)
+    asc.data_copy(x, src[c * SPAN], TILE)
+    _mte2_to_mte3(ctx)
+    if c == t.core and phase == t.phase:
+        asc.data_copy(acc, x, TILE)
+    else:
+        asc.set_atomic_add(ctx, asc.float32)
+        asc.data_copy(acc, x, TILE)
+        asc.set_atomic_none(ctx)
+    xbuf.free_tensor(x)
 
 
-@njit(cache=True, nogil=True)
-def fx_many(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
+@njit(cache=True)
+def fx_many(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
     """Every core but core 0 makes ``knobs[2]`` bad DataCopies (alternately a 28 B length and a UB address 16 B
-    into xbuf); core 0 is well-behaved. For checking that every report is collected and counted."""
-    for c in range(first, last):
-        core, gs, gd, _ = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        if c == 0:
-            _normal(core, c, gs, gd)
-            continue
-        x = slot(core, XBUF, 0)
-        for i in range(knobs[2]):
-            if i % 2 == 0:
-                data_copy(core, x, gs, c * SPAN, 7)
-            else:
-                data_copy(core, at(x, 16), gs, c * SPAN, 8)
+    into a tensor of xbuf, a PipeBarrier<PIPE_MTE2> between each two: they write the same UB); core 0 is
+    well-behaved. For checking that every report is collected and counted."""
+    if c == 0:
+        _normal(c, xbuf, ybuf, src, dst)
+        return
+    x = xbuf.alloc_tensor(asc.float32)
+    for i in range(t.a):
+        if i:
+            asc.pipe_barrier(ctx, asc.PIPE_MTE2)
+        if i % 2 == 0:
+            asc.data_copy(x, src[c * SPAN], 7)
+        else:
+            asc.data_copy(x[4], src[c * SPAN], 8)
 
 
-@njit(cache=True, nogil=True)
-def fx_failed_only_phase(first, last, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst, acc):
+@njit(cache=True)
+def fx_failed_only_phase(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
     """Three phases. Phase 0: every core is well-behaved. Phase 1: core ``knobs[0]`` makes one GM read past the
-    end of src and nothing else (no core issues an instruction that completes). Phase 2: that core makes the
-    same bad read, then a good tile."""
-    for c in range(first, last):
-        core, gs, gd, _ = _enter(c, phase, block_dim, arena, plan, cnt, err, checks, knobs, src, dst)
-        if phase == 0:
-            _normal(core, c, gs, gd)
-        elif c == knobs[0]:
-            data_copy(core, slot(core, XBUF, 0), gs, src.size // 4, TILE)
-            if phase == 2:
-                _normal(core, c, gs, gd)
+    end of src (into zbuf: a TBuf's Get logs nothing, where a queue's FreeTensor would) and nothing else (no core
+    issues an instruction that completes). Phase 2: that core makes the same bad read, then a good tile."""
+    if phase == 0:
+        _normal(c, xbuf, ybuf, src, dst)
+    elif c == t.core:
+        asc.data_copy(zbuf.get(asc.float32), src[src.get_size()], TILE)
+        if phase == 2:
+            _normal(c, xbuf, ybuf, src, dst)
+
+
+# The cases of tile_fixtures, by TileKnobs.case: its chain of calls below follows this order.
+TILE_FIXTURES = (fx_clean, fx_gm_read_oob, fx_gm_write_oob, fx_ub_oob, fx_ub_oob_other_slot, fx_use_after_free,
+                 fx_datacopy_len, fx_datacopy_ub_offset, fx_vec_misaligned, fx_uninit_copy_out, fx_uninit_get_value,
+                 fx_uninit_reduce, fx_uninit_through_vector, fx_clean_padding, fx_race_write_write,
+                 fx_race_write_read, fx_atomic, fx_many, fx_failed_only_phase)
+
+
+@kernel
+def tile_fixtures(ctx, t, src, dst, acc):
+    """Case ``t.case`` on every core, once in each of ``t.phases`` phases, a SyncAll between each two."""
+    xbuf, ybuf, zbuf = _tile_pipe(ctx)
+    c, k = asc.get_block_idx(ctx), t.case
+    for phase in range(t.phases):
+        if phase:
+            asc.sync_all(ctx)
+        args = (ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc)
+        if k == 0:
+            fx_clean(*args)
+        elif k == 1:
+            fx_gm_read_oob(*args)
+        elif k == 2:
+            fx_gm_write_oob(*args)
+        elif k == 3:
+            fx_ub_oob(*args)
+        elif k == 4:
+            fx_ub_oob_other_slot(*args)
+        elif k == 5:
+            fx_use_after_free(*args)
+        elif k == 6:
+            fx_datacopy_len(*args)
+        elif k == 7:
+            fx_datacopy_ub_offset(*args)
+        elif k == 8:
+            fx_vec_misaligned(*args)
+        elif k == 9:
+            fx_uninit_copy_out(*args)
+        elif k == 10:
+            fx_uninit_get_value(*args)
+        elif k == 11:
+            fx_uninit_reduce(*args)
+        elif k == 12:
+            fx_uninit_through_vector(*args)
+        elif k == 13:
+            fx_clean_padding(*args)
+        elif k == 14:
+            fx_race_write_write(*args)
+        elif k == 15:
+            fx_race_write_read(*args)
+        elif k == 16:
+            fx_atomic(*args)
+        elif k == 17:
+            fx_many(*args)
+        else:
+            fx_failed_only_phase(*args)
 
 
 # --- the LayerNormGradBeta fixtures -----------------------------------------------------------------------------
@@ -453,9 +562,10 @@ def fx_beta(ctx, t, g_res, g_dy, g_pg, g_pb, g_after):
 
 @dataclass(frozen=True)
 class Fixture:
-    """A fixture: its kernel, its default core count, knobs and phases, and (for the API fixtures) how the host
-    breaks it: isReuseSource, the temporaries ("shared" or "framework"), the bytes the tiling is made for, the
-    tmp buffer's bytes (shared) or the UB the plan leaves free (framework)."""
+    """A fixture: its case of :func:`tile_fixtures` (or, for the API fixtures, its kernel), its default core
+    count, knobs and phases, and (for the API fixtures) how the host breaks it: isReuseSource, the temporaries
+    ("shared" or "framework"), the bytes the tiling is made for, the tmp buffer's bytes (shared) or the UB the plan
+    leaves free (framework)."""
 
     kernel: Callable[..., None]
     block_dim: int = 2
@@ -511,20 +621,10 @@ CLEAN = [n for n, f in FIXTURES.items() if f.clean]
 
 @dataclass
 class FixtureRun:
-    """What a launch left: its GM tensors by name (``acc`` merged from the atomic shadow rows) and its report."""
+    """What a launch left: its GM tensors by name and its report."""
 
     gm: dict[str, np.ndarray]
     report: RunReport
-
-
-def tile_plan() -> UbPlan:
-    """The tile fixtures' UB: pad0 96 B, xbuf 2 x 256 B, ybuf 256 B, zbuf 256 B (offsets 0, 96, 608, 864)."""
-    plan = UbPlan(SOC.ub_size)
-    plan.add("pad0", PAD0_BYTES)
-    plan.add("xbuf", 4 * TILE, 2)
-    plan.add("ybuf", 4 * TILE)
-    plan.add("zbuf", 4 * TILE)
-    return plan.check()
 
 
 def beta_inputs() -> tuple[np.ndarray, np.ndarray]:
@@ -536,35 +636,31 @@ def beta_inputs() -> tuple[np.ndarray, np.ndarray]:
 
 def run_fixture(name: str, *, block_dim: int | None = None, knobs: Sequence[int] | None = None,
                 phases: int | None = None, checks: bool = True) -> FixtureRun:
-    """Launch fixture ``name`` (prepare, one run_cores per phase, finish) and return its GM tensors and report.
+    """Launch fixture ``name`` and return its GM tensors and report.
 
     ``block_dim``, ``knobs`` and ``phases`` override the fixture's defaults (the tile fixtures' knobs: the core
-    that misbehaves, the phase it does so in, then fixture-specific values). A violation raises
-    :class:`tilesim.CheckError` from ``finish``, as from an op; ``tilesim.capture()`` still sees the report."""
+    that misbehaves, the phase it does so in, then case-specific values). A violation raises
+    :class:`tilesim.CheckError` from the launch, as from an op; ``tilesim.capture()`` still sees the report."""
     f = FIXTURES[name]
     bd = f.block_dim if block_dim is None else block_dim
-    kn = np.array(f.knobs if knobs is None else knobs, np.int64)
+    kn = tuple(int(k) for k in (f.knobs if knobs is None else knobs))
     n_phases = f.phases if phases is None else phases
     with capture() as runs:
         if f.api:
-            gm = _run_beta(name, f, kn, checks)
+            gm = _run_beta(name, f, np.array(kn, np.int64), checks)
         else:
             gm = _run_tiles(name, f, bd, kn, n_phases, checks)
     return FixtureRun(gm, runs[-1])
 
 
-def _run_tiles(name: str, f: Fixture, bd: int, kn: np.ndarray, n_phases: int, checks: bool) -> dict[str, np.ndarray]:
+def _run_tiles(name: str, f: Fixture, bd: int, kn: tuple[int, ...], n_phases: int,
+               checks: bool) -> dict[str, np.ndarray]:
     src = np.arange(bd * SPAN, dtype=np.float32)
     dst = np.full(bd * SPAN, -1.0, np.float32)
-    target = AtomicTarget(bd, TILE)
     acc = np.zeros(TILE, np.float32)
-    launch = prepare(name, SOC, None, tile_plan(), bd, checks, GM_NAMES)
-    with host_threads(src, dst):
-        for p in range(n_phases):
-            run_cores(f.kernel, bd, p, bd, launch.arena, launch.plan_array, launch.counters, launch.err, checks, kn,
-                      src.view(np.uint8), dst.view(np.uint8), target.shadow.view(np.uint8))
-    target.merge_into(acc)
-    finish(launch)
+    t = TileKnobs(TILE_FIXTURES.index(f.kernel), *kn, n_phases)
+    launch_as_asked(tile_fixtures, t, src, dst, acc, block_dim=bd, outputs=2, soc=SOC, checks=checks, op=name,
+                    gm_names=GM_NAMES)
     return {"src": src, "dst": dst, "acc": acc}
 
 

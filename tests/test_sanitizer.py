@@ -53,61 +53,70 @@ ALIGN = "DataCopy's UB address is not 32 B aligned"
 VEC_ALIGN = "misaligned vector operand"
 
 # (fixture, knobs or None for the default, phases or None, what the first report says). Core 1 of 2 misbehaves
-# unless the knobs say otherwise; the other core runs clean.
+# unless the knobs say otherwise; the other core runs clean. The instruction is the core's count of logged
+# instructions before the one that broke the rule: copies, vector instructions, and the SetFlag / WaitFlag of the
+# queue calls (EnQue, DeQue, FreeTensor, an AllocTensor that waits for a FreeTensor) and of the kernel's own.
 CASES = [
     # GM reads and writes outside a tensor: past its end, and before its start
     ("gm_read_oob", (1, 0, N2 - 32, 0), None,
      Want("GM out of bounds", 1, 0, 0, 'GM tensor "src"', 4 * (N2 - 32), 256, (OOB_SRC,))),
     ("gm_read_oob", (1, 0, -8, 0), None, Want("GM out of bounds", 1, 0, 0, 'GM tensor "src"', -32, 256, (OOB_SRC,))),
+    # the CopyOut of a whole tile: CopyIn, EnQue, DeQue, Muls, FreeTensor, EnQue, DeQue before it
     ("gm_write_oob", (1, 0, N2 - 32, 0), None,
-     Want("GM out of bounds", 1, 0, 1, 'GM tensor "dst"', 4 * (N2 - 32), 256, (OOB_SRC,))),
-    ("gm_write_oob", (1, 0, -8, 0), None, Want("GM out of bounds", 1, 0, 1, 'GM tensor "dst"', -32, 256, (OOB_SRC,))),
-    # the same read in the second of two phases: phase 1, after the core's three instructions of phase 0
+     Want("GM out of bounds", 1, 0, 7, 'GM tensor "dst"', 4 * (N2 - 32), 256, (OOB_SRC,))),
+    ("gm_write_oob", (1, 0, -8, 0), None, Want("GM out of bounds", 1, 0, 7, 'GM tensor "dst"', -32, 256, (OOB_SRC,))),
+    # the same read after a SyncAll: phase 1, after the core's nine instructions of phase 0 (a tile)
     ("gm_read_oob", (1, 1, N2 - 32, 0), 2,
-     Want("GM out of bounds", 1, 1, 3, 'GM tensor "src"', 4 * (N2 - 32), 256, (OOB_SRC,))),
-    # UB: Muls writing 256 B from 64 B into slot 1 (bytes 256..512 of xbuf) runs 64 B past the slot
-    ("ub_oob", None, None, xbuf(320, 256, "UB out of bounds", 1, "leaves the LocalTensor (slot of 256 B)")),
-    # a LocalTensor of tile 0 used after slot(xbuf, 0 + buffer_num) gave its slot to tile 2
+     Want("GM out of bounds", 1, 1, 9, 'GM tensor "src"', 4 * (N2 - 32), 256, (OOB_SRC,))),
+    # UB: Muls writing 256 B from 64 B into the queue's second buffer (bytes 256..512 of xbuf) runs 64 B past it
+    ("ub_oob", None, None, xbuf(320, 256, "UB out of bounds", 3, "leaves the LocalTensor (slot of 256 B)")),
+    # a LocalTensor of tile 0 used after its FreeTensor, once AllocTensor gave its buffer to tile 2 (knobs[2] 0)
+    # and before (1)
     ("use_after_free", None, None,
-     xbuf(0, 256, "use after free", 3, "a LocalTensor of tile 0 used after its queue slot was allocated to tile 2")),
+     xbuf(0, 256, "use after free", 11, "a LocalTensor of tile 0 used after its queue slot was allocated to tile 2")),
+    ("use_after_free", (1, 0, 1, 0), None,
+     xbuf(0, 256, "use after free", 7, "a LocalTensor of allocation 0 used after its FreeTensor")),
     # DataCopy of 28 B; a UB address 16 B into xbuf for DataCopy, DataCopyPad, DataCopy out, DataCopyPad out
     ("datacopy_len", None, None,
      xbuf(0, 28, "misaligned DataCopy length", 0, "DataCopy of 28 B: not a whole number of 32 B blocks")),
     ("datacopy_ub_offset", (1, 0, 0, 0), None, xbuf(16, 32, "misaligned DataCopy address", 0, ALIGN)),
     ("datacopy_ub_offset", (1, 0, 1, 0), None, xbuf(16, 32, "misaligned DataCopy address", 0, ALIGN)),
-    ("datacopy_ub_offset", (1, 0, 2, 0), None, xbuf(16, 32, "misaligned DataCopy address", 1, ALIGN)),
-    ("datacopy_ub_offset", (1, 0, 3, 0), None, xbuf(16, 32, "misaligned DataCopy address", 1, ALIGN)),
+    ("datacopy_ub_offset", (1, 0, 2, 0), None, xbuf(16, 32, "misaligned DataCopy address", 3, ALIGN)),
+    ("datacopy_ub_offset", (1, 0, 3, 0), None, xbuf(16, 32, "misaligned DataCopy address", 3, ALIGN)),
     # a vector instruction on a LocalTensor 12 B into a 32 B block
-    ("vec_misaligned", None, None, xbuf(12, 32, VEC_ALIGN, 1, "12 B past a 32 B boundary (it must be aligned)")),
+    ("vec_misaligned", None, None, xbuf(12, 32, VEC_ALIGN, 3, "12 B past a 32 B boundary (it must be aligned)")),
     # UB never written, reported where it is used: copied out, read by GetValue, reduced; after a vector
     # instruction, at the destination it was carried to (zbuf), with the first unwritten byte and the count
     ("uninit_copy_out", None, None,
-     xbuf(0, 80, "uninitialised read", 2, "read of 16 B of UB never written, the first 64 B into the access")),
+     xbuf(0, 80, "uninitialised read", 6, "read of 16 B of UB never written, the first 64 B into the access")),
     ("uninit_get_value", None, None,
-     xbuf(80, 4, "uninitialised read", 2, "read of 4 B of UB never written, the first 0 B into the access")),
+     xbuf(80, 4, "uninitialised read", 4, "read of 4 B of UB never written, the first 0 B into the access")),
     ("uninit_reduce", None, None,
-     xbuf(0, 80, "uninitialised read", 2, "read of 16 B of UB never written, the first 64 B into the access")),
+     xbuf(0, 80, "uninitialised read", 5, "read of 16 B of UB never written, the first 64 B into the access")),
     ("uninit_through_vector", None, None,
-     Want("uninitialised read", 1, 0, 3, 'UB buffer "zbuf"', 0, 256,
+     Want("uninitialised read", 1, 0, 9, 'UB buffer "zbuf"', 0, 256,
           ("read of 128 B of UB never written, the first 128 B into the access",))),
     # races in one phase. Write-write: side a is the write that starts first in GM (core 0 writes dst[224:288],
-    # core 1 dst[256:320]; with knobs swapped, the other way round). Write-read: side a is the writer.
+    # core 1 dst[256:320]; with knobs swapped, the other way round). Write-read: side a is the writer. Each side's
+    # access follows its CopyIn of its own tile and the SetFlag / WaitFlag MTE2_MTE3 (a phase before adds the
+    # FreeTensor of that tile: 4 instructions).
     ("race_write_write", (0, 0, 1, 0), None,
-     Want("race (write-write)", 0, 0, 1, 'GM tensor "dst"', 4 * SPAN, 128,
+     Want("race (write-write)", 0, 0, 3, 'GM tensor "dst"', 4 * SPAN, 128,
           ("core 0 writes them", "core 1 writes them", "phase 0", "no SyncAll between"))),
     ("race_write_write", (1, 0, 0, 0), None,
-     Want("race (write-write)", 1, 0, 1, 'GM tensor "dst"', 4 * SPAN, 128, ("core 1 writes them", "core 0 writes"))),
+     Want("race (write-write)", 1, 0, 3, 'GM tensor "dst"', 4 * SPAN, 128, ("core 1 writes them", "core 0 writes"))),
     ("race_write_write", (0, 1, 1, 1), 2,
-     Want("race (write-write)", 0, 1, 2, 'GM tensor "dst"', 4 * SPAN, 128, ("race in phase 1",))),
+     Want("race (write-write)", 0, 1, 7, 'GM tensor "dst"', 4 * SPAN, 128, ("race in phase 1",))),
     ("race_write_read", (0, 0, 1, 0), None,
-     Want("race (write-read)", 0, 0, 1, 'GM tensor "dst"', 4 * (SPAN + 32), 128,
-          ("core 0 writes them", "core 1 reads them (log row 1, MTE2)"))),
+     Want("race (write-read)", 0, 0, 3, 'GM tensor "dst"', 4 * (SPAN + 32), 128,
+          ("core 0 writes them", "core 1 reads them (log row 3, MTE2)"))),
     ("race_write_read", (1, 0, 0, 0), None,
-     Want("race (write-read)", 1, 0, 1, 'GM tensor "dst"', 4 * (SPAN + 32), 128,
+     Want("race (write-read)", 1, 0, 3, 'GM tensor "dst"', 4 * (SPAN + 32), 128,
           ("core 1 writes them", "core 0 reads them"))),
-    # an atomic add and another core's plain write of the same bytes: the atomic side first
+    # an atomic add (a copy under SetAtomicAdd) and another core's plain write of the same bytes: the atomic side
+    # first
     ("race_atomic_write", None, None,
-     Want("race (atomic-write)", 1, 0, 1, 'GM tensor "acc"', 0, 256, ("core 1 atomic-adds to them",
+     Want("race (atomic-write)", 1, 0, 3, 'GM tensor "acc"', 0, 256, ("core 1 atomic-adds to them",
                                                                        "core 0 writes them"))),
     # LayerNormGradBeta: the sharedTmpBuffer below the API's minimum (128 B for 256 B); the framework's stack
     # buffer (1024 B left free) below what the tiling was made for (2048 B); instruction 4: the two DataCopys
@@ -186,18 +195,20 @@ def test_reading_a_source_after_is_reuse_source_is_reported_at_the_read():
 # --- the slot a queue tensor owns, and phases that only failed (both found by these fixtures) --------------------
 
 
-@pytest.mark.parametrize("variant, instruction, offset, nbytes", [(0, 2, 192, 64), (1, 1, 256, 256),
-                                                                    (2, 2, 256, 256)],
+@pytest.mark.parametrize("variant, instruction, offset, nbytes", [(0, 6, 192, 64), (1, 3, 256, 256),
+                                                                    (2, 6, 256, 256)],
                          ids=["back-into-slot0", "into-unallocated-slot1", "into-slot1-of-tile1"])
 def test_an_access_into_another_slot_of_the_queue_is_out_of_bounds(variant, instruction, offset, nbytes):
-    """A tile's LocalTensor owns its slot only: reaching into the queue's other slot is outside it."""
+    """A tile's LocalTensor owns its buffer of the queue only: reaching into the queue's other buffer is outside
+    it."""
     v, e = first_violation("ub_oob_other_slot", knobs=(1, 0, variant, 0))
     assert_names(v, e, "ub_oob_other_slot", xbuf(offset, nbytes, "UB out of bounds", instruction,
                                                   "leaves the LocalTensor (slot of 256 B)"))
 
 
-def test_phases_count_run_cores_calls_even_when_a_phase_only_failed():
-    """Phase 1's only instruction fails (nothing is logged); phase 2 fails the same way, then runs a tile."""
+def test_phases_count_sync_alls_even_when_a_phase_only_failed():
+    """Phase 1 (after the first SyncAll)'s only instruction fails (nothing is logged); phase 2 fails the same way,
+    then runs a tile."""
     _, e = first_violation("failed_only_phase")
     assert [(v.core, v.phase) for v in e.violations] == [(1, 1), (1, 2)]
 
