@@ -3,18 +3,22 @@
 ``perf`` sees Numba's functions as bare addresses: their machine code is loaded from the cache into anonymous
 memory. This runs ``perf record`` on a loop of calls of one of the demo's cases and, before the loop, writes
 ``/tmp/perf-PID.map`` (perf's map format for JIT code) from the symbol tables of the object code every loaded
-function came with, so that ``perf report`` names them (``tilesim.vector.mul``, ``tilesim.reduce._trees_full``,
-...). Only the loop's samples are reported (``--time``), not the set-up's.
+host function came with, so that ``perf report`` names them. Only the loop's samples are reported (``--time``),
+not the set-up's.
 
     python -m bench.profile layer_norm_grad fp32          # the demo's shape for the op and dtype
     python -m bench.profile group_norm_backward bf16 --calls 20 --top 25
     python -m bench.profile rms_norm_grad bf16 --shape 16384,1024 --checks   # another shape, checked mode
 
-A callee LLVM inlined counts as its caller: the names are those of the functions the object code kept. The last
-line sums the shares by kind (:data:`KINDS`): the copies between GM and UB, the vector instructions, the kernel's
-own code and the launch, and the rest. Needs
-``perf`` (``perf_event_paranoid`` <= 2 lets a user profile their own process); the samples are ``cpu-clock``,
-which works in VMs without hardware counters.
+Device code has no object code of its own (:mod:`tilesim.jit_link`): it is linked into the host function that
+calls it, a launch's generated core loop (``tilesim_launch_<digest>.cores``, in the ``TILESIM_CACHE`` directory).
+So the names are those of the functions that object code kept: the core loop, and whatever LLVM did not inline
+into it: a kernel's functions (``kernels.swiglu_grad._compute_float``), the instructions' loops
+(``tilesim.machine.vector._contiguous_impl.<locals>.two``), the queue calls, the movers
+(``tilesim.datamove._write_gm``). A callee LLVM inlined counts as its caller. The last line sums the shares by kind
+(:data:`KINDS`): the copies between GM and UB, the vector instructions, the kernel's own code with the launch and
+the machine's bookkeeping, and the rest. Needs ``perf`` (``perf_event_paranoid`` <= 2 lets a user profile their
+own process); the samples are ``cpu-clock``, which works in VMs without hardware counters.
 """
 
 from __future__ import annotations
@@ -33,12 +37,12 @@ from typing import Any
 from numba.core import codegen
 
 OBJECT_CODE = "_tilesim_object_code"  # where a library loaded from the cache keeps its object code here
-_unserialize = codegen.JITCodeLibrary._unserialize.__func__
 
 
 def _keep_object_code(cls: type, cg: Any, state: tuple[str, str, Any]) -> Any:
-    """JITCodeLibrary._unserialize, keeping the cached object code (Numba drops it once loaded)."""
-    lib = _unserialize(cls, cg, state)
+    """JITCodeLibrary._unserialize, keeping the cached object code (Numba drops it once loaded). The inherited
+    one is looked up at the call: tilesim.jit_link's, which loads device code's bitcode, once tilesim is imported."""
+    lib = codegen.CPUCodeLibrary._unserialize.__func__(cls, cg, state)
     if state[1] == "object":
         setattr(lib, OBJECT_CODE, state[2][0])
     return lib
@@ -71,11 +75,13 @@ def write_perf_map(path: str | None = None, dispatchers: list[Any] | None = None
     for d in dispatchers:
         for cres in d.overloads.values():
             lib = cres.library
+            if getattr(lib, "_tilesim_link_only", False):  # device code: linked into its host callers' code
+                continue
             elf = getattr(lib, OBJECT_CODE, None)
             if elf is None:
                 try:
                     elf = lib._get_compiled_object()
-                except RuntimeError:
+                except (RuntimeError, ValueError):  # not compiled here, nor loaded from the cache with its code
                     continue
             syms = _symbols(elf)
             entry = cres.fndesc.llvm_func_name
@@ -89,9 +95,9 @@ def write_perf_map(path: str | None = None, dispatchers: list[Any] | None = None
 
 
 def readable(sym: str) -> str:
-    """``tilesim.vector.mul`` for Numba's mangled ``_ZN7tilesim6vector3mulB4v115B40...`` (cpython and cfunc
-    wrappers marked); other symbols unchanged. A linear parse of the length-prefixed names: a regex with nested
-    repeats backtracked for minutes on long mangled names."""
+    """``tilesim.datamove._write_gm`` for Numba's mangled ``_ZN7tilesim8datamove9_write_gmB20v24...`` (cpython and
+    cfunc wrappers marked, an inner function's ``<locals>`` unescaped); other symbols unchanged. A linear parse of
+    the length-prefixed names: a regex with nested repeats backtracked for minutes on long mangled names."""
     i = sym.find("_ZN")
     if i < 0:
         return sym
@@ -106,15 +112,20 @@ def readable(sym: str) -> str:
         i = j + k
     if not parts or not sym.startswith("B", i):
         return sym
-    name = ".".join(p for p in parts if p != "cpython")
+    name = ".".join(p for p in parts if p != "cpython").replace("_3clocals_3e", "<locals>")
     return name + (" (cpython wrapper)" if "cpython" in parts else "") + (" (cfunc)" if sym.startswith("cfunc") else "")
 
 
-# What an emulated kernel's time goes to, by the prefixes of the function names perf reports.
-KINDS = (("copies", ("__mem", "tilesim.datamove.")),  # DataCopy/DataCopyPad/InitOutput: memmove, memset
-         ("vector", ("tilesim.vector.", "tilesim.cast.", "tilesim.reduce.", "tilesim.expf.",
+# What an emulated kernel's time goes to, by the prefixes of the function names perf reports (the first that
+# matches).
+KINDS = (("copies", ("__mem", "tilesim.datamove.", "tilesim.machine.datacopy.",  # DataCopy(Pad), InitOutput
+                     "tilesim.machine.atomic.")),  # the atomic adds to GM
+         ("vector", ("tilesim.machine.vector.", "tilesim.machine.convert.", "tilesim.machine.reduce.",
+                     "tilesim.machine.compare.", "tilesim.machine.rearrange.", "tilesim.cast.", "tilesim.expf.",
                      "tilesim.normalization.", "tilesim.intrinsics.")),
-         ("kernel", ("kernels.", "tilesim.launch.", "tilesim.device.")))  # its own scalar code, the launch
+         # its own scalar code, the core loop, the queues, syncs and checks
+         ("kernel", ("kernels.", "tilesim_launch_", "tilesim.launcher.", "tilesim.launch.", "tilesim.machine.",
+                     "tilesim.device.")))
 
 
 def by_kind(rows: list[tuple[float, str]]) -> dict[str, float]:
@@ -148,7 +159,7 @@ def demo_case(op: str, dtype: str, shape: tuple[int, ...] | None = None) -> Any:
 def child(op: str, dtype: str, calls: int, times: str, shape: tuple[int, ...] | None, checks: bool) -> None:
     """The profiled process: warm up, write the perf map, then the timed loop, its monotonic bounds to ``times``.
     ``checks``: every launch in checked mode (as ``pytest --tilesim-checks``)."""
-    from tilesim.launch import force_checks
+    from tilesim.launch import force_checks  # tilesim first: its link-only device code loads through it
 
     codegen.JITCodeLibrary._unserialize = classmethod(_keep_object_code)
     force_checks(checks)

@@ -1,6 +1,6 @@
 """The machinery issue 7 added for speed, checked for what it must not change.
 
-- Every elementwise instruction gives the same bits whether it computes in place (dst is a source) or not: the
+- Every element-wise instruction gives the same bits whether it computes in place (dst is a source) or not: the
   in-place cases run their own loops so that they vectorise.
 - Div and Sqrt follow IEEE (x/0 = ±inf, 0/0 = NaN, sqrt(-1) = NaN), as the NPU does; they do not raise.
 - In-place casts (narrowing over the source, widening from the upper half) equal the out-of-place ones, and in
@@ -8,8 +8,9 @@
   one state (a fill) or not (the lane loop).
 - ``run_cores`` runs every core once whatever the host thread count; ``host_threads`` runs small launches on one
   thread and restores the caller's count; reused workspaces and shadows never leak one launch into the next.
-- A launch with ``phase_local_ub`` gives each host thread one UB in fast mode only, and checked mode reports a
-  kernel that breaks the promise (reads UB an earlier phase wrote).
+- A fast launch gives the cores of each host thread one UB (the kernel has one phase: nothing it keeps in UB
+  outlives a core), a checked launch or one with SyncAll a UB per core; UB kept across SyncAll stays, as on the
+  NPU. Every core's UB and shadow start on a 64 B line.
 - A constant argument does not give a device function a second compiled version (``tilesim.specialise``).
 - A GM access outside a tensor is reported in fast mode too (the movers copy raw bytes).
 - Copy-outs into large GM tensors, written with non-temporal stores, write exactly the bytes a memcpy writes,
@@ -19,7 +20,11 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
+import ml_dtypes
 import numba
 import numpy as np
 import pytest
@@ -27,163 +32,242 @@ from numba import njit
 
 import kernels
 import tilesim
-from tilesim import vector
-from tilesim.cast import KIND_BF16, KIND_FP16, narrow, widen
-from tilesim.datamove import STREAM_TENSOR_BYTES, _write_gm, data_copy, data_copy_out
-from tilesim.device import SHADOW_COL, at, err_width, global_tensor, make_core, slot
+from tilesim import machine as asc
+from tilesim.cast import narrow, widen
+from tilesim.device import SHADOW_COL, shadow_of
 from tilesim.launch import (
     SERIAL_BELOW,
-    finish,
+    checks_enabled,
+    force_checks,
     host_threads,
     page_aligned,
-    prepare,
     release_scratch,
     run_cores,
     scratch,
     workspace,
     zeros,
 )
+from tilesim.launcher import kernel, launch
+from tilesim.machine.tensor import X_BASE, X_ERR_AT, core_of, ctx_words
+from tilesim.machine.vector import prefix_lanes
 from tilesim.soc import get_soc
-from tilesim.ub import LocalTensor, UbPlan
 
 SOC = get_soc("Ascend910B1")
 N = 1000  # not a multiple of any vector width: the loops' tails run too
-A, B, C = 0, 8192, 16384  # byte addresses of three fp32 rows in the arena
+STREAMED = 8 << 20  # the GM tensor size from which tilesim's copy-outs stream (tilesim.datamove)
 
 
-def _arena_core_args():
-    arena = np.zeros((1, SOC.ub_size), np.uint8)
-    plan = np.array([[0, SOC.ub_size, 1]], np.int64)
-    return arena, plan, np.zeros((1, 14), np.int64), np.zeros((1, err_width(False, SOC.ub_size)), np.int64)
+@dataclass(frozen=True)
+class Rows:
+    n: int
+
+
+@contextmanager
+def _fast_as_asked(checks: bool) -> Iterator[None]:
+    """Launches in the mode the test asks for: a fast run stays fast under ``pytest --tilesim-checks`` (which
+    forces checked mode on every other launch), as the properties of fast mode are the test's subject."""
+    forced = checks_enabled(False)
+    force_checks(forced and checks)
+    try:
+        yield
+    finally:
+        force_checks(forced)
+
+
+# Element-wise instructions: rows of UB A, B, C in one tile; (dst, src0, src1) per aliasing case of a binary
+# instruction, the first two for a one-source one.
+ELEMENTWISE = ("add", "sub", "mul", "div", "max", "min",  # binary
+               "adds", "muls", "maxs", "mins",  # with a scalar
+               "exp", "ln", "abs", "sqrt", "rsqrt", "reciprocal", "relu")
+BINARY = 6
+ALIASES = ((2, 0, 1), (0, 0, 1), (1, 0, 1), (0, 0, 0), (2, 0, 0))  # none, dst=a, dst=b, dst=a=b; C = A op A
+ALIAS_IDS = ("none", "dst=a", "dst=b", "dst=a=b", "a=b")
 
 
 @njit(cache=True)
-def _binary(arena, plan, cnt, err, op, dst, a, b, n):
-    core = make_core(0, 1, arena, plan, cnt, err, False)
-    d, x, y = LocalTensor(0, dst, -1), LocalTensor(0, a, -1), LocalTensor(0, b, -1)
+def _elementwise(op, d, a, b, n):
+    """Instruction ``op`` (an index into ELEMENTWISE) over ``n`` elements."""
     if op == 0:
-        vector.add(core, d, x, y, n)
+        asc.add(d, a, b, n)
     elif op == 1:
-        vector.sub(core, d, x, y, n)
+        asc.sub(d, a, b, n)
     elif op == 2:
-        vector.mul(core, d, x, y, n)
+        asc.mul(d, a, b, n)
+    elif op == 3:
+        asc.div(d, a, b, n)
+    elif op == 4:
+        asc.max_(d, a, b, n)
+    elif op == 5:
+        asc.min_(d, a, b, n)
+    elif op == 6:
+        asc.adds(d, a, 0.25, n)
+    elif op == 7:
+        asc.muls(d, a, -1.5, n)
+    elif op == 8:
+        asc.maxs(d, a, 0.5, n)
+    elif op == 9:
+        asc.mins(d, a, -0.5, n)
+    elif op == 10:
+        asc.exp(d, a, n)
+    elif op == 11:
+        asc.ln(d, a, n)
+    elif op == 12:
+        asc.abs_(d, a, n)
+    elif op == 13:
+        asc.sqrt(d, a, n)
+    elif op == 14:
+        asc.rsqrt(d, a, n)
+    elif op == 15:
+        asc.reciprocal(d, a, n)
     else:
-        vector.div(core, d, x, y, n)
+        asc.relu(d, a, n)
 
 
-@njit(cache=True)
-def _unary(arena, plan, cnt, err, op, dst, a, n):
-    core = make_core(0, 1, arena, plan, cnt, err, False)
-    d, x = LocalTensor(0, dst, -1), LocalTensor(0, a, -1)
-    if op == 0:
-        vector.muls(core, d, x, np.float32(-1.5), n)
-    elif op == 1:
-        vector.adds(core, d, x, np.float32(0.25), n)
-    elif op == 2:
-        vector.exp(core, d, x, n)
+@kernel
+def elementwise(ctx, t, x, y, out):
+    """Row op·5 + k of ``out``: instruction ``op`` in aliasing case k (ALIASES; one-source instructions: out of
+    place and in place), each on fresh copies of x in row A and y in row B of one tile."""
+    pipe = asc.TPipe(ctx)
+    q = pipe.init_buffer(asc.TQue(asc.VECIN, 1), 2, t.n * 4)
+    qo = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), 1, 3 * t.n * 4)
+    xl, yl = q.alloc_tensor(x.dtype), q.alloc_tensor(x.dtype)
+    asc.data_copy(xl, x, t.n)
+    asc.data_copy(yl, y, t.n)
+    q.enque(xl)
+    xl = q.deque(x.dtype)
+    q.enque(yl)
+    yl = q.deque(x.dtype)
+    for op in range(len(ELEMENTWISE)):
+        for k in range(len(ALIASES) if op < BINARY else 2):
+            o = qo.alloc_tensor(x.dtype)
+            asc.data_copy(o, xl, t.n)
+            asc.data_copy(o[t.n], yl, t.n)
+            asc.pipe_barrier(ctx, asc.PIPE_V)
+            d, a, b = ALIASES[k]
+            _elementwise(op, o[d * t.n], o[a * t.n], o[b * t.n], t.n)
+            qo.enque(o)
+            o = qo.deque(x.dtype)
+            asc.data_copy(out[(op * len(ALIASES) + k) * t.n], o[d * t.n], t.n)
+            qo.free_tensor(o)
+    q.free_tensor(xl)
+    q.free_tensor(yl)
+
+
+@pytest.fixture(scope="module")
+def elementwise_rows() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x, y and the rows of one launch of ``elementwise``: x and y with IEEE cases and special values first."""
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(-5, 5, N).astype(np.float32), rng.uniform(-5, 5, N).astype(np.float32)
+    x[:4], y[:4] = [1.0, -1.0, 0.0, -4.0], [0.0, 0.0, 0.0, 2.0]  # x/0, 0/0, sqrt of < 0
+    y[4:11] = [0.0, -0.0, 0.0, np.inf, np.nan, 1e-30, -3.0]
+    out = np.zeros((len(ELEMENTWISE), len(ALIASES), N), np.float32)
+    launch(elementwise, Rows(N), x, y, out, block_dim=1)
+    return x, y, out
+
+
+@pytest.mark.parametrize("op", range(len(ELEMENTWISE)), ids=ELEMENTWISE)
+def test_in_place_equals_out_of_place(op, elementwise_rows):
+    x, y, out = elementwise_rows
+    bits = out[op].view(np.uint32)
+    if op < BINARY:
+        for k in (1, 2):
+            np.testing.assert_array_equal(bits[k], bits[0], err_msg=ALIAS_IDS[k])
+        np.testing.assert_array_equal(bits[3], bits[4], err_msg="dst=a=b")
     else:
-        vector.sqrt(core, d, x, n)
+        np.testing.assert_array_equal(bits[1], bits[0], err_msg="in place")
+    with np.errstate(all="ignore"):  # the exactly rounded ones against numpy too
+        want = {"add": (x + y, x + x), "sub": (x - y, x - x), "mul": (x * y, x * x), "div": (x / y, x / x),
+                "adds": (x + np.float32(0.25),), "muls": (x * np.float32(-1.5),), "sqrt": (np.sqrt(x),),
+                "abs": (np.abs(x),)}.get(ELEMENTWISE[op], ())
+    for k, w in zip((0, 4), want, strict=False):
+        np.testing.assert_array_equal(bits[k], w.view(np.uint32), err_msg=ALIAS_IDS[k])
 
 
-def _rows(arena: np.ndarray) -> np.ndarray:
-    return arena[0].view(np.float32)
-
-
-def _fill(arena: np.ndarray, rng: np.random.Generator) -> None:
-    f = _rows(arena)
-    f[A // 4:A // 4 + N] = rng.uniform(-5, 5, N).astype(np.float32)
-    f[B // 4:B // 4 + N] = rng.uniform(-5, 5, N).astype(np.float32)
-    f[B // 4:B // 4 + 7] = [0.0, -0.0, 0.0, np.inf, np.nan, 1e-30, -3.0]  # x/0, 0/0, specials
-
-
-@pytest.mark.parametrize("op", range(4), ids=["add", "sub", "mul", "div"])
-@pytest.mark.parametrize("alias", ["none", "dst=a", "dst=b", "dst=a=b"])
-def test_binary_in_place_equals_out_of_place(op, alias):
-    arena, plan, cnt, err = _arena_core_args()
-    _fill(arena, np.random.default_rng(op))
-    f = _rows(arena)
-    x, y = f[A // 4:A // 4 + N].copy(), f[B // 4:B // 4 + N].copy()
-    with np.errstate(all="ignore"):
-        ref = [x + y, x - y, x * y, x / y][op] if alias != "dst=a=b" else [x + x, x - x, x * x, x / x][op]
-    dst, a, b = {"none": (C, A, B), "dst=a": (A, A, B), "dst=b": (B, A, B), "dst=a=b": (A, A, A)}[alias]
-    _binary(arena, plan, cnt, err, op, dst, a, b, N)
-    np.testing.assert_array_equal(f[dst // 4:dst // 4 + N].view(np.uint32), ref.view(np.uint32))
-
-
-@pytest.mark.parametrize("op", range(4), ids=["muls", "adds", "exp", "sqrt"])
-@pytest.mark.parametrize("in_place", [False, True])
-def test_unary_in_place_equals_out_of_place(op, in_place):
-    arena, plan, cnt, err = _arena_core_args()
-    _fill(arena, np.random.default_rng(10 + op))
-    f = _rows(arena)
-    x = f[A // 4:A // 4 + N].copy()
-    _unary(arena, plan, cnt, err, op, C, A, N)
-    out_of_place = f[C // 4:C // 4 + N].copy()
-    _unary(arena, plan, cnt, err, op, A if in_place else C, A, N)
-    got = f[(A if in_place else C) // 4:(A if in_place else C) // 4 + N]
-    np.testing.assert_array_equal(got.view(np.uint32), out_of_place.view(np.uint32))
-    with np.errstate(all="ignore"):
-        if op == 0:
-            np.testing.assert_array_equal(out_of_place, x * np.float32(-1.5))
-        elif op == 1:
-            np.testing.assert_array_equal(out_of_place, x + np.float32(0.25))
-        elif op == 3:
-            np.testing.assert_array_equal(out_of_place, np.sqrt(x))  # NaN below 0, no exception
-
-
-def test_div_and_sqrt_are_ieee():
-    arena, plan, cnt, err = _arena_core_args()
-    f = _rows(arena)
-    f[A // 4:A // 4 + 4] = [1.0, -1.0, 0.0, -4.0]
-    f[B // 4:B // 4 + 4] = [0.0, 0.0, 0.0, 2.0]
-    _binary(arena, plan, cnt, err, 3, C, A, B, 4)
-    q = f[C // 4:C // 4 + 4]
+def test_div_and_sqrt_are_ieee(elementwise_rows):
+    _, _, out = elementwise_rows
+    q = out[ELEMENTWISE.index("div"), 0, :4]
     assert q[0] == np.inf and q[1] == -np.inf and np.isnan(q[2]) and q[3] == -2.0
-    _unary(arena, plan, cnt, err, 3, C, A, 4)
-    r = f[C // 4:C // 4 + 4]
+    r = out[ELEMENTWISE.index("sqrt"), 0, :4]
     assert r[0] == 1.0 and np.isnan(r[1]) and r[2] == 0.0 and np.isnan(r[3])
 
 
-@njit(cache=True)
-def _casts(arena, plan, cnt, err, kind, mode, n):
-    """Narrow row A out of place into C and in place; widen C's b16 out of place into B and from the upper half
-    of row A (the kernels' in-place widening)."""
-    core = make_core(0, 1, arena, plan, cnt, err, False)
-    ta, tb, tc = LocalTensor(0, A, -1), LocalTensor(0, B, -1), LocalTensor(0, C, -1)
-    vector.cast_from_f32(core, tc, ta, n, kind, mode)
-    vector.cast_from_f32(core, ta, ta, n, kind, mode)
-    vector.cast_to_f32(core, tb, tc, n, kind)
-    vector.copy(core, at(ta, 2 * n), tb, (n + 1) // 2)  # the b16 bits again, now in A's upper half
-    vector.cast_to_f32(core, ta, at(ta, 2 * n), n, kind)
+@kernel
+def casts(ctx, t, x, narrowed, widened):
+    """x narrowed out of place (row 0 of ``narrowed``) and over itself (row 1); row 0 narrowed widened out of
+    place (row 0 of ``widened``) and from the upper half of its destination (row 1), as kernels widen in place.
+    The upper half starts at element m, n rounded up to a 32 B block of b16: a vector operand starts on one."""
+    b16, n = narrowed.dtype, t.n
+    m = (n + 15) // 16 * 16
+    pipe = asc.TPipe(ctx)
+    f = pipe.init_buffer(asc.TBuf(asc.VECCALC), 14 * m).get(asc.float32)  # fp32 A | b16 C | fp32 B | fp32 D
+    a, c, b, d = f, f[m].reinterpret_cast(b16), f[m + m // 2], f[2 * m + m // 2]
+    upper = d.reinterpret_cast(b16)[m]
+    asc.data_copy_pad(a, x, asc.DataCopyExtParams(1, n * 4, 0, 0), asc.DataCopyPadExtParams(True, 0, 0, 0))
+    asc.set_flag(ctx, asc.HardEvent.MTE2_V, 0)
+    asc.wait_flag(ctx, asc.HardEvent.MTE2_V, 0)
+    asc.cast(c, a, asc.CAST_RINT, n)
+    asc.cast(upper, a, asc.CAST_RINT, n)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.cast(a.reinterpret_cast(b16), a, asc.CAST_RINT, n)
+    asc.cast(b, c, asc.CAST_NONE, n)
+    asc.cast(d, upper, asc.CAST_NONE, n)
+    asc.set_flag(ctx, asc.HardEvent.V_MTE3, 0)
+    asc.wait_flag(ctx, asc.HardEvent.V_MTE3, 0)
+    asc.data_copy_pad(narrowed, c, asc.DataCopyExtParams(1, n * 2, 0, 0))
+    asc.data_copy_pad(narrowed[n], a.reinterpret_cast(b16), asc.DataCopyExtParams(1, n * 2, 0, 0))
+    asc.data_copy_pad(widened, b, asc.DataCopyExtParams(1, n * 4, 0, 0))
+    asc.data_copy_pad(widened[n], d, asc.DataCopyExtParams(1, n * 4, 0, 0))
 
 
-@pytest.mark.parametrize("kind", [KIND_BF16, KIND_FP16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("fmt", ["bfloat16", "float16"])
 @pytest.mark.parametrize("n", [1, 255, 256, 257, 1000, 1536])
-def test_in_place_casts_equal_out_of_place(kind, n):
-    arena, plan, cnt, err = _arena_core_args()
-    f = _rows(arena)
+def test_in_place_casts_equal_out_of_place(fmt, n):
     x = np.random.default_rng(n).uniform(-70000, 70000, n).astype(np.float32)
-    f[A // 4:A // 4 + n] = x
-    _casts(arena, plan, cnt, err, kind, 1, n)
-    fmt = "bfloat16" if kind == KIND_BF16 else "float16"
+    narrowed = np.zeros((2, n), ml_dtypes.bfloat16 if fmt == "bfloat16" else np.float16)
+    widened = np.zeros((2, n), np.float32)
+    launch(casts, Rows(n), x, narrowed, widened, block_dim=1, outputs=2)
     bits = narrow(x, fmt)
-    u16 = arena[0].view(np.uint16)
-    np.testing.assert_array_equal(u16[C // 2:C // 2 + n], bits)
-    np.testing.assert_array_equal(f[B // 4:B // 4 + n].view(np.uint32), widen(bits, fmt).view(np.uint32))
+    u16 = narrowed.view(np.uint16)
+    np.testing.assert_array_equal(u16[0], bits)
+    np.testing.assert_array_equal(u16[1], bits)
+    want = widen(bits, fmt).view(np.uint32)
+    np.testing.assert_array_equal(widened[0].view(np.uint32), want)
+    np.testing.assert_array_equal(widened[1].view(np.uint32), want)
 
 
-@njit(cache=True)
-def _cast_in_checked_mode(arena, plan, cnt, err, which, n):
-    core = make_core(0, 1, arena, plan, cnt, err, True)
-    ta, tc = LocalTensor(0, A, -1), LocalTensor(0, C, -1)
-    if which == 0:  # widening from the upper half of the destination
-        vector.cast_to_f32(core, ta, at(ta, 2 * n), n, KIND_BF16)
-    elif which == 1:  # narrowing over the source
-        vector.cast_from_f32(core, ta, ta, n, KIND_BF16, 1)
-    elif which == 2:
-        vector.cast_to_f32(core, tc, ta, n, KIND_BF16)
+A, C = 0, 16384  # byte offsets in the cast_shadow kernel's buffer
+
+
+@dataclass(frozen=True)
+class ShadowCase:
+    which: int
+    n: int
+
+
+@kernel
+def cast_shadow(ctx, t, states, got):
+    """Checked mode only: the source bytes' shadow set from ``states``, one bf16 cast (``t.which``: widening in
+    place from the upper half of the destination, narrowing over the source, widening, narrowing), and the
+    destination bytes' shadow into ``got``."""
+    n = t.n
+    f = asc.TPipe(ctx).init_buffer(asc.TBuf(asc.VECCALC), C + 4 * n).get(asc.float32)
+    h = f.reinterpret_cast(asc.bfloat16)
+    sh = shadow_of(core_of(ctx))
+    src_size, dst_size = (2, 4) if t.which == 0 or t.which == 2 else (4, 2)
+    src_at = f.addr + (A + 2 * n if t.which == 0 else A)
+    dst_at = f.addr + (C if t.which >= 2 else A)
+    for i in range(n * src_size):
+        sh[src_at + i] = states.get_value(i)
+    if t.which == 0:
+        asc.cast(f, h[n], asc.CAST_NONE, n)
+    elif t.which == 1:
+        asc.cast(h, f, asc.CAST_RINT, n)
+    elif t.which == 2:
+        asc.cast(f[C // 4], h, asc.CAST_NONE, n)
     else:
-        vector.cast_from_f32(core, tc, ta, n, KIND_BF16, 1)
+        asc.cast(f[C // 4].reinterpret_cast(asc.bfloat16), f, asc.CAST_RINT, n)
+    for i in range(n * dst_size):
+        got.set_value(i, sh[dst_at + i])
 
 
 def _lane_states(src: np.ndarray, size: int) -> np.ndarray:
@@ -200,23 +284,17 @@ def _lane_states(src: np.ndarray, size: int) -> np.ndarray:
 def test_cast_shadow_takes_the_source_lanes_state(states, which, n):
     """Checked mode's shadow through a cast: lane i of the destination gets the combined state of lane i of the
     source as it was before the cast, in place or not."""
-    arena = np.zeros((1, SOC.ub_size), np.uint8)
-    plan = np.array([[0, SOC.ub_size, 1]], np.int64)
-    err = np.zeros((1, err_width(True, SOC.ub_size)), np.int64)
-    shadow = err[0, SHADOW_COL:].view(np.uint8)
     src_size, dst_size = (2, 4) if which in (0, 2) else (4, 2)
-    src_at = A + 2 * n if which == 0 else A
-    dst_at = C if which >= 2 else A
     rng = np.random.default_rng(n + which)
     src = {"written": np.full(n * src_size, 1), "unwritten": np.zeros(n * src_size),
            "clobbered": np.full(n * src_size, 2), "mixed": rng.integers(0, 3, n * src_size),
            "one unwritten byte": np.full(n * src_size, 1)}[states].astype(np.uint8)
     if states == "one unwritten byte":
         src[n * src_size - 1] = 0  # the last byte: past the whole 8-byte words for the odd n
-    shadow[src_at:src_at + n * src_size] = src
-    _cast_in_checked_mode(arena, plan, np.zeros((1, 14), np.int64), err, which, n)
-    got = shadow[dst_at:dst_at + n * dst_size].reshape(n, dst_size)
-    np.testing.assert_array_equal(got, np.repeat(_lane_states(src, src_size)[:, None], dst_size, axis=1))
+    got = np.full(n * dst_size, 7, np.uint8)
+    launch(cast_shadow, ShadowCase(which, n), src, got, block_dim=1, checks=True)
+    np.testing.assert_array_equal(got.reshape(n, dst_size),
+                                  np.repeat(_lane_states(src, src_size)[:, None], dst_size, axis=1))
 
 
 @njit(cache=True, nogil=True)
@@ -266,81 +344,105 @@ def test_host_threads_serialises_small_launches_and_restores_the_count():
         numba.set_num_threads(before)
 
 
-def test_phase_local_ub_gives_each_host_thread_one_ub_in_fast_mode_only():
-    """A fast launch with phase_local_ub hands each host thread's cores one arena row (a stride-0 view), the
-    threads' rows apart; a checked launch, or one without the promise, gets the per-core arena itself."""
+TILE = 64  # fp32 a core
+
+
+@dataclass(frozen=True)
+class Probe:
+    n: int  # the elements each core loads
+    peek: int  # 1: first copy out the tile as the core finds it in UB
+
+
+@kernel
+def probe(ctx, t, src, pad, out, where):
+    """Each core writes where its UB and its checked-mode records are (``where``: UB address, record row address),
+    copies out its UB tile before writing it when ``t.peek`` (a read of UB it has not written: in a fast launch,
+    what the core before it on its host thread left), then loads t.n elements of ``src`` into the tile. ``pad``
+    only makes the launch's GM large enough for two host threads."""
+    c, w = asc.get_block_idx(ctx), ctx_words(ctx.ctx)
+    where.set_value(2 * c, w[X_BASE])
+    where.set_value(2 * c + 1, w[X_ERR_AT])
+    q = asc.TPipe(ctx).init_buffer(asc.TQue(asc.VECIN, 1), 1, 2 * TILE * 4)
+    x = q.alloc_tensor(asc.float32)
+    if t.peek:
+        asc.data_copy(out[c * TILE], x, TILE)
+        asc.set_flag(ctx, asc.HardEvent.MTE3_MTE2, 0)
+        asc.wait_flag(ctx, asc.HardEvent.MTE3_MTE2, 0)
+    asc.data_copy(x, src[c * TILE], t.n)
+    q.enque(x)
+    q.free_tensor(q.deque(asc.float32))
+
+
+def _probe(block_dim: int, peek: int, checks: bool, gm_bytes: int = 0,
+           n: int = TILE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``probe`` launched: src, the tiles the cores found (peek), and each core's UB and record row addresses."""
+    src = np.arange(block_dim * TILE, dtype=np.float32) + 1
+    out = np.zeros_like(src)
+    where = np.zeros((block_dim, 2), np.int64)
+    with _fast_as_asked(checks):
+        launch(probe, Probe(n, peek), src, np.zeros(max(gm_bytes, 1), np.uint8), out, where, block_dim=block_dim,
+               outputs=2, checks=checks)
+    return src.reshape(block_dim, TILE), out.reshape(block_dim, TILE), where
+
+
+def test_a_fast_launch_gives_each_host_thread_one_ub_and_a_checked_one_each_core():
+    """Fast: the cores a host thread runs (in core order) share one UB, so a core reading UB it has not written
+    finds the previous one's tile; the threads' UBs lie apart, with a guard of rows between them. Checked: a UB a
+    core, and the read is reported."""
     before = numba.get_num_threads()
-    seen: list[tuple[int, np.ndarray]] = []
-
-    def cores(first: int, last: int, arena: np.ndarray, tag: int) -> None:
-        assert tag == 7  # the other arguments pass unchanged
-        seen.append((first, arena))
-
-    plan = UbPlan(SOC.ub_size)
-    plan.add("x", 256)
-    big = np.zeros(SERIAL_BELOW // 4, np.float32)
     numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
     try:
-        for checks, promise in ((False, True), (True, True), (False, False)):
-            launch = prepare("ub", SOC, None, plan.check(), 48, checks, [], phase_local_ub=promise)
-            a = launch.arena
-            with host_threads(big) as n:
-                seen.clear()
-                run_cores(cores, 48, a, 7)
-            finish(launch)
-            assert len(seen) == n
-            for first, view in seen:
-                if checks or not promise:
-                    assert view is a
-                    continue
-                k = 0 if first == 0 else 1
-                assert view.shape == (48, SOC.ub_size) and view.strides == (0, 1)
-                assert view.ctypes.data == a[k * (a.shape[0] // n)].ctypes.data
-            if n == 2 and not checks and promise:  # a guard of rows between the threads' UBs
-                assert abs(seen[0][1].ctypes.data - seen[1][1].ctypes.data) >= 2 * SOC.ub_size
+        for gm_bytes, threads in ((0, 1), (SERIAL_BELOW, numba.get_num_threads())):
+            src, out, where = _probe(48, 1, False, gm_bytes)
+            ubs = sorted(set(where[:, 0].tolist()))
+            assert len(ubs) == threads, (gm_bytes, ubs)
+            for ub in ubs:
+                cores = np.flatnonzero(where[:, 0] == ub)
+                np.testing.assert_array_equal(out[cores[1:]], src[cores[:-1]])
+            if threads == 2:
+                assert ubs[1] - ubs[0] >= 2 * SOC.ub_size
     finally:
         numba.set_num_threads(before)
-
-
-@njit(cache=True, nogil=True)
-def _keep_across_phases(first, last, phase, block_dim, arena, plan, cnt, err, checks, src, dst):
-    """Phase 0 loads each core's 64 fp32 into UB; phase 1 copies that UB out: it relies on UB kept across
-    SyncAll, which a kernel with phase_local_ub promises not to do."""
-    for c in range(first, last):
-        core = make_core(c, block_dim, arena, plan, cnt, err, checks)
-        x = slot(core, 0, 0)
-        if phase == 0:
-            data_copy(core, x, global_tensor(0, src), c * 64, 64)
-        else:
-            data_copy_out(core, global_tensor(1, dst), c * 64, x, 64)
-
-
-def _run_keep(checks: bool, promise: bool) -> np.ndarray:
-    plan = UbPlan(SOC.ub_size)
-    plan.add("x", 256)
-    block_dim = 4
-    src = np.arange(block_dim * 64, dtype=np.float32)
-    dst = np.full_like(src, -1.0)
-    launch = prepare("keep", SOC, None, plan.check(), block_dim, checks, ["src", "dst"], phase_local_ub=promise)
-    with host_threads(src, dst):
-        for phase in range(2):
-            run_cores(_keep_across_phases, block_dim, phase, block_dim, launch.arena, launch.plan_array,
-                      launch.counters, launch.err, launch.core_checks, src, dst)
-    finish(launch)
-    return dst
-
-
-def test_checked_mode_holds_a_kernel_to_its_phase_local_ub_promise():
-    src = np.arange(4 * 64, dtype=np.float32)
-    np.testing.assert_array_equal(_run_keep(True, False), src)  # UB kept across SyncAll, as on the NPU
-    np.testing.assert_array_equal(_run_keep(False, False), src)
-    with pytest.raises(tilesim.CheckError) as ei:  # the promise broken: phase 1 reads UB phase 0 wrote
-        _run_keep(True, True)
+    _, _, where = _probe(48, 0, True)
+    ubs = np.sort(where[:, 0])
+    assert len(set(ubs.tolist())) == 48 and (np.diff(ubs) >= SOC.ub_size).all()
+    with pytest.raises(tilesim.CheckError) as ei:
+        _probe(4, 1, True)
     v = ei.value.violations[0]
-    assert v.kind == "uninitialised read" and v.phase == 1, v
-    # what fast mode then does: the cores of a host thread share one UB, so each copies out the last one's tile
-    got = _run_keep(False, True).reshape(4, 64)
-    np.testing.assert_array_equal(got, np.broadcast_to(src.reshape(4, 64)[3], (4, 64)))
+    assert v.kind == "uninitialised read" and v.nbytes == TILE * 4, v
+
+
+def test_every_cores_ub_and_shadow_start_on_a_64_byte_line():
+    """numpy puts a large array 16 B past a page; a UB mapped there splits the host's cache lines under every
+    vector access. The arena starts on a page, every core's UB and shadow on a 64 B line."""
+    for checks in (False, True):
+        _, _, where = _probe(48, 0, checks)
+        assert where[0, 0] % 4096 == 0 and (where[:, 0] % 64 == 0).all(), where[:, 0]
+        if checks:
+            assert ((where[:, 1] + SHADOW_COL * 8) % 64 == 0).all()
+
+
+@kernel
+def keep_across_sync_all(ctx, t, src, dst, where):
+    """Phase 0 loads each core's tile into UB; phase 1 copies that UB out: UB kept across SyncAll."""
+    c = asc.get_block_idx(ctx)
+    where.set_value(c, ctx_words(ctx.ctx)[X_BASE])
+    x = asc.TPipe(ctx).init_buffer(asc.TBuf(asc.VECCALC), TILE * 4).get(asc.float32)
+    asc.data_copy(x, src[c * TILE], TILE)
+    asc.sync_all(ctx)
+    asc.set_flag(ctx, asc.HardEvent.MTE2_MTE3, 0)
+    asc.wait_flag(ctx, asc.HardEvent.MTE2_MTE3, 0)
+    asc.data_copy(dst[c * TILE], x, TILE)
+
+
+@pytest.mark.parametrize("checks", [False, True])
+def test_a_kernel_with_sync_all_keeps_its_ub_across_it(checks):
+    src = np.arange(4 * TILE, dtype=np.float32)
+    dst, where = np.full_like(src, -1.0), np.zeros(4, np.int64)
+    with _fast_as_asked(checks):
+        launch(keep_across_sync_all, Rows(0), src, dst, where, block_dim=4, outputs=2, checks=checks)
+    np.testing.assert_array_equal(dst, src)
+    assert len(set(where.tolist())) == 4  # a UB a core, fast mode too
 
 
 def test_reused_buffers_start_clean_where_they_must():
@@ -358,18 +460,7 @@ def test_reused_buffers_start_clean_where_they_must():
     release_scratch()
 
 
-def test_ub_workspaces_temporaries_and_shadows_start_on_a_page():
-    """numpy puts a large array 16 B past a page; a UB mapped there splits the host's cache lines under every
-    vector access. Every row of the arena, the reused buffers, and each core's shadow start on a 64 B line."""
-    plan = UbPlan(SOC.ub_size)
-    plan.add("x", 256)
-    for checks in (False, True):
-        launch = prepare("aligned", SOC, None, plan.check(), 48, checks, [])
-        assert launch.arena.ctypes.data % 4096 == 0 and launch.arena.strides[0] % 64 == 0
-        if checks:
-            assert all(launch.err[c, SHADOW_COL:].ctypes.data % 64 == 0 for c in range(48))
-            assert not launch.err.any()
-        finish(launch)
+def test_workspaces_and_temporaries_start_on_a_page():
     release_scratch()
     assert workspace(1 << 20).ctypes.data % 4096 == 0
     assert scratch("aligned", (300, 7), np.float32).ctypes.data % 4096 == 0
@@ -497,40 +588,24 @@ def test_outputs_over_inputs_get_the_results_of_separate_ones():
     np.testing.assert_array_equal(got[1], want[1])
 
 
-@njit(cache=True)
-def _device_fn(core, t, n):
-    vector.duplicate(core, t, 1.0, n)
 
 
-@njit(cache=True)
-def _two_call_sites(arena, plan, cnt, err, n):
-    core = make_core(0, 1, arena, plan, cnt, err, False)
-    _device_fn(core, LocalTensor(0, 0, -1), 64)  # a constant
-    _device_fn(core, LocalTensor(0, 0, -1), n)  # a variable
+@njit
+def _two_call_sites(n):
+    """Not cached: compiled in every run, so that it types its callee's calls here."""
+    return prefix_lanes(np.uint64(0xFF), np.uint64(0), 64) + prefix_lanes(np.uint64(0xFF), np.uint64(0), n)
 
 
 def test_a_constant_argument_compiles_no_second_version():
     """Test modules are not in tilesim.specialise.PACKAGES, so check a tilesim function called both ways."""
-    arena, plan, cnt, err = _arena_core_args()
-    _two_call_sites(arena, plan, cnt, err, 32)
-    sigs = [str(s) for s in vector.duplicate.signatures]
-    assert not any("Literal" in s for s in sigs), sigs
-
-
-@njit(cache=True)
-def _read_past_the_end(arena, plan, cnt, err, src, n):
-    core = make_core(0, 1, arena, plan, cnt, err, False)
-    data_copy(core, LocalTensor(0, 0, -1), global_tensor(0, src), 0, n)
+    assert _two_call_sites(32) == 16
+    sigs = [str(s) for s in prefix_lanes.signatures]
+    assert sigs and not any("Literal" in s for s in sigs), sigs
 
 
 def test_gm_out_of_bounds_is_reported_in_fast_mode():
-    plan = UbPlan(SOC.ub_size)
-    plan.add("t", 4096)
-    launch = prepare("oob", SOC, None, plan, 1, False, ["src"])
-    src = np.ones(64, np.float32)
-    _read_past_the_end(launch.arena, launch.plan_array, launch.counters, launch.err, src, 128)
     with pytest.raises(tilesim.CheckError) as ei:
-        finish(launch)
+        _probe(1, 0, False, n=2 * TILE)  # 128 fp32 from a tensor of 64
     v = ei.value.violations[0]
     assert (v.kind, v.memory, v.offset, v.nbytes) == ("GM out of bounds", 'GM tensor "src"', 0, 512)
 
@@ -552,7 +627,7 @@ def test_cache_stamps_carry_the_machine_hash():
         h.update(str(p.relative_to(root)).encode())
         h.update(p.read_bytes())
     assert jit_cache.MACHINE_HASH == h.hexdigest()[:16]
-    for fn in (sys.modules["kernels.rms_norm_grad"]._split_n_compute, _two_call_sites):
+    for fn in (sys.modules["kernels.rms_norm_grad"]._split_n_compute, probe.fn):
         stamp = fn._cache._cache_file._source_stamp
         assert isinstance(stamp, tuple) and stamp[-1] == jit_cache.MACHINE_HASH
 
@@ -580,23 +655,39 @@ def test_no_device_code_inlines_a_host_only_module():
                 assert v.py_func.__module__ not in host, f"{name}.{attr} is compiled code of a HOST_ONLY module"
 
 
-@njit(cache=True)
-def _write_at(dst, d_off, src, s_off, n, stream):
-    _write_gm(dst.ctypes.data + d_off, src.ctypes.data + s_off, n, stream)
 
 
-@pytest.mark.parametrize("d_off", [0, 2, 4, 30, 32, 62, 64, 65])
-@pytest.mark.parametrize("n", [0, 1, 2, 63, 64, 65, 127, 256, 1000, 4097])
-def test_streamed_copy_out_writes_exactly_what_memcpy_writes(d_off, n):
-    """Head to the first 64 B line, whole lines by non-temporal stores, tail: every byte of the run, no other."""
-    rng = np.random.default_rng(n + 97 * d_off)
-    src = rng.integers(0, 256, 8192, dtype=np.uint8)
-    streamed, plain = np.full(8192, 0xA5, np.uint8), np.full(8192, 0xA5, np.uint8)
-    base = -streamed.ctypes.data % 64  # a 64 B-aligned origin, so d_off sets the alignment
-    _write_at(streamed, base + d_off, src, 3, n, True)
-    _write_at(plain, base + d_off, src, 3, n, False)
-    np.testing.assert_array_equal(streamed, plain)
-    assert (plain[base + d_off:base + d_off + n] == src[3:3 + n]).all()
+D_OFFS = (0, 2, 4, 30, 32, 62, 64, 65)  # the destination's offset from a 64 B line
+LENGTHS = (1, 2, 63, 64, 65, 127, 256, 1000, 4097)
+REGION = 8192  # bytes of the destination a case may write
+
+
+@kernel
+def copy_outs(ctx, t, src, dst):
+    """Each (offset, length) of D_OFFS x LENGTHS: the first ``length`` bytes of ``src`` DataCopyPad'ed into its
+    own region of ``dst`` (page-aligned, so that an offset into it is one from a 64 B line)."""
+    u = asc.TPipe(ctx).init_buffer(asc.TBuf(asc.VECCALC), REGION).get(asc.uint8)
+    asc.data_copy(u, src, REGION)
+    asc.set_flag(ctx, asc.HardEvent.MTE2_MTE3, 0)
+    asc.wait_flag(ctx, asc.HardEvent.MTE2_MTE3, 0)
+    for i in range(len(D_OFFS)):
+        for j in range(len(LENGTHS)):
+            at = (i * len(LENGTHS) + j) * REGION + D_OFFS[i]
+            asc.data_copy_pad(dst[at], u, asc.DataCopyExtParams(1, LENGTHS[j], 0, 0))
+
+
+def test_streamed_copy_out_writes_exactly_what_memcpy_writes():
+    """Into a GM tensor of 8 MiB: a head to the first 64 B line, whole lines by non-temporal stores, a tail;
+    every byte of the run, no other, whatever the alignment and length."""
+    src = np.random.default_rng(97).integers(0, 256, REGION, dtype=np.uint8)
+    dst = page_aligned(STREAMED, np.uint8, 0xA5)  # a checked launch's temporary starts on a page too
+    want = dst.copy()
+    for i, d in enumerate(D_OFFS):
+        for j, n in enumerate(LENGTHS):
+            at = (i * len(LENGTHS) + j) * REGION + d
+            want[at:at + n] = src[:n]
+    launch(copy_outs, Rows(0), src, dst, block_dim=1)
+    np.testing.assert_array_equal(dst, want)
 
 
 def test_a_kernel_writing_a_large_output_gives_the_bits_of_a_small_one():
@@ -604,12 +695,12 @@ def test_a_kernel_writing_a_large_output_gives_the_bits_of_a_small_one():
     row for row, that of its first 64 rows alone (a 256 KiB dx, written by cached stores): the split-N kernel
     computes each row of dx by the same instructions whatever the row count."""
     rng = np.random.default_rng(5)
-    n, d = STREAM_TENSOR_BYTES // 4 // 1024, 1024
+    n, d = STREAMED // 4 // 1024, 1024
     x = rng.uniform(-2, 2, (n, d)).astype(np.float32)
     dy = rng.standard_normal((n, d), dtype=np.float32)
     rstd = (1 / np.sqrt((x.astype(np.float64) ** 2).mean(axis=1) + 1e-6)).astype(np.float32)
     gamma = rng.uniform(0.5, 1.5, d).astype(np.float32)
     big, _ = kernels.rms_norm_grad(dy, x, rstd, gamma)
     small, _ = kernels.rms_norm_grad(dy[:64], x[:64], rstd[:64], gamma)
-    assert big.nbytes >= STREAM_TENSOR_BYTES
+    assert big.nbytes >= STREAMED
     np.testing.assert_array_equal(big[:64].view(np.uint32), small.view(np.uint32))

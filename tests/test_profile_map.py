@@ -1,5 +1,6 @@
-"""bench.profile: its perf map puts every symbol of a Numba function's object code at its loaded address, named;
-its case is the demo's maker, on another shape when asked."""
+"""bench.profile: its perf map puts every symbol of a Numba host function's object code at its loaded address,
+named (device code has none: it is linked into its host callers); its case is the demo's maker, on another shape
+when asked."""
 
 from __future__ import annotations
 
@@ -10,11 +11,22 @@ import pytest
 from numba import njit
 
 from bench.profile import demo_case, readable, write_perf_map
+from tilesim.jit import njit as tilesim_njit
 
 
 @njit
 def _twice_plus_one(x):
     return 2 * x + 1
+
+
+@tilesim_njit
+def _plus_three(x):
+    return x + 3
+
+
+@tilesim_njit(host=True)
+def _twice_plus_three(x):
+    return 2 * _plus_three(x)
 
 
 @pytest.mark.skipif(shutil.which("nm") is None, reason="needs nm (binutils)")
@@ -31,10 +43,24 @@ def test_the_perf_map_places_a_numba_function_at_its_entry_point(tmp_path):
     assert f"{here} (cpython wrapper)" in rows and f"{here} (cfunc)" in rows
 
 
+@pytest.mark.skipif(shutil.which("nm") is None, reason="needs nm (binutils)")
+def test_device_code_is_mapped_in_the_host_function_that_links_it(tmp_path):
+    assert _twice_plus_three(1) == 8
+    path = tmp_path / "perf.map"
+    assert write_perf_map(str(path), [_plus_three, _twice_plus_three]) >= 2
+    names = {readable(line.split()[2]) for line in path.read_text().splitlines()}
+    here = f"{__name__}._twice_plus_three"
+    assert {here, f"{here} (cpython wrapper)"} <= names, names
+    assert f"{__name__}._plus_three" not in names  # inlined: no symbol of its own
+
+
 def test_numba_names_read_as_module_and_function():
-    assert readable("_ZN7tilesim6vector3mulB4v115B40c8tJTIeFIjxB2IKSgI4CrvSCKg1MMfAwK4LIaQIAE") == "tilesim.vector.mul"
-    assert readable("_ZN7cpython7kernels15layer_norm_grad6_coresB4v474B52c8t") == \
-        "kernels.layer_norm_grad._cores (cpython wrapper)"
+    assert readable("_ZN7tilesim8datamove9_write_gmB20v2481621123291212237B52c8tJTIeFIjxB2IKSgI4CrvQClUaPLCRh1"
+                    "KiFSRRBdGoCAA_3d_3dExxxb") == "tilesim.datamove._write_gm"
+    assert readable("_ZN7cpython31tilesim_launch_2c99c5f517920fd75coresB20v3904696203722284757B52c8t") == \
+        "tilesim_launch_2c99c5f517920fd7.cores (cpython wrapper)"
+    assert readable("_ZN7tilesim7machine6vector16_contiguous_impl12_3clocals_3e3twoB20v3904696203722284998B66c8t"
+                    "JTIeFIjx") == "tilesim.machine.vector._contiguous_impl.<locals>.two"
     assert readable("__memmove_avx512_unaligned_erms") == "__memmove_avx512_unaligned_erms"
     assert readable("_ZN3foo3barE") == "_ZN3foo3barE"  # C++, not Numba: no B<n>v<n> after the names
     long = "_ZN7kernels19group_norm_backward6_coresB4v474B52" + "c8tJTIeFIjxB2IKSgI4CrvSCKg1MMfAwK4L" * 40
@@ -59,12 +85,15 @@ def test_a_case_runs_the_demos_maker_on_the_shape_asked_for():
 
 
 def test_the_shares_add_up_by_kind():
-    """The last line of a profile: copies (memmove and the movers), vector instructions (the primitives, casts,
-    reductions, the normalization APIs), the kernel's own code and the launch; the rest of 100 is other."""
+    """The last line of a profile: copies (memmove and the movers), vector instructions (their loops, casts,
+    reductions, the normalization APIs), the kernel's own code, the core loop and the machine's queues and syncs;
+    the rest of 100 is other."""
     from bench.profile import by_kind
 
-    rows = [(40.0, "__memmove_avx_unaligned_erms"), (5.0, "tilesim.datamove._write_gm"), (20.0, "tilesim.vector.mul"),
-            (6.0, "tilesim.cast._widen_blocks"), (4.0, "tilesim.reduce._tree64"), (3.0, "kernels.rms_norm_grad._cores"),
+    rows = [(40.0, "__memmove_avx_unaligned_erms"), (5.0, "tilesim.datamove._write_gm"),
+            (20.0, "tilesim.machine.vector._contiguous_impl.<locals>.two"), (6.0, "tilesim.cast._widen_blocks"),
+            (4.0, "tilesim.machine.reduce._whole_impl.<locals>.whole"), (3.0, "kernels.swiglu_grad._compute_float"),
+            (1.0, "tilesim_launch_2c99c5f517920fd7.cores"), (1.0, "tilesim.machine.pipe._place"),
             (2.0, "_PyEval_EvalFrameDefault")]
     kinds = by_kind(rows)
-    assert kinds == pytest.approx({"copies": 45.0, "vector": 30.0, "kernel": 3.0, "other": 22.0})
+    assert kinds == pytest.approx({"copies": 45.0, "vector": 30.0, "kernel": 5.0, "other": 20.0})
