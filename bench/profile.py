@@ -15,10 +15,10 @@ calls it, a launch's generated core loop (``tilesim_launch_<digest>.cores``, in 
 So the names are those of the functions that object code kept: the core loop, and whatever LLVM did not inline
 into it: a kernel's functions (``kernels.swiglu_grad._compute_float``), the instructions' loops
 (``tilesim.machine.vector._contiguous_impl.<locals>.two``), the queue calls, the movers
-(``tilesim.datamove._write_gm``). A callee LLVM inlined counts as its caller. The last line sums the shares by kind
-(:data:`KINDS`): the copies between GM and UB, the vector instructions, the kernel's own code with the launch and
-the machine's bookkeeping, and the rest. Needs ``perf`` (``perf_event_paranoid`` <= 2 lets a user profile their
-own process); the samples are ``cpu-clock``, which works in VMs without hardware counters.
+(``tilesim.machine.movers._write_gm``). A callee LLVM inlined counts as its caller. The last line sums the shares
+by kind (:data:`KINDS`): the copies between GM and UB, the vector instructions, the kernel's own code with the
+launch and the machine's bookkeeping, and the rest. Needs ``perf`` (``perf_event_paranoid`` <= 2 lets a user
+profile their own process); the samples are ``cpu-clock``, which works in VMs without hardware counters.
 """
 
 from __future__ import annotations
@@ -95,9 +95,10 @@ def write_perf_map(path: str | None = None, dispatchers: list[Any] | None = None
 
 
 def readable(sym: str) -> str:
-    """``tilesim.datamove._write_gm`` for Numba's mangled ``_ZN7tilesim8datamove9_write_gmB20v24...`` (cpython and
-    cfunc wrappers marked, an inner function's ``<locals>`` unescaped); other symbols unchanged. A linear parse of
-    the length-prefixed names: a regex with nested repeats backtracked for minutes on long mangled names."""
+    """``tilesim.machine.movers._write_gm`` for Numba's mangled ``_ZN7tilesim7machine6movers9_write_gmB20v24...``
+    (cpython and cfunc wrappers marked, an inner function's ``<locals>`` unescaped); other symbols unchanged. A
+    linear parse of the length-prefixed names: a regex with nested repeats backtracked for minutes on long mangled
+    names."""
     i = sym.find("_ZN")
     if i < 0:
         return sym
@@ -118,7 +119,7 @@ def readable(sym: str) -> str:
 
 # What an emulated kernel's time goes to, by the prefixes of the function names perf reports (the first that
 # matches).
-KINDS = (("copies", ("__mem", "tilesim.datamove.", "tilesim.machine.datacopy.",  # DataCopy(Pad), InitOutput
+KINDS = (("copies", ("__mem", "tilesim.machine.movers.", "tilesim.machine.datacopy.",  # DataCopy(Pad), InitOutput
                      "tilesim.machine.atomic.")),  # the atomic adds to GM
          ("vector", ("tilesim.machine.vector.", "tilesim.machine.convert.", "tilesim.machine.reduce.",
                      "tilesim.machine.compare.", "tilesim.machine.rearrange.", "tilesim.cast.", "tilesim.expf.",

@@ -48,13 +48,13 @@ from tilesim.launch import (
     zeros,
 )
 from tilesim.launcher import kernel, launch
+from tilesim.machine.movers import STREAM_TENSOR_BYTES as STREAMED  # copy-outs stream from this size
 from tilesim.machine.tensor import X_BASE, X_ERR_AT, core_of, ctx_words
 from tilesim.machine.vector import prefix_lanes
 from tilesim.soc import get_soc
 
 SOC = get_soc("Ascend910B1")
 N = 1000  # not a multiple of any vector width: the loops' tails run too
-STREAMED = 8 << 20  # the GM tensor size from which tilesim's copy-outs stream (tilesim.datamove)
 
 
 @dataclass(frozen=True)

@@ -55,8 +55,8 @@ def test_device_code_is_mapped_in_the_host_function_that_links_it(tmp_path):
 
 
 def test_numba_names_read_as_module_and_function():
-    assert readable("_ZN7tilesim8datamove9_write_gmB20v2481621123291212237B52c8tJTIeFIjxB2IKSgI4CrvQClUaPLCRh1"
-                    "KiFSRRBdGoCAA_3d_3dExxxb") == "tilesim.datamove._write_gm"
+    assert readable("_ZN7tilesim7machine6movers9_write_gmB20v2481621123291212237B52c8tJTIeFIjxB2IKSgI4CrvQClUaPLCRh1"
+                    "KiFSRRBdGoCAA_3d_3dExxxb") == "tilesim.machine.movers._write_gm"
     assert readable("_ZN7cpython31tilesim_launch_2c99c5f517920fd75coresB20v3904696203722284757B52c8t") == \
         "tilesim_launch_2c99c5f517920fd7.cores (cpython wrapper)"
     assert readable("_ZN7tilesim7machine6vector16_contiguous_impl12_3clocals_3e3twoB20v3904696203722284998B66c8t"
@@ -90,7 +90,7 @@ def test_the_shares_add_up_by_kind():
     the rest of 100 is other."""
     from bench.profile import by_kind
 
-    rows = [(40.0, "__memmove_avx_unaligned_erms"), (5.0, "tilesim.datamove._write_gm"),
+    rows = [(40.0, "__memmove_avx_unaligned_erms"), (5.0, "tilesim.machine.movers._write_gm"),
             (20.0, "tilesim.machine.vector._contiguous_impl.<locals>.two"), (6.0, "tilesim.cast._widen_blocks"),
             (4.0, "tilesim.machine.reduce._whole_impl.<locals>.whole"), (3.0, "kernels.swiglu_grad._compute_float"),
             (1.0, "tilesim_launch_2c99c5f517920fd7.cores"), (1.0, "tilesim.machine.pipe._place"),

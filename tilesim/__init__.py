@@ -5,14 +5,12 @@ from . import jit_cache  # noqa: F401  (first: njit caches are stamped when thei
 # isort: on
 from . import (
     cast,
-    datamove,
     device,
     jit_link,  # noqa: F401  (before any kernel compiles)
+    machine,
     precision,
     races,  # noqa: F401  (registers the race check of checked launches)
-    reduce,
     specialise,  # noqa: F401  (before any kernel compiles)
-    vector,
 )
 from .device import COUNTER_NAMES, Core, GlobalTensor
 from .errors import (
@@ -25,13 +23,13 @@ from .errors import (
     CheckError,
     UbOverflowError,
 )
-from .launch import AtomicTarget, RunReport, capture, recorded
+from .launch import RunReport, capture, recorded
 from .soc import DEFAULT_SOC, SocSpec, get_soc, list_socs
 from .ub import LocalTensor, UbPlan
 
 __all__ = [
     "ACLNN_ERR_INNER_TILING_ERROR", "ACLNN_ERR_PARAM_INVALID", "ACLNN_ERR_PARAM_NULLPTR", "ACLNN_ERR_RUNTIME_ERROR",
-    "ACLNN_SUCCESS", "AclnnError", "AtomicTarget", "COUNTER_NAMES", "CheckError", "Core", "DEFAULT_SOC",
-    "GlobalTensor", "LocalTensor", "RunReport", "SocSpec", "UbOverflowError", "UbPlan", "capture", "cast",
-    "datamove", "device", "get_soc", "list_socs", "precision", "recorded", "reduce", "vector",
+    "ACLNN_SUCCESS", "AclnnError", "COUNTER_NAMES", "CheckError", "Core", "DEFAULT_SOC", "GlobalTensor",
+    "LocalTensor", "RunReport", "SocSpec", "UbOverflowError", "UbPlan", "capture", "cast", "device", "get_soc",
+    "list_socs", "machine", "precision", "recorded",
 ]

@@ -102,7 +102,7 @@ SCHED_BASE = SCHED_CACHE + 2 * SLOT_CACHE
 # Violations. A core's err row: the number of violations it found, then the first MAX_REPORTS of them, ERR_FIELDS
 # each: kind, buffer or GM tag, byte offset, bytes, extra (kind-dependent), the index of the instruction (in the
 # core's log) it happened at, and the host phase (filled in by the launch). In checked mode the row goes on with
-# the queue-slot generations (GEN_COL: which tile each slot was last allocated to) and the UB shadow
+# the queue-buffer generations (GEN_COL: which allocation each buffer was last taken for) and the UB shadow
 # (SHADOW_COL: one byte per UB byte: 0 never written, 1 written, 2 clobbered as an API's scratch).
 ERR_DATACOPY_LEN = 1
 ERR_UB_OOB = 2
@@ -226,23 +226,6 @@ def checks_field_typed(checks):  # type: ignore[no-untyped-def]
     if isinstance(checks, types.Integer) and not isinstance(checks, types.Boolean):
         return lambda checks: np.int64(checks)
     return lambda checks: bool(checks)
-
-
-@njit(cache=True)
-def make_core(idx, block_num, arena, plan, cnt, err, checks):
-    """The context of core ``idx``. ``checks`` None makes the Core of the fast build (checked mode's code and the
-    recording compiled out: :func:`checked_only`, :func:`recorded_only`), an int that of the record build, a bool
-    that of the checked build, which checks when it is True (the launch passes
-    :attr:`tilesim.launch.Launch.core_checks`). The other fields get one type whatever the caller passes
-    (a prange index is unsigned, a range index signed), so every primitive compiles once per build. Core i's UB
-    is row i of ``arena``, found by the row stride: a launch hands a view with stride 0 to give every core on a
-    host thread the same UB (:attr:`tilesim.launch.Launch.phase_local_ub`)."""
-    i = np.int64(idx)
-    ub_size, cnt_size, err_size = np.int64(arena.shape[1]), np.int64(cnt.shape[1]), np.int64(err.shape[1])
-    ub_at = np.int64(arena.ctypes.data) + i * np.int64(arena.strides[0])
-    return Core(i, np.int64(block_num), checks_field(checks), ub_at, ub_size,
-                np.int64(plan.ctypes.data), np.int64(plan.shape[0]), np.int64(cnt.ctypes.data) + i * cnt_size * 8,
-                cnt_size, np.int64(err.ctypes.data) + i * err_size * 8, err_size)
 
 
 @njit(cache=True, inline="always")
@@ -408,28 +391,10 @@ def count_mte3(core, g, src, off, rows, row_len, stride, atomic):
          row_len * isz, stride * isz)
 
 
-# slot, at and f32 are called from about a hundred places each. They are plain functions, not inline="always":
-# Numba inlines at the level of its own IR, translating the callee's bytecode again at every call site, while
-# LLVM inlines a plain function this small anyway once its code is linked into the caller. Inlined, they made
-# the cold compile of every kernel 116 s against 93 s (the two trees side by side); the kernels ran
-# as fast either way.
-@njit(cache=True)
-def slot(core, buf, k):
-    """LocalTensor of slot ``k`` of plan buffer ``buf`` (a queue's ping-pong slot is ``k % buffer_num``): the
-    AllocTensor / DeQue of tile ``k``. In checked mode the slot now belongs to tile ``k``, and a tensor of an
-    earlier tile of the same slot is stale."""
-    p = plan_of(core)
-    _allocate(core, buf, k)
-    return LocalTensor(buf, p[buf, 0] + (k % p[buf, 2]) * p[buf, 1], k)
-
-
-@checked_only(None)
-def _allocate(core, buf, k):
-    n = plan_of(core)[buf, 2]
-    if core.checks and buf < MAX_BUFS and n <= MAX_SLOTS:
-        errs_of(core)[GEN_COL + buf * MAX_SLOTS + k % n] = k
-
-
+# at and f32 are called from many places. They are plain functions, not inline="always": Numba inlines at the
+# level of its own IR, translating the callee's bytecode again at every call site, while LLVM inlines a plain
+# function this small anyway once its code is linked into the caller (measured on the primitives the programming
+# model replaced: every kernel's cold compile 116 s inlined against 93 s, the kernels as fast either way).
 @njit(cache=True)
 def at(t, nbytes):
     """``tensor[k]`` of Ascend C, in bytes: the same buffer, ``nbytes`` further on."""
@@ -714,19 +679,6 @@ def gm_ok(core, g, off, n):
         report(core, ERR_GM_OOB, g.tag, off * g.isz, n * g.isz, g.nbytes)
         return False
     return True
-
-
-@njit(cache=True)
-def gm_tensor(tag, data, isz):
-    """The :class:`GlobalTensor` a kernel builds from a launch argument (the tensor's bytes)."""
-    return GlobalTensor(np.int64(tag), np.int64(data.ctypes.data), np.int64(data.size), np.int64(isz))
-
-
-@njit(cache=True)
-def global_tensor(tag, arr):
-    """A :class:`GlobalTensor` over a flat, C-contiguous typed array (in device code; the op APIs pass bytes)."""
-    return GlobalTensor(np.int64(tag), np.int64(arr.ctypes.data), np.int64(arr.size * arr.itemsize),
-                        np.int64(arr.itemsize))
 
 
 @njit(cache=True)

@@ -199,9 +199,10 @@ class Launch:
 
     @property
     def core_checks(self) -> bool | int | None:
-        """What the kernel hands :func:`tilesim.device.make_core`, which selects the build it runs: True in checked
-        mode (the checked build); 0 for a launch that records without checks (a log, or its own schedule: the
-        record build, compiled without checked mode's code); None otherwise (the fast build, with neither)."""
+        """What the core loop hands each core's context (:func:`tilesim.launcher.enter_core`), which selects the
+        build the kernel runs (:func:`tilesim.device.checks_field`): True in checked mode (the checked build); 0
+        for a launch that records without checks (a log, or its own schedule: the record build, compiled without
+        checked mode's code); None otherwise (the fast build, with neither)."""
         return True if self.checks else 0 if self.recording else None
 
     def end_phase(self) -> None:
@@ -486,7 +487,7 @@ def _store_fence():
 
 def _run_fenced(cores: Callable[..., None], first: int, last: int, *args: Any) -> None:
     """``cores(first, last, *args)``, then a store fence: the copy-outs' non-temporal stores
-    (:func:`tilesim.datamove._write_gm`) are visible to the other host threads after the phase."""
+    (:func:`tilesim.machine.movers._write_gm`) are visible to the other host threads after the phase."""
     try:
         cores(first, last, *args)
     finally:
@@ -617,27 +618,6 @@ def copy_back(outs: Sequence[np.ndarray | None], targets: Sequence[np.ndarray | 
     for o, t in zip(outs, targets, strict=True):
         if o is not None and t is not o:
             o[...] = t
-
-
-class AtomicTarget:
-    """A GM fp32 tensor that several cores atomic-add into, emulated without host data races: ``ways`` shadow
-    rows, merged in row order after the phase. A kernel gives each core its own row (``ways = block_dim``), or,
-    when it knows which adds can meet at one address, a row per class of writer: GroupNormGrad's partials of
-    batch rows 2k and 2k+1 go to rows 0 and 1. Either way the result does not depend on the host thread count.
-    """
-
-    def __init__(self, ways: int, n: int) -> None:
-        self.shadow = np.zeros((ways, n), np.float32)
-
-    def merge_into(self, target: np.ndarray) -> None:
-        _merge_rows(self.shadow, target)
-
-
-@njit(cache=True, host=True)
-def _merge_rows(shadow, target):
-    for c in range(shadow.shape[0]):
-        for k in range(target.size):
-            target[k] += shadow[c, k]
 
 
 class LogOverflow(RuntimeError):

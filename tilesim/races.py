@@ -19,10 +19,6 @@ shorter one.
 
 Each racing interval is reported once per kind, against the conflicting interval of another core that reaches
 furthest; so the total counts racing accesses (rows of strided ones), not pairs.
-
-What the log names is what is checked: an atomic add that the emulator routes into a shadow tensor
-(:class:`tilesim.launch.AtomicTarget`, tagged "... (atomic)") is logged against the shadow, not against the tensor
-it adds into on the NPU, so an atomic add racing with a plain access of that tensor is not seen.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from .memo import by_identity
 
 BLOCK = 32
 
-# ``gen``: the tile the queue slot was allocated for (``slot(core, buf, k)`` gives gen k), so that checked mode can
-# tell a tensor used after its slot went to a later tile; -1 for a tensor not tracked.
+# ``gen``: the allocation the queue buffer was taken for (AllocTensor's count of that queue), so that checked mode
+# can tell a tensor used after its buffer went to a later allocation; -1 for a tensor not tracked.
 LocalTensor = namedtuple("LocalTensor", ["buf", "addr", "gen"], defaults=(-1,))
 
 

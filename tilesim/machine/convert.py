@@ -423,7 +423,7 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
     per = 256 // wide
     axpy = name == "Axpy"
     apart_only = axpy and dsz != ssz  # Axpy.md: half src with float dst does not support overlap
-    # the pairs the count form keeps the vector paths of tilesim.vector for (the kernels' casts, bit for bit)
+    # the pairs the count form casts in vector blocks (cast_to_f32, cast_from_f32: the kernels' casts, bit for bit)
     widen = name == "Cast" and d.name == "float" and sdt.name in _KIND
     narrow = name == "Cast" and sdt.name == "float" and d.name in _KIND
     kind = _KIND.get(d.name if narrow else sdt.name, 0)
