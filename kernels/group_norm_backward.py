@@ -522,19 +522,24 @@ def _mode_2_sums(ctx, pipe, t, b, g, task, mean, rstd, x_local, dy_local, temp_h
         _copy_in(ctx, dy_local[i], b.in_tbuf_dy_t, g.dy[offset], hxw)
         _copy_in(ctx, x_local[i], b.in_tbuf_x_t, g.x[offset], hxw)
     _sync(ctx, pipe, asc.HardEvent.MTE2_V)
-    temp1 = np.zeros(2, np.float32)
-    temp2 = np.zeros(2, np.float32)
-    for i in range(n):
-        temp1[i] = _reduce_sum_template(temp_hxw_local[i], dy_local[i], temp_hxw_local[i], hxw, True)
+    # the pair's sums in scalars (channel 0's and 1's), not a heap array a pair
+    dy_sum_0 = _reduce_sum_template(temp_hxw_local[0], dy_local[0], temp_hxw_local[0], hxw, True)
+    dy_sum_1 = dy_sum_0
+    if n == 2:
+        dy_sum_1 = _reduce_sum_template(temp_hxw_local[1], dy_local[1], temp_hxw_local[1], hxw, True)
     for i in range(n):
         _adds_muls(x_local[i], x_local[i], np.float32(-1.0) * mean * rstd, rstd, hxw)
     for i in range(n):
         asc.mul(temp_hxw_local[i], x_local[i], dy_local[i], hxw)
-    for i in range(n):
-        temp2[i] = _reduce_sum_template(temp_hxw_local[i], temp_hxw_local[i], temp_hxw_local[i], hxw, True)
-    for i in range(n):
-        temp_1_local.set_value(first + i, temp1[i])
-        temp_2_local.set_value(first + i, temp2[i])
+    xdy_sum_0 = _reduce_sum_template(temp_hxw_local[0], temp_hxw_local[0], temp_hxw_local[0], hxw, True)
+    xdy_sum_1 = xdy_sum_0
+    if n == 2:
+        xdy_sum_1 = _reduce_sum_template(temp_hxw_local[1], temp_hxw_local[1], temp_hxw_local[1], hxw, True)
+    temp_1_local.set_value(first, dy_sum_0)
+    temp_2_local.set_value(first, xdy_sum_0)
+    if n == 2:
+        temp_1_local.set_value(first + 1, dy_sum_1)
+        temp_2_local.set_value(first + 1, xdy_sum_1)
 
 
 @njit(cache=True)
