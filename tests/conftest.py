@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import ml_dtypes
 import numpy as np
 import pytest
 
+from tilesim.launch import checks_enabled, force_checks
 from tiling.common import TensorMeta as Spec  # noqa: F401  (shape-only stand-ins: what a tiling reads of a tensor)
 
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
@@ -31,3 +35,16 @@ def rms_inputs(rng: np.random.Generator, shape: tuple, n_gamma: int = 1, dtype: 
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261121)
+
+
+@contextmanager
+def as_asked() -> Iterator[None]:
+    """Launches in the mode each asks for (its ``checks``): a fast one that shows what the NPU does with a broken
+    kernel, or that looks at the fast build's code, stays fast under ``pytest --tilesim-checks``, which forces
+    checked mode on every other launch."""
+    forced = checks_enabled(False)
+    force_checks(False)
+    try:
+        yield
+    finally:
+        force_checks(forced)

@@ -31,10 +31,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from conftest import as_asked
 
 from tilesim import machine as asc
 from tilesim.jit import njit
-from tilesim.launch import RunReport, capture, checks_enabled, force_checks
+from tilesim.launch import RunReport, capture
 from tilesim.launcher import kernel, launch
 from tilesim.machine import VECCALC, HardEvent, TBuf, TPipe, float32, set_flag, uint8, wait_flag
 from tilesim.machine import data_copy as asc_data_copy
@@ -659,21 +660,10 @@ def _run_tiles(name: str, f: Fixture, bd: int, kn: tuple[int, ...], n_phases: in
     dst = np.full(bd * SPAN, -1.0, np.float32)
     acc = np.zeros(TILE, np.float32)
     t = TileKnobs(TILE_FIXTURES.index(f.kernel), *kn, n_phases)
-    launch_as_asked(tile_fixtures, t, src, dst, acc, block_dim=bd, outputs=2, soc=SOC, checks=checks, op=name,
-                    gm_names=GM_NAMES)
+    with as_asked():
+        launch(tile_fixtures, t, src, dst, acc, block_dim=bd, outputs=2, soc=SOC, checks=checks, op=name,
+               gm_names=GM_NAMES)
     return {"src": src, "dst": dst, "acc": acc}
-
-
-def launch_as_asked(*args: object, checks: bool, **kw: object) -> RunReport:
-    """:func:`tilesim.launcher.launch` in the mode the test asks for: a fast run that shows what the NPU would do
-    with a broken kernel (``checks=False``) stays fast under ``pytest --tilesim-checks``, which forces checked mode
-    on every other launch."""
-    forced = checks_enabled(False)
-    force_checks(forced and checks)
-    try:
-        return launch(*args, checks=checks, **kw)
-    finally:
-        force_checks(forced)
 
 
 def _run_beta(name: str, f: Fixture, kn: np.ndarray, checks: bool) -> dict[str, np.ndarray]:
@@ -684,6 +674,7 @@ def _run_beta(name: str, f: Fixture, kn: np.ndarray, checks: bool) -> dict[str, 
     pg, pb = np.full(BETA_H, 7.0, np.float32), np.full(BETA_H, 7.0, np.float32)
     after = np.full(BETA_N, 7.0, np.float32)
     kt = BetaFixtureTiling(t, int(kn[0]), int(kn[1]), filler, f.tmp_bytes if f.tmp == "shared" else 0)
-    launch_as_asked(fx_beta, kt, res.reshape(-1), dy.reshape(-1), pg, pb, after, block_dim=1, outputs=3, soc=SOC,
-                    checks=checks, op=name, gm_names=BETA_GM)
+    with as_asked():
+        launch(fx_beta, kt, res.reshape(-1), dy.reshape(-1), pg, pb, after, block_dim=1, outputs=3, soc=SOC,
+               checks=checks, op=name, gm_names=BETA_GM)
     return {"res_for_gamma": res, "dy": dy, "pd_gamma": pg, "pd_beta": pb, "res_after": after}

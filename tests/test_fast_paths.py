@@ -20,14 +20,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import ml_dtypes
 import numba
 import numpy as np
 import pytest
+from conftest import as_asked
 from numba import njit
 
 import kernels
@@ -37,8 +36,6 @@ from tilesim.cast import narrow, widen
 from tilesim.device import SHADOW_COL, shadow_of
 from tilesim.launch import (
     SERIAL_BELOW,
-    checks_enabled,
-    force_checks,
     host_threads,
     page_aligned,
     release_scratch,
@@ -60,18 +57,6 @@ N = 1000  # not a multiple of any vector width: the loops' tails run too
 @dataclass(frozen=True)
 class Rows:
     n: int
-
-
-@contextmanager
-def _fast_as_asked(checks: bool) -> Iterator[None]:
-    """Launches in the mode the test asks for: a fast run stays fast under ``pytest --tilesim-checks`` (which
-    forces checked mode on every other launch), as the properties of fast mode are the test's subject."""
-    forced = checks_enabled(False)
-    force_checks(forced and checks)
-    try:
-        yield
-    finally:
-        force_checks(forced)
 
 
 # Element-wise instructions: rows of UB A, B, C in one tile; (dst, src0, src1) per aliasing case of a binary
@@ -379,7 +364,7 @@ def _probe(block_dim: int, peek: int, checks: bool, gm_bytes: int = 0,
     src = np.arange(block_dim * TILE, dtype=np.float32) + 1
     out = np.zeros_like(src)
     where = np.zeros((block_dim, 2), np.int64)
-    with _fast_as_asked(checks):
+    with as_asked():
         launch(probe, Probe(n, peek), src, np.zeros(max(gm_bytes, 1), np.uint8), out, where, block_dim=block_dim,
                outputs=2, checks=checks)
     return src.reshape(block_dim, TILE), out.reshape(block_dim, TILE), where
@@ -439,7 +424,7 @@ def keep_across_sync_all(ctx, t, src, dst, where):
 def test_a_kernel_with_sync_all_keeps_its_ub_across_it(checks):
     src = np.arange(4 * TILE, dtype=np.float32)
     dst, where = np.full_like(src, -1.0), np.zeros(4, np.int64)
-    with _fast_as_asked(checks):
+    with as_asked():
         launch(keep_across_sync_all, Rows(0), src, dst, where, block_dim=4, outputs=2, checks=checks)
     np.testing.assert_array_equal(dst, src)
     assert len(set(where.tolist())) == 4  # a UB a core, fast mode too

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, fields
 import ml_dtypes
 import numpy as np
 import pytest
-from fixtures_broken import launch_as_asked
+from conftest import as_asked
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +26,7 @@ import kernels
 from kernels.layer_norm_grad_beta import tmp_region
 from tilesim import AclnnError, CheckError, get_soc
 from tilesim.jit import njit
-from tilesim.launcher import kernel
+from tilesim.launcher import kernel, launch
 from tilesim.machine import VECCALC, HardEvent, TBuf, TPipe, data_copy, set_flag, size_of, uint8, wait_flag
 from tilesim.normalization import layer_norm_grad, layer_norm_grad_beta
 from tilesim.precision import compare
@@ -548,8 +548,9 @@ def run_lng(dy, x, var, mean, gamma, *, oh=None, eps=1e-5, reuse=False, tmp="sha
     eps_t = float(F16(eps)) if half else float(F32(eps))
     k = lng_harness_framework if tmp == "framework" and buffer_bytes is None else (
         lng_harness_tmp_first if tmp_first else lng_harness)
-    launch_as_asked(k, LngHarness(t, size, n_stat, eps_t, int(reuse), int(after)), dy, x, varp, meanp, gamma,
-                    *outs, block_dim=1, outputs=4, soc=SOC, checks=checks, op="layer_norm_grad_api", gm_names=LNG_GM)
+    with as_asked():
+        launch(k, LngHarness(t, size, n_stat, eps_t, int(reuse), int(after)), dy, x, varp, meanp, gamma, *outs,
+               block_dim=1, outputs=4, soc=SOC, checks=checks, op="layer_norm_grad_api", gm_names=LNG_GM)
     return (*outs, t)
 
 
@@ -573,9 +574,10 @@ def run_beta(res, dy, *, oh=None, reuse=False, tmp="shared", tmp_bytes=None, buf
     pg, pb = np.full(h, 7.0, dy.dtype), np.full(h, 7.0, dy.dtype)
     res_after, dy_after = np.full_like(res, 7.0), np.full_like(dy, 7.0)
     framework = tmp == "framework" and buffer_bytes is None
-    launch_as_asked(beta_harness, BetaHarness(t, 0 if framework else size, int(reuse), int(after)), res, dy,
-                    pg_init, pb_init, pg, pb, res_after, dy_after, block_dim=1, outputs=4, soc=SOC, checks=checks,
-                    op="layer_norm_grad_beta_api", gm_names=BETA_GM)
+    with as_asked():
+        launch(beta_harness, BetaHarness(t, 0 if framework else size, int(reuse), int(after)), res, dy, pg_init,
+               pb_init, pg, pb, res_after, dy_after, block_dim=1, outputs=4, soc=SOC, checks=checks,
+               op="layer_norm_grad_beta_api", gm_names=BETA_GM)
     return pg, pb, res_after, dy_after, t
 
 

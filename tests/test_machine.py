@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import as_asked
 
 import kernels
 import tilesim
@@ -26,7 +25,6 @@ import tiling
 from tilesim import launcher
 from tilesim import machine as asc  # AscendC::
 from tilesim.jit import njit
-from tilesim.launch import checks_enabled, force_checks
 from tilesim.launcher import kernel, launch
 from tilesim.precision import assert_close
 from tilesim.soc import MIB, get_soc, list_socs
@@ -313,18 +311,6 @@ def run_rows(src: np.ndarray, t: RowsTiling, block_dim: int, checks: bool = Fals
     rep = launch(rows_kernel, t, src, dst, ub, block_dim=block_dim, outputs=2, soc=SOC, checks=checks, op=op,
                  gm_names=["src", "dst", "ub"])
     return dst, ub, rep
-
-
-@contextmanager
-def as_asked() -> Iterator[None]:
-    """Launches in the mode the test asks for: a fast one (what the NPU does with a broken kernel; the fast build's
-    code) stays fast under ``pytest --tilesim-checks``, which forces checked mode on every other launch."""
-    forced = checks_enabled(False)
-    force_checks(False)
-    try:
-        yield
-    finally:
-        force_checks(forced)
 
 
 def want_rows(src: np.ndarray, dst: np.ndarray, t: RowsTiling, block_dim: int) -> np.ndarray:
