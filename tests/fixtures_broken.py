@@ -11,7 +11,7 @@ The tile fixtures are the cases of one kernel, :func:`tile_fixtures` (one compil
 device code into its own machine code), on the Ascend C programming model. It places its TPipe's buffers in the
 order pad0 (a TBuf of 96 B), xbuf (a VECIN TQue of two 256 B buffers: double buffering), ybuf (a VECOUT TQue of
 one) and zbuf (a TBuf of 256 B): the 96 B first, so that a buffer's offset in the UB is never its offset in the
-report (reports count from the buffer's start). It runs ``knobs`` phases with a SyncAll between each two, every
+report (reports count from the buffer's start). It runs ``phases`` phases with a SyncAll between each two, every
 case once per phase. GM: ``src`` (fp32, SPAN elements per core, values 0, 1, 2, ...), ``dst`` (fp32, the same
 size, -1 before the launch) and ``acc`` (fp32, one tile of zeros), which the atomic case adds into under
 SetAtomicAdd. Every case syncs its pipes (the queues' EnQue / DeQue, SetFlag / WaitFlag where a TBuf or a

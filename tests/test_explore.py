@@ -235,7 +235,7 @@ def test_cli_explore_writes_the_report(tmp_path: Path, capsys) -> None:
 
 
 def test_cli_explores_a_users_kernel_in_worker_processes(tmp_path: Path, capsys) -> None:
-    """examples/add_tail.py, a kernel written with tilesim's primitives, found with --ops in each worker."""
+    """examples/add_tail.py, a kernel of a user's own on tilesim.machine, found with --ops in each worker."""
     assert main(["explore", "add_tail", "--ops", "examples.add_tail", "--shape", "999", "--dtype", "bf16",
                  "--workers", "2", "--out", str(tmp_path), "--quiet"]) == 0
     table = capsys.readouterr().out.split("verdict:")[0]

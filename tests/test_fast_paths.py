@@ -596,7 +596,7 @@ def test_gm_out_of_bounds_is_reported_in_fast_mode():
 
 
 def test_cache_stamps_carry_the_machine_hash():
-    """A cached kernel inlines tilesim's primitives, so its cache stamp must change when tilesim's device sources
+    """A cached kernel inlines tilesim's instructions, so its cache stamp must change when tilesim's device sources
     do (Numba's own stamp covers only the function's file)."""
     import hashlib
     import sys

@@ -1,4 +1,4 @@
-"""The per-core device context every primitive takes, the counters it feeds and the checked-mode records.
+"""The per-core device context every instruction takes, the counters it feeds and the checked-mode records.
 
 ``Core`` is built inside the per-core body. Counters are int64 rows per core; checked mode writes the first
 violation of each core into ``err`` and counts the rest, and the host turns them into a
@@ -45,7 +45,7 @@ from .ub import LocalTensor
 
 # A core: its index, the block's core count, checked mode, and where its memory lies: the UB (``base``, ``ub_size``
 # bytes), the UB plan's rows (offset, slot bytes, slots), its counter row and its err row, as addresses and sizes.
-# Addresses, not arrays: every primitive takes the core, and Numba passes a namedtuple of arrays as some forty
+# Addresses, not arrays: every instruction takes the core, and Numba passes a namedtuple of arrays as some forty
 # scalars plus a reference count per array, which cost more than a small instruction's own work.
 Core = namedtuple("Core", ["idx", "block_num", "checks", "base", "ub_size", "plan_at", "plan_rows", "cnt_at",
                            "cnt_size", "err_at", "err_size"])

@@ -5,7 +5,7 @@ Numba compiles two wrappers for every ``@njit`` function: one that Python calls 
 each argument, a Core or a tiling as much as an array) and a C-callable one (the cfunc wrapper) that only
 first-class function values use, which tilesim's code never makes. Compiled code calls the function itself, not
 either wrapper. So :func:`njit` skips the cfunc wrapper everywhere (cold compile of every kernel 134 -> 121 s in
-back-to-back runs) and the CPython wrapper for device code, the primitives and a kernel's helpers,
+back-to-back runs) and the CPython wrapper for device code, the instructions and a kernel's helpers,
 which only other compiled code calls (100 -> 84 s side by side). What Python calls is marked
 ``host=True``: a kernel's launcher, a host helper, a scalar the tests call. A device function called from Python
 raises a TypeError that says so, where Numba would jump to a null wrapper. A user's kernel may use Numba's own

@@ -1,8 +1,8 @@
 """Numba's on-disk cache, kept consistent with tilesim's own sources.
 
 Numba stamps each cached function with its own source file only. A kernel's machine code inlines tilesim's
-primitives, so after an edit to (or an upgrade of) ``tilesim``, every kernel loaded from the cache, ours and a
-user's alike, would still run the old primitives. This adds a hash of tilesim's sources to every stamp: when they
+instructions, so after an edit to (or an upgrade of) ``tilesim``, every kernel loaded from the cache, ours and a
+user's alike, would still run the old instructions. This adds a hash of tilesim's sources to every stamp: when they
 change, each cached function is compiled again on first use.
 
 It must run before the first ``@njit(cache=True)`` is decorated (the stamp is taken then), so

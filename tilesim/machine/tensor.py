@@ -131,7 +131,7 @@ def fault(w, kind, buf, detail):
 
 @njit(cache=True, inline="always")
 def core_of(x):
-    """The :class:`tilesim.device.Core` of a context, tensor or queue: what the machine's primitives take."""
+    """The :class:`tilesim.device.Core` of a context, tensor or queue: what the machine's internals take."""
     w = ctx_words(x.ctx)
     return Core(w[X_IDX], w[X_BLOCK_NUM], x.checks, w[X_BASE], w[X_UB_SIZE], w[X_PLAN_AT], w[X_PLAN_ROWS],
                 w[X_CNT_AT], w[X_CNT_SIZE], w[X_ERR_AT], w[X_ERR_SIZE])
