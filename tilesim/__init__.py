@@ -12,7 +12,7 @@ from . import (
     races,  # noqa: F401  (registers the race check of checked launches)
     specialise,  # noqa: F401  (before any kernel compiles)
 )
-from .device import COUNTER_NAMES, Core, GlobalTensor
+from .device import COUNTER_NAMES
 from .errors import (
     ACLNN_ERR_INNER_TILING_ERROR,
     ACLNN_ERR_PARAM_INVALID,
@@ -25,11 +25,11 @@ from .errors import (
 )
 from .launch import RunReport, capture, recorded
 from .soc import DEFAULT_SOC, SocSpec, get_soc, list_socs
-from .ub import LocalTensor, UbPlan
+from .ub import UbPlan
 
 __all__ = [
     "ACLNN_ERR_INNER_TILING_ERROR", "ACLNN_ERR_PARAM_INVALID", "ACLNN_ERR_PARAM_NULLPTR", "ACLNN_ERR_RUNTIME_ERROR",
-    "ACLNN_SUCCESS", "AclnnError", "COUNTER_NAMES", "CheckError", "Core", "DEFAULT_SOC", "GlobalTensor",
-    "LocalTensor", "RunReport", "SocSpec", "UbOverflowError", "UbPlan", "capture", "cast", "device", "get_soc",
-    "list_socs", "machine", "precision", "recorded",
+    "ACLNN_SUCCESS", "AclnnError", "COUNTER_NAMES", "CheckError", "DEFAULT_SOC", "RunReport", "SocSpec",
+    "UbOverflowError", "UbPlan", "capture", "cast", "device", "get_soc", "list_socs", "machine", "precision",
+    "recorded",
 ]

@@ -41,7 +41,7 @@ from .schedule import (
     run,
     state_words,
 )
-from .ub import LocalTensor
+from .ub import PlanTensor
 
 # A core: its index, the block's core count, checked mode, and where its memory lies: the UB (``base``, ``ub_size``
 # bytes), the UB plan's rows (offset, slot bytes, slots), its counter row and its err row, as addresses and sizes.
@@ -111,7 +111,7 @@ ERR_UB_ALIGN = 4
 ERR_DATACOPY_GAP = 5
 ERR_API_TMP = 6  # a sharedTmpBuffer smaller than the API's tiling says
 ERR_VEC_ALIGN = 7  # a vector instruction's operand not 32 B aligned
-ERR_STALE = 8  # a LocalTensor used after its queue slot went to a later tile
+ERR_STALE = 8  # a LocalTensor used after FreeTensor (its buffer went to a later allocation)
 ERR_UNINIT = 9  # a read of UB never written
 ERR_CLOBBERED = 10  # a read of a source an API with isReuseSource used as scratch
 ERR_VEC_PARAM = 11  # a level-0 instruction's repeat_times above 255 or below 0, or a dst block stride of 0
@@ -325,7 +325,7 @@ def schedule_queue(row_at, plan):
     head[SCHED_PENDING] = 0
 
 
-NO_TENSOR = LocalTensor(-1, 0, -1)
+NO_TENSOR = PlanTensor(-1, 0, -1)
 
 
 @njit(cache=True)
@@ -398,7 +398,7 @@ def count_mte3(core, g, src, off, rows, row_len, stride, atomic):
 @njit(cache=True)
 def at(t, nbytes):
     """``tensor[k]`` of Ascend C, in bytes: the same buffer, ``nbytes`` further on."""
-    return LocalTensor(t.buf, t.addr + nbytes, t.gen)
+    return PlanTensor(t.buf, t.addr + nbytes, t.gen)
 
 
 @checked_only(True)

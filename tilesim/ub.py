@@ -1,10 +1,11 @@
-"""The Unified Buffer: the host-side plan (TPipe.InitBuffer) and the device-side LocalTensor.
+"""The Unified Buffer: the host-side plan (TPipe.InitBuffer) and the machine's name of a place in it.
 
 A plan places named buffers, each ``buffer_num`` slots of ``nbytes`` rounded up to 32 B, one after another at
 32 B-aligned offsets, as TPipe does. A plan that does not fit the SoC's UB raises :class:`UbOverflowError`
-naming every buffer. On the device a LocalTensor is ``(buf, addr)``: the plan row that owns it and a byte address
-in the core's arena; typed views of the arena are taken per access, so aliases (a b16 tensor in the upper half of
-an fp32 buffer, ReinterpretCast) are real aliasing.
+naming every buffer. On the device the machine names a LocalTensor (:mod:`tilesim.machine.tensor`'s, which also
+carries its element type) by a :data:`PlanTensor` ``(buf, addr, gen)``: the plan row that owns it, a byte address
+in the core's arena and its allocation; typed views of the arena are taken per access, so aliases (a b16 tensor
+in the upper half of an fp32 buffer, ReinterpretCast) are real aliasing.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ BLOCK = 32
 
 # ``gen``: the allocation the queue buffer was taken for (AllocTensor's count of that queue), so that checked mode
 # can tell a tensor used after its buffer went to a later allocation; -1 for a tensor not tracked.
-LocalTensor = namedtuple("LocalTensor", ["buf", "addr", "gen"], defaults=(-1,))
+PlanTensor = namedtuple("PlanTensor", ["buf", "addr", "gen"], defaults=(-1,))
 
 
 def align_up(n: int, a: int) -> int:

@@ -63,7 +63,7 @@ from ..device import (
 from ..intrinsics import address_as_pointer
 from ..jit import DEVICE_OPTIONS
 from ..schedule import PIPE_VECTOR
-from ..ub import LocalTensor as PlanTensor
+from ..ub import PlanTensor
 from .convert import apart, api_fault, bad_type, type_fault, type_index
 from .hazard import hz_access, hz_instruction, op_code
 from .tensor import core_of, plan_tensor

@@ -28,7 +28,7 @@ from ..device import Core, GlobalTensor, count_gm_scalar, count_scalar, gm_ok, u
 from ..intrinsics import address_as_pointer
 from ..jit import DEVICE_OPTIONS, njit
 from ..schedule import PIPE_SCALAR
-from ..ub import LocalTensor as PlanTensor
+from ..ub import PlanTensor
 from .dtypes import ElemType, uint8
 from .hazard import hz_access, hz_issue, op_code
 from .structs import StructType, constructor, struct_type
