@@ -115,7 +115,7 @@ print(PREFERS_512_BIT, h.hexdigest())
 def test_results_are_bitwise_those_of_256_bit_vectors():
     """RmsNormGrad and SwiGluGrad in bf16 (the casts to and from bf16 around the fp32 Exp, Div, Mul and the
     reduction trees), compiled with 512-bit vectors and with LLVM's default 256-bit ones, in two processes. One
-    dtype: the 256-bit process compiles its kernels cold, a minute and a half for fp32 and bf16 together."""
+    dtype, because the 256-bit process compiles its kernels cold (its feature string keys other cache entries)."""
     runs = {}
     for width, extra in ((512, {}), (256, {"NUMBA_CPU_FEATURES": llvm.get_host_cpu_features().flatten()})):
         out = subprocess.run([sys.executable, "-c", _DIGEST], cwd=ROOT, env={**os.environ, **extra},

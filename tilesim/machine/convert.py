@@ -139,7 +139,6 @@ def bad_type(*checks: tuple) -> int | None:  # type: ignore[type-arg]
     return None
 
 
-
 @njit(cache=True, inline="always")
 def _ok_lanes(core, dst, src, n_dst, n_src, dst_lane, src_lane, step):
     """Operands of a cast: ``n_dst // dst_lane`` lanes, each from source lane ``i * step``; the shadow state
@@ -151,7 +150,7 @@ def _ok_lanes(core, dst, src, n_dst, n_src, dst_lane, src_lane, step):
 
 
 @njit(cache=True)
-def cast_to_f32(core, dst, src, n, kind):
+def _cast_to_f32(core, dst, src, n, kind):
     """Cast b16 (``kind``: fp16 or bf16 bits) to fp32, exactly. ``src`` may be the upper half of ``dst``'s
     buffer (the kernels' in-place widening): element k is read before any write can reach it."""
     if not _ok_lanes(core, dst, src, 4 * n, 2 * n, 4, 2, 1):
@@ -162,13 +161,14 @@ def cast_to_f32(core, dst, src, n, kind):
 
 
 @njit(cache=True)
-def cast_from_f32(core, dst, src, n, kind, mode):
+def _cast_from_f32(core, dst, src, n, kind, mode):
     """Cast fp32 to b16 bits with RoundMode ``mode``; ``dst`` may be ``src`` reinterpreted (in place)."""
     if not _ok_lanes(core, dst, src, 2 * n, 4 * n, 2, 4, 1):
         return
     d, s = u16(core, dst, n), u32(core, src, n)
     narrow_bits(s, d, n, kind, mode)
     count_vector(core, VEC_CAST, 4 * n, dst, src, src)
+
 
 @njit(cache=True)
 def type_fault(ctx, code):
@@ -423,7 +423,7 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
     per = 256 // wide
     axpy = name == "Axpy"
     apart_only = axpy and dsz != ssz  # Axpy.md: half src with float dst does not support overlap
-    # the pairs the count form casts in vector blocks (cast_to_f32, cast_from_f32: the kernels' casts, bit for bit)
+    # the pairs the count form casts in vector blocks (_cast_to_f32, _cast_from_f32: the kernels' casts, bit for bit)
     widen = name == "Cast" and d.name == "float" and sdt.name in _KIND
     narrow = name == "Cast" and sdt.name == "float" and d.name in _KIND
     kind = _KIND.get(d.name if narrow else sdt.name, 0)
@@ -440,9 +440,9 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
             if widen or narrow:  # these check their operands, keep the shadow and count themselves
                 hz_instruction(core, PIPE_VECTOR, code, pd, n * dsz, ps, n * ssz, ps, 0)
                 if widen:
-                    cast_to_f32(core, pd, ps, n, kind)
+                    _cast_to_f32(core, pd, ps, n, kind)
                 else:
-                    cast_from_f32(core, pd, ps, n, kind, m)
+                    _cast_from_f32(core, pd, ps, n, kind, m)
                 return
             if not (vec_ok(core, ps, n * ssz) and vec_ok(core, pd, n * dsz)):
                 return
