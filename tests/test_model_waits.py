@@ -1,6 +1,6 @@
 """How a host thread waits for another (``tilesim.machine.waits.wait_until``): asleep on the word, woken by the
-thread that advances it; a stop word ends the wait though nobody wakes the sleeper (its sleeps double from 1 ms up
-to 128 ms, so that a core asleep behind the gate for a whole phase wakes a few times, not once a millisecond)."""
+thread that advances it; a stop word ends the wait, at the latest when a sleep ends (128 ms) if nobody wakes the
+sleeper, and at once when the stopping side does (``leave`` of a failed core)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from tilesim.jit import njit
-from tilesim.machine.waits import FIRST_SLEEP_US, LONGEST_SLEEP_US, advance, next_sleep, wait_until
+from tilesim.machine.waits import BAR_ABORT, BAR_EXITED, BAR_WORDS, SLEEP_US, advance, leave, wait_until
 
 WORD, WAITERS, STOP = 0, 1, 2
 
@@ -27,14 +27,12 @@ def _advance(words, step):
     advance(at + WORD * 8, step, at + WAITERS * 8)
 
 
-@njit(cache=True, host=True)
-def _sleeps(n):
-    out = np.empty(n, np.int64)
-    us = FIRST_SLEEP_US
-    for k in range(n):
-        out[k] = us
-        us = next_sleep(us)
-    return out
+@njit(cache=True, nogil=True, host=True)
+def _wait_for_core(core, bar):
+    """A core behind the gate: asleep until ``core`` (X_ARRIVED, its waiter count, its fault word) finishes its
+    phase, stops, or the launch gives up."""
+    at = core.ctypes.data
+    return wait_until(at, 1, at + 8, at + 16, bar.ctypes.data + BAR_ABORT * 8)
 
 
 def _waiter(words, target, got):
@@ -60,13 +58,20 @@ def test_a_stop_ends_a_wait_nobody_wakes():
     got: list[bool] = []
     th = threading.Thread(target=_waiter, args=(words, 1, got))
     th.start()
-    time.sleep(0.05)  # past the first sleeps: the waiter sleeps 32 ms or more at a time by now
+    time.sleep(0.02)  # the waiter asleep (or about to be)
     words[STOP] = 1  # no wake: the sleep's end sees it
     th.join()
     assert got == [False] and words[WORD] == 0 and words[WAITERS] == 0
 
 
-def test_the_sleeps_double_up_to_the_longest():
-    s = _sleeps(10)
-    assert s.tolist() == [1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000, 128000, 128000]
-    assert LONGEST_SLEEP_US == 128_000 and FIRST_SLEEP_US == 1000
+def test_a_failed_core_stops_the_launch_and_wakes_those_waiting_for_it():
+    bar = np.zeros(BAR_WORDS, np.int64)
+    core = np.zeros(3, np.int64)  # the failed core's X_ARRIVED, its waiter count, its fault word
+    got: list[bool] = []
+    th = threading.Thread(target=lambda: got.append(_wait_for_core(core, bar)))
+    th.start()
+    time.sleep(0.02)  # the waiter asleep (or about to be)
+    leave(bar.ctypes.data, 2, True, core.ctypes.data)
+    th.join()
+    assert got == [False] and bar[BAR_ABORT] == 1 and bar[BAR_EXITED] == 1 and core[0] == 0 and core[1] == 0
+    assert SLEEP_US == 128_000

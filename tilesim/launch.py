@@ -49,6 +49,7 @@ from .errors import CheckError
 from .intrinsics import store_fence
 from .jit import njit
 from .machine import waits
+from .machine.tensor import CTX_WORDS, X_ARRIVED
 from .soc import SocSpec
 from .ub import UbPlan
 
@@ -401,15 +402,18 @@ def _done_with(threads: list[_CoreThread]) -> None:
         _idle_core_threads.extend(threads)
 
 
-def run_synced(cores: Callable[..., None], block_dim: int, bar: np.ndarray, *args: Any) -> None:
+def run_synced(cores: Callable[..., None], block_dim: int, bar: np.ndarray, contexts: np.ndarray,
+               *args: Any) -> None:
     """A kernel with SyncAll (:func:`tilesim.machine.sync.sync_all`): ``cores(c, c + 1, *args)`` for each core on a
     host thread of its own, and a phase ended (as :func:`run_cores` ends one) each time every core waits at the
     next SyncAll, which then releases them. ``bar``: the barrier words the cores see (BAR_WORDS of
     :mod:`tilesim.machine.waits`, set here): a phase runs as many cores at once as :func:`run_cores` would run
-    threads, in core order, the others asleep. Raises what a core raised, else :class:`SyncAllMismatch`."""
+    threads, in core order, the others asleep; ``contexts``: the cores' context blocks (a core that fails wakes
+    the threads waiting on its own). Raises what a core raised, else :class:`SyncAllMismatch`."""
     bar[:] = 0
     bar[waits.BAR_GATE] = _thread_count(block_dim)
     at = bar.ctypes.data
+    arrived = contexts.ctypes.data + X_ARRIVED * 8
     errors: list[BaseException] = []
     gone = np.zeros(block_dim, bool)
     finished = threading.Semaphore(0)  # released by a core's thread as its last touch of this launch
@@ -423,7 +427,7 @@ def run_synced(cores: Callable[..., None], block_dim: int, bar: np.ndarray, *arg
             errors.append(e)
         finally:
             gone[c] = True
-            waits.leave(at, block_dim, failed)
+            waits.leave(at, block_dim, failed, arrived + c * CTX_WORDS * 8)
             finished.release()
 
     threads = _core_threads(block_dim)
@@ -442,10 +446,10 @@ def run_synced(cores: Callable[..., None], block_dim: int, bar: np.ndarray, *arg
                     continue
                 if waiting > 0 and waiting + int(bar[waits.BAR_EXITED]) == block_dim:  # the others will never come
                     stuck = (g, np.flatnonzero(gone).tolist())
-                    bar[waits.BAR_ABORT] = 1
+                    waits.give_up(at)
             rung = waits.listen(at, rung, 100_000)  # asleep till a core arrives or ends (a timeout: Ctrl-C)
     except BaseException:
-        bar[waits.BAR_ABORT] = 1
+        waits.give_up(at)
         raise
     finally:
         for _ in range(block_dim):  # the cores' threads use the arrays and the words: let them all end first

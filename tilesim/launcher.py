@@ -461,7 +461,7 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
             with threads:
                 if k.sync_all:
                     bar = np.zeros(waits.BAR_WORDS, np.int64)
-                    _launch.run_synced(cores, block_dim, bar, block_dim, ln.arena, ln.counters, ln.err,
+                    _launch.run_synced(cores, block_dim, bar, ctx, block_dim, ln.arena, ln.counters, ln.err,
                                        ln.core_checks, ctx, ws, bar.ctypes.data, alog, _identity(block_dim), t,
                                        *flat)
                 else:
