@@ -210,7 +210,8 @@ def level0_runs(ctx, t, a, g, out):
 @pytest.mark.parametrize("dtype,n", [(np.float32, 64), (np.float32, 37), (np.float16, 128), (np.float16, 100),
                                      (np.float16, 64), (np.float16, 7)])
 def test_level0_mask_runs(dtype: type, n: int) -> None:
-    """A mask that is a run of the first lanes takes a loop of its own: the same results as the lane walk."""
+    """A mask that is a run of the first lanes takes a loop of its own, and one loop for all the repeats when they
+    lie end to end (the Adds here with every lane on): the same results as the lane walk."""
     lanes = 256 // np.dtype(dtype).itemsize
     rng = np.random.default_rng(n)
     a = rng.standard_normal((4, lanes)).astype(dtype)

@@ -284,6 +284,22 @@ def lane_on(lo, hi, lane):
                                                                               & np.uint64(1)) != 0
 
 
+def _joined(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
+    """Repeats whose lanes lie end to end as :func:`_contiguous` of their ``n`` elements (True), when the operands
+    have dst's type (the walk reads them all as dst's); else nothing (False)."""
+
+
+@overload(_joined, jit_options=DEVICE_OPTIONS)
+def _joined_impl(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
+    if a.dtype != dst.dtype or not (isinstance(b, types.NoneType) or b.dtype == dst.dtype):
+        return lambda op, dst, a, b, s, n: False
+
+    def joined(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
+        _contiguous(op, dst, a, b, s, n)
+        return True
+    return joined
+
+
 def _strided(op, dst, a, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tail):  # type: ignore[no-untyped-def]
     """The level-0 walk: ``repeat`` repeats of 8 blocks, lanes selected by the 128-bit mask (lo, hi); block and
     repeat strides in 32 B blocks for dst, a and b. ``tail`` > 0: the last repeat has only ``tail`` lanes
@@ -302,7 +318,11 @@ def _strided_impl(op, dst, a, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tai
         v = scalar_of(dt, s)
         k = prefix_lanes(lo, hi, 8 * epb)
         if k > 0 and ds == 1 and as_ == 1 and (not two or bs == 1):  # each repeat's lanes in one run: the
-            for r in range(repeat):  # same elements in the same order, in a loop that vectorises
+            run = k * sz  # same elements in the same order, in a loop that vectorises
+            if dr * 32 == run and ar * 32 == run and (not two or br * 32 == run) and _joined(
+                    op, dst, a, b, s, repeat * k if tail <= 0 else (repeat - 1) * k + min(k, tail)):
+                return  # each run right after the last: one loop did them all
+            for r in range(repeat):
                 m = min(k, tail) if (tail > 0 and r == repeat - 1) else k
                 d = carray(address_as_pointer(core.base + dst.addr + r * dr * 32, st), m)
                 x = carray(address_as_pointer(core.base + a.addr + r * ar * 32, st), m)
