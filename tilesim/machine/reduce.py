@@ -96,7 +96,7 @@ from ..device import (
     vec_ok,
     vec_out,
 )
-from ..intrinsics import address_as_pointer
+from ..intrinsics import address_as_pointer, pair_tree_sum_f32
 from ..jit import DEVICE_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
 from .dtypes import ALL
@@ -288,7 +288,8 @@ def _f32_sums(src, blk, dst, group, bits, repeat, src_rep, dst_rep):
     into ``dst`` (repeats ``dst_rep`` apart), the lanes on the bits of ``bits`` (the others add as +0): each
     repeat's 8 block sums (BlockReduceSum, ``group`` 8), 32 pair sums (PairReduceSum, 2) or sum (WholeReduceSum,
     64), in the pair tree's order (a Whole sum's upper levels pair the block sums). A group with no lane on is
-    not written. Written out, the adds vectorise."""
+    not written. A Whole sum is :func:`tilesim.intrinsics.pair_tree_sum_f32` (the tree as vector shuffles and
+    adds); the Block and Pair sums written out."""
     for r in range(repeat):
         _f32_repeat(src + r * src_rep, blk, dst + r * dst_rep, group, bits)
 
@@ -296,6 +297,10 @@ def _f32_sums(src, blk, dst, group, bits, repeat, src_rep, dst_rep):
 @njit(cache=True, inline="always")
 def _f32_repeat(src, blk, dst, group, bits):
     out = carray(address_as_pointer(dst, np.float32), 32)
+    if group == 64:
+        if bits:
+            out[0] = pair_tree_sum_f32(src, blk, bits)
+        return
     if group == 2:
         for b in range(8):
             x = carray(address_as_pointer(src + b * blk, np.float32), 8)
@@ -311,13 +316,10 @@ def _f32_repeat(src, blk, dst, group, bits):
     s5 = _block_sum(carray(address_as_pointer(src + 5 * blk, np.float32), 8), bits, 40)
     s6 = _block_sum(carray(address_as_pointer(src + 6 * blk, np.float32), 8), bits, 48)
     s7 = _block_sum(carray(address_as_pointer(src + 7 * blk, np.float32), 8), bits, 56)
-    if group == 8:
-        sums = (s0, s1, s2, s3, s4, s5, s6, s7)
-        for b in range(8):
-            if (bits >> np.uint64(8 * b)) & np.uint64(0xFF):
-                out[b] = sums[b]
-    elif bits:
-        out[0] = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+    sums = (s0, s1, s2, s3, s4, s5, s6, s7)
+    for b in range(8):
+        if (bits >> np.uint64(8 * b)) & np.uint64(0xFF):
+            out[b] = sums[b]
 
 
 def _walk(op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, order):  # type: ignore[no-untyped-def]
