@@ -363,6 +363,18 @@ def _walk_impl(op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, or
                         if (bits >> np.uint64(g * group)) & (_ONES >> np.uint64(64 - group)):
                             _wrote(core, pd, r * dst_rep * step + g * sz, sz)
             return store(dt, np.float32(0)), np.int64(0), np.int64(0), False
+        if is_sum and fold and f32:  # ReduceSum: the repeats' trees added in order (a repeat with no lane on
+            whole = repeat - 1 if tail > 0 else repeat  # adds nothing)
+            cut = lo & ((np.uint64(1) << np.uint64(tail)) - np.uint64(1)) if tail > 0 else lo
+            acc = np.float32(0)
+            found = False
+            for r in range(repeat):
+                bits = cut if r == whole else lo
+                if bits:
+                    x = pair_tree_sum_f32(core.base + src.addr + r * src_rep * 32, src_blk * 32, bits)
+                    acc = x if not found else acc + x
+                    found = True
+            return store(dt, acc), np.int64(0), np.int64(0), found
         v = np.empty(lanes, np.float32)
         raw = np.empty(lanes, st)
         on = np.zeros(lanes, np.bool_)
