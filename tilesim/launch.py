@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import queue
 import threading
 import time
 from collections import deque
@@ -370,14 +371,11 @@ class _CoreThread(threading.Thread):
 
     def __init__(self) -> None:
         super().__init__(name="tilesim-core", daemon=True)
-        self.go = threading.Semaphore(0)
-        self.job: tuple[Any, ...] = ()
+        self.jobs: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
 
     def run(self) -> None:
         while True:
-            self.go.acquire()
-            fn, *args = self.job
-            self.job = ()
+            fn, *args = self.jobs.get()
             fn(*args)
 
 
@@ -416,7 +414,7 @@ def run_synced(cores: Callable[..., None], block_dim: int, bar: np.ndarray, cont
     arrived = contexts.ctypes.data + X_ARRIVED * 8
     errors: list[BaseException] = []
     gone = np.zeros(block_dim, bool)
-    finished = threading.Semaphore(0)  # released by a core's thread as its last touch of this launch
+    finished: queue.SimpleQueue[int] = queue.SimpleQueue()  # a core's thread's last touch of this launch
 
     def core(c: int) -> None:
         failed = True
@@ -428,12 +426,11 @@ def run_synced(cores: Callable[..., None], block_dim: int, bar: np.ndarray, cont
         finally:
             gone[c] = True
             waits.leave(at, block_dim, failed, arrived + c * CTX_WORDS * 8)
-            finished.release()
+            finished.put(c)
 
     threads = _core_threads(block_dim)
     for c, th in enumerate(threads):
-        th.job = (core, c)
-        th.go.release()
+        th.jobs.put((core, c))
     g, stuck, rung = 0, None, -1
     try:
         while bar[waits.BAR_EXITED] < block_dim:
@@ -453,7 +450,7 @@ def run_synced(cores: Callable[..., None], block_dim: int, bar: np.ndarray, cont
         raise
     finally:
         for _ in range(block_dim):  # the cores' threads use the arrays and the words: let them all end first
-            finished.acquire()
+            finished.get()
         _done_with(threads)
     if errors and stuck is None:
         raise errors[0]
