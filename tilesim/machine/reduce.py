@@ -348,11 +348,11 @@ def _walk_impl(op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, or
         core = core_of(src)
         pd = plan_tensor(dst)
         step = _dst_step(op, dt, order)
+        whole = repeat - 1 if tail > 0 else repeat  # then the last repeat has its first ``tail`` lanes
+        cut = lo & ((np.uint64(1) << np.uint64(tail)) - np.uint64(1)) if tail > 0 else lo
         if is_sum and not fold and f32:  # the common case, written out (b32 lanes take mask[0] alone)
-            whole = repeat - 1 if tail > 0 else repeat  # then the last repeat has its first ``tail`` lanes
             _f32_sums(core.base + src.addr, src_blk * 32, core.base + dst.addr, group, lo, whole, src_rep * 32,
                       dst_rep * step)
-            cut = lo & ((np.uint64(1) << np.uint64(tail)) - np.uint64(1)) if tail > 0 else lo
             if tail > 0:
                 _f32_sums(core.base + src.addr + whole * src_rep * 32, src_blk * 32,
                           core.base + dst.addr + whole * dst_rep * step, group, cut, 1, 0, 0)
@@ -363,10 +363,8 @@ def _walk_impl(op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, or
                         if (bits >> np.uint64(g * group)) & (_ONES >> np.uint64(64 - group)):
                             _wrote(core, pd, r * dst_rep * step + g * sz, sz)
             return store(dt, np.float32(0)), np.int64(0), np.int64(0), False
-        if is_sum and fold and f32:  # ReduceSum: the repeats' trees added in order (a repeat with no lane on
-            whole = repeat - 1 if tail > 0 else repeat  # adds nothing)
-            cut = lo & ((np.uint64(1) << np.uint64(tail)) - np.uint64(1)) if tail > 0 else lo
-            acc = np.float32(0)
+        if is_sum and fold and f32:  # ReduceSum: the repeats' trees added in order (one with no lane on adds
+            acc = np.float32(0)  # nothing)
             found = False
             for r in range(repeat):
                 bits = cut if r == whole else lo
