@@ -46,7 +46,7 @@ from . import machine as asc
 from .device import ERR_API_TMP, checked_only, clobber, plan_of, report
 from .intrinsics import u32_as_f32
 from .jit import DEVICE_OPTIONS, njit
-from .machine.sync import fetch_id
+from .machine.sync import fetch_id, pipe_barrier_run
 from .machine.tensor import core_of, ctx_words, plan_tensor
 
 PH = asc.MASK_PLACEHOLDER
@@ -111,14 +111,17 @@ def _broadcast_last_dim(ctx, dst, src, bs, h):
     row_round, row_tail = bs // BRCB_BROADCAST_NUMBER, bs % BRCB_BROADCAST_NUMBER
     times, tail_times = row_round // MAX_REPEAT_TIMES, row_round % MAX_REPEAT_TIMES
     params = asc.BrcbRepeatParams(line_round, h)
-    for i in range(line_round):
-        for j in range(times):
-            asc.brcb(dst[i * BRCB_BROADCAST_NUMBER + j * BRCB_MAX_REPEAT_SIZE * h], src[j * BRCB_MAX_REPEAT_SIZE],
-                     MAX_REPEAT_TIMES, params)
-        if tail_times > 0:
-            asc.brcb(dst[i * BRCB_BROADCAST_NUMBER + times * BRCB_MAX_REPEAT_SIZE * h],
-                     src[times * BRCB_MAX_REPEAT_SIZE], tail_times, params)
-        asc.pipe_barrier(ctx, asc.PIPE_V)
+    if row_round == 0:  # nothing to Brcb: the loop issues its PipeBarriers alone
+        pipe_barrier_run(ctx, asc.PIPE_V, line_round)
+    else:
+        for i in range(line_round):
+            for j in range(times):
+                asc.brcb(dst[i * BRCB_BROADCAST_NUMBER + j * BRCB_MAX_REPEAT_SIZE * h], src[j * BRCB_MAX_REPEAT_SIZE],
+                         MAX_REPEAT_TIMES, params)
+            if tail_times > 0:
+                asc.brcb(dst[i * BRCB_BROADCAST_NUMBER + times * BRCB_MAX_REPEAT_SIZE * h],
+                         src[times * BRCB_MAX_REPEAT_SIZE], tail_times, params)
+            asc.pipe_barrier(ctx, asc.PIPE_V)
     if row_tail != 0:
         done = bs - row_tail
         _duplicate_last_dim(ctx, dst[done * h], src[done], row_tail, h)

@@ -43,10 +43,11 @@ from __future__ import annotations
 from enum import IntEnum
 
 import numpy as np
+from numba import types
 from numba.extending import overload
 
 from .. import schedule
-from ..device import HZ_EVENTS, PIPE_BARRIERS, SET_FLAGS, WAIT_FLAGS, count_sync
+from ..device import HZ_EVENTS, PIPE_BARRIERS, SET_FLAGS, WAIT_FLAGS, count_sync, counters_of
 from ..jit import DEVICE_OPTIONS, njit
 from .atomic import finish_phase
 from .hazard import hz_barrier, hz_set, hz_wait
@@ -205,6 +206,31 @@ def _pipe_barrier(ctx, pipe):  # type: ignore[no-untyped-def]
     if not isinstance(ctx, KernelContextType):
         return None
     return lambda ctx, pipe: _barrier(core_of(ctx), ctx_words(ctx.ctx), np.int64(pipe))
+
+
+def pipe_barrier_run(ctx, pipe, n):  # type: ignore[no-untyped-def]
+    """``n`` PipeBarrier<pipe> with nothing issued between them: an Ascend C API's loop whose body issued only its
+    barrier (LayerNormGrad's BrcbLastDimImpl for fewer than 8 rows: one a 32 B column block of H). The fast build
+    counts them at once (the same counts); the record and checked builds issue each, for the log and the check."""
+
+
+@overload(pipe_barrier_run, jit_options=DEVICE_OPTIONS)
+def _pipe_barrier_run(ctx, pipe, n):  # type: ignore[no-untyped-def]
+    if not isinstance(ctx, KernelContextType):
+        return None
+    if isinstance(ctx.checks, types.NoneType):
+        def counted(ctx, pipe, n):  # type: ignore[no-untyped-def]
+            if n > 0:
+                core = core_of(ctx)
+                _barrier(core, ctx_words(ctx.ctx), np.int64(pipe))
+                counters_of(core)[PIPE_BARRIERS] += n - 1
+        return counted
+
+    def issued(ctx, pipe, n):  # type: ignore[no-untyped-def]
+        core = core_of(ctx)
+        for _ in range(n):
+            _barrier(core, ctx_words(ctx.ctx), np.int64(pipe))
+    return issued
 
 
 @njit(cache=True)
