@@ -33,8 +33,8 @@ float addition into dgamma in GM. Split-D adds a core's tile once per 32-row bat
 with more than 32 rows dgamma is (((d + b0) + b1) + ...) in core order, the NPU's order of adds (earlier tilesim
 summed a core's batches before adding them, an order the NPU cannot take: those bits changed).
 
-Every kernel has a SyncAll, so a launch runs each core on a host thread of its own
-(:func:`tilesim.launch.run_synced`); on a small call that costs more than the work (split-D [64, 12288] fp32).
+Every kernel has a SyncAll, so a launch runs its cores as coroutines on the host threads
+(:func:`tilesim.launch.run_synced`).
 
 Where this differs from ops-nn on purpose:
 

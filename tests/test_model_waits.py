@@ -18,7 +18,7 @@ WORD, WAITERS, STOP = 0, 1, 2
 @njit(cache=True, nogil=True, host=True)
 def _wait(words, target):
     at = words.ctypes.data
-    return wait_until(at + WORD * 8, target, at + WAITERS * 8, at + STOP * 8, 0)
+    return wait_until(at + WORD * 8, target, at + WAITERS * 8, at + STOP * 8, 0, 0)
 
 
 @njit(cache=True, nogil=True, host=True)
@@ -32,7 +32,12 @@ def _wait_for_core(core, bar):
     """A core behind the gate: asleep until ``core`` (X_ARRIVED, its waiter count, its fault word) finishes its
     phase, stops, or the launch gives up."""
     at = core.ctypes.data
-    return wait_until(at, 1, at + 8, at + 16, bar.ctypes.data + BAR_ABORT * 8)
+    return wait_until(at, 1, at + 8, at + 16, bar.ctypes.data + BAR_ABORT * 8, 0)
+
+
+@njit(cache=True, nogil=True, host=True)
+def _leave(bar, block_dim, failed, arrived):
+    leave(bar, block_dim, failed, arrived)
 
 
 def _waiter(words, target, got):
@@ -71,6 +76,6 @@ def test_a_failed_core_stops_the_launch_and_wakes_those_waiting_for_it():
     th = threading.Thread(target=lambda: got.append(_wait_for_core(core, bar)))
     th.start()
     time.sleep(0.02)  # the waiter asleep (or about to be)
-    leave(bar.ctypes.data, 2, True, core.ctypes.data)
+    _leave(bar.ctypes.data, 2, True, core.ctypes.data)
     th.join()
     assert got == [False] and bar[BAR_ABORT] == 1 and bar[BAR_EXITED] == 1 and core[0] == 0 and core[1] == 0

@@ -507,3 +507,63 @@ bf16_nearest_block = intrinsic(_narrow_block_intrinsic(_bf16_nearest))
 fp16_nearest_block = intrinsic(_narrow_block_intrinsic(_fp16_nearest))
 bf16_widen_block = intrinsic(_widen_block_intrinsic(_bf16_widen))
 fp16_widen_block = intrinsic(_widen_block_intrinsic(_fp16_widen, _fp16_nan))
+
+
+# glibc's user contexts (ucontext.h), with which a host thread runs the cores of a SyncAll launch as coroutines:
+# a core waiting at SyncAll switches to the thread's scheduler, which switches to a core that can go on.
+UCONTEXT_BYTES = 1024  # sizeof(ucontext_t) is 968 on x86-64 glibc, 4560 on aarch64 (its FP state)
+if platform.machine().lower() in ("aarch64", "arm64"):
+    UCONTEXT_BYTES = 8192
+
+
+def _libc_call(builder, name, ret, args, values, var_arg=False):  # type: ignore[no-untyped-def]
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, args, var_arg=var_arg), name)
+    return builder.call(fn, values)
+
+
+@intrinsic
+def get_context(typingctx, at):
+    """getcontext(at): the calling thread's context into the ucontext_t at address ``at`` (a template for
+    :func:`make_context`)."""
+    if not isinstance(at, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i64, i32 = ir.IntType(64), ir.IntType(32)
+        _libc_call(builder, "getcontext", i32, [i64], [context.cast(builder, args[0], signature.args[0], types.int64)])
+        return context.get_dummy_value()
+
+    return types.none(at), codegen
+
+
+@intrinsic
+def make_context(typingctx, at, fn, arg):
+    """makecontext(at, fn, 1, arg): the context at ``at`` (its stack and uc_link set) made to run the C function
+    at address ``fn`` with the int64 ``arg`` when switched to."""
+    if not all(isinstance(a, types.Integer) for a in (at, fn, arg)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i64, i32 = ir.IntType(64), ir.IntType(32)
+        at_, fn_, arg_ = (context.cast(builder, v, t, types.int64) for v, t in zip(args, signature.args, strict=True))
+        _libc_call(builder, "makecontext", ir.VoidType(), [i64, i64, i32], [at_, fn_, ir.Constant(i32, 1), arg_],
+                   var_arg=True)
+        return context.get_dummy_value()
+
+    return types.none(at, fn, arg), codegen
+
+
+@intrinsic
+def swap_context(typingctx, save, load):
+    """swapcontext(save, load): this context saved at ``save``, the one at ``load`` run; returns when switched
+    back to."""
+    if not all(isinstance(a, types.Integer) for a in (save, load)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i64, i32 = ir.IntType(64), ir.IntType(32)
+        vals = [context.cast(builder, v, t, types.int64) for v, t in zip(args, signature.args, strict=True)]
+        _libc_call(builder, "swapcontext", i32, [i64, i64], vals)
+        return context.get_dummy_value()
+
+    return types.none(save, load), codegen

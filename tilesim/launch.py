@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import queue
 import threading
 import time
 from collections import deque
@@ -23,6 +22,7 @@ import numba
 import numpy as np
 
 from . import schedule, violations
+from .coroutines import STACK_BYTES, run_coroutines
 from .cost_params import CostParams, cost_params
 from .device import (
     COUNTER_NAMES,
@@ -47,10 +47,11 @@ from .device import (
     schedule_queue,
 )
 from .errors import CheckError
-from .intrinsics import store_fence
+from .intrinsics import UCONTEXT_BYTES, store_fence
 from .jit import njit
 from .machine import waits
-from .machine.tensor import CTX_WORDS, X_ARRIVED
+from .machine.atomic import DONE
+from .machine.tensor import X_ARRIVED
 from .soc import SocSpec
 from .ub import UbPlan
 
@@ -365,72 +366,34 @@ class SyncAllMismatch(RuntimeError):
     hangs)."""
 
 
-class _CoreThread(threading.Thread):
-    """A host thread that runs one core of a SyncAll launch at a time, kept for later launches (starting a thread
-    costs about as much as a small core's work)."""
-
-    def __init__(self) -> None:
-        super().__init__(name="tilesim-core", daemon=True)
-        self.jobs: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-
-    def run(self) -> None:
-        while True:
-            fn, *args = self.jobs.get()
-            fn(*args)
-
-
-_idle_core_threads: list[_CoreThread] = []
-
-
-def _core_threads(n: int) -> list[_CoreThread]:
-    """``n`` idle core threads, started if too few are left (:func:`_done_with` gives them back)."""
-    with _lock:
-        got = _idle_core_threads[len(_idle_core_threads) - n:] if n <= len(_idle_core_threads) else \
-            _idle_core_threads[:]
-        del _idle_core_threads[len(_idle_core_threads) - len(got):]
-    while len(got) < n:
-        th = _CoreThread()
-        th.start()
-        got.append(th)
-    return got
-
-
-def _done_with(threads: list[_CoreThread]) -> None:
-    with _lock:
-        _idle_core_threads.extend(threads)
-
-
-def run_synced(cores: Callable[..., None], block_dim: int, bar: np.ndarray, contexts: np.ndarray,
-               *args: Any) -> None:
-    """A kernel with SyncAll (:func:`tilesim.machine.sync.sync_all`): ``cores(c, c + 1, *args)`` for each core on a
-    host thread of its own, and a phase ended (as :func:`run_cores` ends one) each time every core waits at the
-    next SyncAll, which then releases them. ``bar``: the barrier words the cores see (BAR_WORDS of
-    :mod:`tilesim.machine.waits`, set here): a phase runs as many cores at once as :func:`run_cores` would run
-    threads, in core order, the others asleep; ``contexts``: the cores' context blocks (a core that fails wakes
-    the threads waiting on its own). Raises what a core raised, else :class:`SyncAllMismatch`."""
+def run_synced(entry: int, block_dim: int, bar: np.ndarray, contexts: np.ndarray, record: np.ndarray) -> None:
+    """A kernel with SyncAll (:func:`tilesim.machine.sync.sync_all`): its cores as coroutines on the host threads
+    (:mod:`tilesim.coroutines`), host thread k of n running cores k, k + n, ... through the generated C entry at
+    ``entry`` with the argument record ``record``, and a phase ended (as :func:`run_cores` ends one) each time
+    every core waits at the next SyncAll, which then releases them. ``bar``: the barrier words the cores see
+    (BAR_WORDS of :mod:`tilesim.machine.waits`, set here): a core goes on with a phase once the core n before it
+    has finished it, so the cores run in order as in :func:`run_cores`; ``contexts``: the cores' context blocks.
+    Raises :class:`SyncAllMismatch` when the cores cannot all reach a SyncAll, a RuntimeError naming the cores that
+    raised (a core that stopped on a fault leaves its fault word, which the launcher reports instead)."""
+    global _pool
+    n = _thread_count(block_dim)
     bar[:] = 0
-    bar[waits.BAR_GATE] = _thread_count(block_dim)
+    bar[waits.BAR_GATE] = n
     at = bar.ctypes.data
-    arrived = contexts.ctypes.data + X_ARRIVED * 8
-    errors: list[BaseException] = []
-    gone = np.zeros(block_dim, bool)
-    finished: queue.SimpleQueue[int] = queue.SimpleQueue()  # a core's thread's last touch of this launch
+    if _pool is None:
+        with _lock:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(max_workers=numba.config.NUMBA_NUM_THREADS, thread_name_prefix="tilesim")
+    jobs = [np.zeros((len(range(k, block_dim, n)), waits.JOB_WORDS), np.int64) for k in range(n)]
 
-    def core(c: int) -> None:
-        failed = True
-        try:
-            _run_fenced(cores, c, c + 1, *args)
-            failed = False
-        except BaseException as e:  # noqa: BLE001  (re-raised by the launching thread)
-            errors.append(e)
-        finally:
-            gone[c] = True
-            waits.leave(at, block_dim, failed, arrived + c * CTX_WORDS * 8)
-            finished.put(c)
+    def host(k: int) -> None:
+        mine = np.arange(k, block_dim, n, dtype=np.int64)
+        ctxs = thread_buffer("coroutine contexts", (mine.size + 1) * UCONTEXT_BYTES)[:(mine.size + 1) * UCONTEXT_BYTES]
+        stacks = thread_buffer("coroutine stacks", mine.size * STACK_BYTES)[:mine.size * STACK_BYTES].reshape(
+            mine.size, STACK_BYTES)
+        run_coroutines(jobs[k], ctxs, stacks, entry, record.ctypes.data, mine)
 
-    threads = _core_threads(block_dim)
-    for c, th in enumerate(threads):
-        th.jobs.put((core, c))
+    futures = [_pool.submit(host, k) for k in range(n)]
     g, stuck, rung = 0, None, -1
     try:
         while bar[waits.BAR_EXITED] < block_dim:
@@ -442,21 +405,21 @@ def run_synced(cores: Callable[..., None], block_dim: int, bar: np.ndarray, cont
                     waits.release(at)
                     continue
                 if waiting > 0 and waiting + int(bar[waits.BAR_EXITED]) == block_dim:  # the others will never come
-                    stuck = (g, np.flatnonzero(gone).tolist())
+                    stuck = (g, np.flatnonzero(contexts[:block_dim, X_ARRIVED] >= DONE).tolist())
                     waits.give_up(at)
             rung = waits.listen(at, rung, 100_000)  # asleep till a core arrives or ends (a timeout: Ctrl-C)
     except BaseException:
         waits.give_up(at)
         raise
     finally:
-        for _ in range(block_dim):  # the cores' threads use the arrays and the words: let them all end first
-            finished.get()
-        _done_with(threads)
-    if errors and stuck is None:
-        raise errors[0]
+        for f in futures:
+            f.result()
+    failed = [int(c) for j in jobs for c in j[j[:, waits.J_STATE] == waits.FAILED, waits.J_CORE]]
     if stuck is not None:
         raise SyncAllMismatch(f"cores {stuck[1]} ended without reaching SyncAll number {stuck[0] + 1}, where the "
                               f"other cores wait (the NPU hangs)")
+    if failed:
+        raise RuntimeError(f"cores {sorted(failed)} raised an exception in compiled code")
     _end_phase()
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numba import cfunc, types
 
 from . import launch as _launch
 from .device import HZ_MANUAL_SYNC, checks_field, hazard_col
@@ -55,6 +56,7 @@ from .machine.tensor import (
     X_BLOCK_NUM,
     X_CNT_AT,
     X_CNT_SIZE,
+    X_CORO,
     X_COUNTER_MODE,
     X_ERR_AT,
     X_ERR_SIZE,
@@ -147,7 +149,7 @@ class Kernel:
     py_func: Any
     buffer_names: tuple[str, ...]
     gm_params: list[str]  # the names of its GM parameters (after ctx and the tiling), for reports
-    sync_all: bool = False  # it calls sync_all: each core runs on a host thread of its own
+    sync_all: bool = False  # it calls sync_all: its cores run as coroutines (tilesim.coroutines)
 
     @property
     def name(self) -> str:
@@ -277,6 +279,126 @@ def _tiling_values(t: Any) -> tuple[Any, ...]:
 _memo_values = by_identity(_tiling_values)  # once per tiling object: a nested tiling has many fields
 
 
+# A SyncAll launch's argument record (int64 words, :func:`_entries`): the block dim, the SyncAll words' address,
+# then per array its address and shape, then the tiling's numbers (a float as its bits)
+_A_BLOCK_DIM, _A_SYNC_AT = 0, 1
+_RECORD_ARRAYS = (("arena", "np.uint8", 2), ("cnt", "np.int64", 2), ("err", "np.int64", 2), ("ctx", "np.int64", 2),
+                  ("ws", "np.uint8", 1), ("alog", "np.uint8", 2), ("order", "np.int64", 1))
+
+
+def _leaves(values: Any) -> list[Any]:
+    return [x for v in values for x in (_leaves(v) if isinstance(v, tuple) else [v])]
+
+
+def _leaf_types(t: Any) -> tuple[str, ...]:
+    return tuple(type(v).__name__ for v in _leaves(_tiling_values(t)))
+
+
+def _record_layout(n_gm: int) -> tuple[dict[str, int], int]:
+    at, slots = 2, {}
+    for name, _, nd in _RECORD_ARRAYS + tuple((f"g{i}", "np.uint8", 1) for i in range(n_gm)):
+        slots[name] = at
+        at += 1 + nd
+    return slots, at
+
+
+def _entries(t: Any, n_gm: int) -> str:
+    """The C entries of a SyncAll kernel's core loop, one per build (tilesim.coroutines): ``entry_fast(job)``
+    and the others rebuild the loop's arguments from the launch's argument record and run the job's core."""
+    slots, at = _record_layout(n_gm)
+    leaves = _leaves(_tiling_values(t))
+    words = at + len(leaves)
+    lines = []
+    for name, dt, nd in _RECORD_ARRAYS + tuple((f"g{i}", "np.uint8", 1) for i in range(n_gm)):
+        s = slots[name]
+        shape = f"(a[{s + 1}], a[{s + 2}])" if nd == 2 else f"a[{s + 1}]"
+        lines.append(f"    {name} = carray(address_as_pointer(a[{s}], {dt}), {shape})")
+    k = iter(range(at, words))
+
+    def rebuild(values: Any) -> str:
+        parts = []
+        for v in values:
+            if isinstance(v, tuple):
+                parts.append(rebuild(v))
+            elif isinstance(v, float):
+                parts.append(f"f[{next(k)}]")
+            elif isinstance(v, (bool, np.bool_)):
+                parts.append(f"a[{next(k)}] != 0")
+            elif isinstance(v, int):
+                parts.append(f"a[{next(k)}]")
+            else:
+                parts.append(f"np.{type(v).__name__}(f[{next(k)}])" if isinstance(v, np.floating)
+                             else f"np.{type(v).__name__}(a[{next(k)}])")
+        return "(" + "".join(p + ", " for p in parts) + ")"
+
+    tv = rebuild(_tiling_values(t))
+    body = "\n".join(lines)
+    gm = "".join(f", g{i}" for i in range(n_gm))
+    out = f"""
+
+from numba import carray
+from tilesim.intrinsics import address_as_pointer, store_fence
+from tilesim.machine.tensor import CTX_WORDS, X_ARRIVED, X_CORO
+from tilesim.machine.waits import ENDED, FAILED, J_ARGS, J_CORE, J_STATE, JOB_WORDS, RUNNING, leave
+
+WORDS = {words}
+"""
+    for build, checks in (("fast", "None"), ("record", "np.int64(0)"), ("checked", "True")):
+        out += f"""
+
+def entry_{build}(job):
+    j = carray(address_as_pointer(job, np.int64), JOB_WORDS)
+    a = carray(address_as_pointer(j[J_ARGS], np.int64), WORDS)
+    f = carray(address_as_pointer(j[J_ARGS], np.float64), WORDS)
+{body}
+    c = j[J_CORE]
+    ctx[c, X_CORO] = job
+    j[J_STATE] = RUNNING
+    tv = {tv}
+    failed = False
+    try:
+        cores(c, c + 1, a[{_A_BLOCK_DIM}], arena, cnt, err, {checks}, ctx, ws, a[{_A_SYNC_AT}], alog, order, tv{gm})
+    except Exception:
+        failed = True
+    store_fence()
+    leave(a[{_A_SYNC_AT}], a[{_A_BLOCK_DIM}], failed, ctx.ctypes.data + (c * CTX_WORDS + X_ARRIVED) * 8)
+    j[J_STATE] = FAILED if failed else ENDED
+"""
+    return out
+
+
+def _record(t: Any, n_gm: int, block_dim: int, sync_at: int, arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """The argument record :func:`_entries` reads: ``arrays`` by name (the GM arrays as g0, g1, ...)."""
+    slots, at = _record_layout(n_gm)
+    leaves = _leaves(_tiling_values(t))
+    rec = np.zeros(at + len(leaves), np.int64)
+    rec[_A_BLOCK_DIM], rec[_A_SYNC_AT] = block_dim, sync_at
+    for name, s in slots.items():
+        a = arrays[name]
+        rec[s] = a.ctypes.data
+        rec[s + 1:s + 1 + a.ndim] = a.shape
+    f = rec.view(np.float64)
+    for i, v in enumerate(leaves):
+        if isinstance(v, (float, np.floating)):
+            f[at + i] = v
+        else:
+            rec[at + i] = int(v)
+    return rec
+
+
+_ENTRIES: dict[tuple[Any, str], int] = {}
+
+
+def _entry(cores: Any, build: str) -> int:
+    """The address of the C entry of ``cores``' module for ``build`` (compiled on first use)."""
+    key = (cores, build)
+    at = _ENTRIES.get(key)
+    if at is None:
+        mod = sys.modules[cores.py_func.__module__]
+        at = _ENTRIES[key] = cfunc(types.void(types.int64), cache=True)(getattr(mod, f"entry_{build}")).address
+    return at
+
+
 def _core_loop(k: Kernel, t: Any, elems: tuple[dtypes.DType, ...]) -> Any:
     """The generated ``cores(first, last, ...)`` of kernel ``k`` for tilings of ``type(t)`` and GM arrays of the
     element types ``elems``: constants of the loop (an element type passed from Python would cost the call a
@@ -292,7 +414,7 @@ def _core_loop(k: Kernel, t: Any, elems: tuple[dtypes.DType, ...]) -> Any:
     expr, tiling_types = _tiling_form(t)
     nested = len(tiling_types) > 1 or any(_nested(getattr(t, n)) for n in names)
     digest = hashlib.sha256(repr((k.py_func.__module__, k.py_func.__qualname__, src_file, type(t).__qualname__,
-                                  names, expr, elems)).encode()).hexdigest()[:16]
+                                  names, expr, elems, _leaf_types(t))).encode()).hexdigest()[:16]
     kernel_hash = hashlib.sha256(Path(src_file).read_bytes()).hexdigest()[:16] if os.path.exists(src_file) else ""
     gm = ", ".join(f"g{i}" for i in range(n_gm))
     tensors = ", ".join(f"make_global((kc.ctx, kc.checks, np.int64({i}), np.int64(g{i}.ctypes.data), "
@@ -320,6 +442,8 @@ def cores(first, last, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, alo
         kernel(kc, t{", " + tensors if tensors else ""})
         exit_core(kc)
 '''
+    if k.sync_all:
+        src += _entries(t, n_gm)
     path = _cache_dir() / f"launch_{digest}.py"
     if not path.exists() or path.read_text() != src:
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -373,7 +497,7 @@ def _contexts(block_dim: int) -> np.ndarray:
 
 def _atomic_logs(block_dim: int) -> np.ndarray:
     """This host thread's atomic-add logs for ``block_dim`` cores (:mod:`tilesim.machine.atomic`): a row per
-    host thread that runs cores, the row at its first core (row c for a core on a thread of its own), kept across
+    host thread that runs cores, the row at its first core (row c for a coroutine's core c), kept across
     launches. Allocated, not touched: only the pages a log writes take memory."""
     pool = getattr(_threads, "logs", None)
     if pool is None:
@@ -456,14 +580,18 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
         alog = _atomic_logs(block_dim)
         ctx[:, X_ARRIVED] = 0  # before any core starts: a core's first atomic add or phase waits on the others'
         ctx[:, X_FAULT] = 0  # words (a launch given up leaves its cores' faults)
+        ctx[:, X_CORO] = 0
         try:
             threads = _launch.host_threads(*arrays)
             with threads:
                 if k.sync_all:
                     bar = np.zeros(waits.BAR_WORDS, np.int64)
-                    _launch.run_synced(cores, block_dim, bar, ctx, block_dim, ln.arena, ln.counters, ln.err,
-                                       ln.core_checks, ctx, ws, bar.ctypes.data, alog, _identity(block_dim), t,
-                                       *flat)
+                    build = "checked" if ln.checks else "record" if ln.recording else "fast"
+                    rec = _record(tiling, len(flat), block_dim, bar.ctypes.data,
+                                  {"arena": ln.arena, "cnt": ln.counters, "err": ln.err, "ctx": ctx, "ws": ws,
+                                   "alog": alog, "order": _identity(block_dim),
+                                   **{f"g{i}": g for i, g in enumerate(flat)}})
+                    _launch.run_synced(_entry(cores, build), block_dim, bar, ctx, rec)
                 else:
                     _launch.run_cores(cores, block_dim, block_dim, ln.arena, ln.counters, ln.err, ln.core_checks,
                                       ctx, ws, 0, alog, _launch.interleaved(block_dim), t, *flat)

@@ -16,10 +16,11 @@ instructions in order but lets them overlap; nothing orders two pipes but a sync
 - ``pipe.alloc_event_id(HardEvent.V_S)``, ``release_event_id``, ``fetch_event_id``: each HardEvent's pool of 8
   ids (A2), shared with the queues, lowest free id first.
 - ``sync_all(ctx)``: SyncAll, the barrier of all the launch's cores (each core's pipes drained first). A kernel
-  that calls it runs each core on a host thread of its own, as many at once as the launch has host threads and
-  the others asleep (:mod:`tilesim.machine.waits`); the launch ends a phase at each SyncAll (checked
-  mode's race check between cores and the cost model take phases as they took the shipped kernels'). Cores that
-  do not all reach the same SyncAll would hang the NPU: the launch stops with a KernelError naming them.
+  that calls it runs its cores as coroutines on the host threads (:mod:`tilesim.coroutines`), each thread its
+  cores in order, a core that waits switching to the next (:mod:`tilesim.machine.waits`); the launch ends a
+  phase at each SyncAll (checked mode's race check between cores and the cost model take phases as they took
+  the shipped kernels'). Cores that do not all reach the same SyncAll would hang the NPU: the launch stops with a
+  KernelError naming them.
 
 Fast mode counts the syncs (``pipe_barriers``, ``set_flags``, ``wait_flags``) and keeps the pools; the rest is
 checked mode's. There, every UB access is recorded per 32 B granule with the pipe and the instruction that made
@@ -54,6 +55,7 @@ from .hazard import hz_barrier, hz_set, hz_wait
 from .tensor import (
     N_EVENT_POOLS,
     X_BLOCK_NUM,
+    X_CORO,
     X_EVT_POOL,
     X_SYNC_AT,
     X_SYNC_GEN,
@@ -243,7 +245,8 @@ def _sync_all(core, w):
     g = w[X_SYNC_GEN]
     w[X_SYNC_GEN] = g + 1
     arrive(bar, w[X_BLOCK_NUM])
-    if not (gate(w) and await_release(bar, g)):  # its predecessor's next phase first: then the release is past
+    if not (gate(w) and await_release(bar, g, w[X_CORO])):  # its predecessor's next phase first: then the
+        # release is past
         _stop(w, FAULT_SYNC_ALL, g)
 
 

@@ -61,7 +61,8 @@ X_ALOG_AT, X_ALOG_SIZE, X_ALOG_USED = X_ATOMIC_TURN + 1, X_ATOMIC_TURN + 2, X_AT
 X_WAITERS = X_ALOG_USED + 1  # threads asleep until X_ARRIVED advances (tilesim.machine.waits)
 X_STACK = X_WAITERS + 1  # PopStackBuffer: 1 + the plan row it placed last (0: none)
 X_STACK_ROWS = X_STACK + 1  # the plan rows PopStackBuffer placed, a bit each (for reports)
-CTX_WORDS = X_STACK_ROWS + 1
+X_CORO = X_STACK_ROWS + 1  # a SyncAll launch's core, a coroutine: its job record (tilesim.coroutines); else 0
+CTX_WORDS = X_CORO + 1
 FREE, ALLOCATED, ENQUEUED, DEQUEUED = 0, 1, 2, 3  # a queue slot's state
 _GET_VALUE, _SET_VALUE = op_code("GetValue"), op_code("SetValue")
 

@@ -1,6 +1,8 @@
 """How one host thread waits for another: asleep on the word it waits for (a futex), not spinning.
 
-A launch with SyncAll runs each core on a host thread of its own, many more threads than the host has cores. A
+A launch's cores on two host threads wait for each other (an atomic add's turn); a SyncAll launch's cores, run
+as coroutines on the host threads (:mod:`tilesim.coroutines`), switch to their thread's scheduler instead of
+sleeping, and the scheduler sleeps on the word of its first waiting core when none can go on. A thread's
 waiter that spins (``sched_yield``) takes turns from the cores at work; one that naps wakes late or often. Here a
 waiter counts itself in the word's waiter count, checks the word once more, and sleeps on it; the thread that
 advances the word wakes the sleepers, with a system call only when the count says someone sleeps (both sides'
@@ -17,25 +19,48 @@ The SyncAll barrier's words (:func:`tilesim.launch.run_synced` owns them): cores
 SyncAlls released, cores ended, an abort (a core stopped, or the cores cannot all reach the next SyncAll), the
 cores a phase runs at once (:func:`gate`), sleepers on the release, and the launch's bell (rung when the launching
 thread, asleep on it, has something to do) with its sleepers. A core behind the gate waits for its predecessor
-alone, which cannot have finished the next phase before the release: so only the first cores sleep on the release
-word, and a release wakes no more threads than run.
+alone, which cannot have finished the next phase before the release: so only the first cores wait on the release
+word.
 """
 
 from __future__ import annotations
 
-from ..intrinsics import atomic_add, atomic_load, futex_wait, futex_wake
+import numpy as np
+from numba import carray
+
+from ..intrinsics import address_as_pointer, atomic_add, atomic_load, futex_wait, futex_wake, swap_context
 from ..jit import njit
-from .tensor import CTX_WORDS, X_ARRIVED, X_FAULT, X_IDX, X_SYNC_AT, X_SYNC_GEN, X_WAITERS
+from .tensor import CTX_WORDS, X_ARRIVED, X_CORO, X_FAULT, X_IDX, X_SYNC_AT, X_SYNC_GEN, X_WAITERS
 
 BAR_ARRIVED, BAR_RELEASED, BAR_EXITED, BAR_ABORT, BAR_GATE, BAR_RELEASE_WAITERS, BAR_BELL, BAR_BELL_WAITERS = range(8)
 BAR_WORDS = 8
 SLEEP_US = 128_000  # a wait's sleeps are at most this long: how late a stop nobody woke it for is seen
 
+# A core run as a coroutine (tilesim.coroutines) has a job record: its context and its scheduler's (ucontext_t
+# addresses), its state, what it waits for (the word, the target, the word's waiter count, the two stop words),
+# the launch's argument record and its core index
+J_OWN, J_SCHED, J_STATE, J_AT, J_TARGET, J_WAITERS, J_STOP_A, J_STOP_B, J_ARGS, J_CORE = range(10)
+JOB_WORDS = 16
+NEW, RUNNING, WAITING, ENDED, FAILED = 0, 1, 2, 3, 4
+
 
 @njit(cache=True)
-def wait_until(at, target, waiters, stop_a, stop_b):
+def wait_until(at, target, waiters, stop_a, stop_b, coro):
     """Sleep until the int64 at address ``at`` reaches ``target`` (True), or the word at ``stop_a`` or ``stop_b``
-    (an address, 0: none) is set first (False). ``waiters``: the address of the word's waiter count."""
+    (an address, 0: none) is set first (False). ``waiters``: the address of the word's waiter count. A core run as
+    a coroutine (``coro``: its job record) switches to its scheduler instead, which switches back once it can go
+    on."""
+    if coro:
+        j = carray(address_as_pointer(coro, np.int64), JOB_WORDS)
+        while True:
+            if atomic_load(at) >= target:
+                return True
+            if atomic_load(stop_a) or (stop_b != 0 and atomic_load(stop_b)):
+                return False
+            j[J_AT], j[J_TARGET], j[J_WAITERS], j[J_STOP_A], j[J_STOP_B] = at, target, waiters, stop_a, stop_b
+            j[J_STATE] = WAITING
+            swap_context(j[J_OWN], j[J_SCHED])
+            j[J_STATE] = RUNNING
     while True:
         if atomic_load(at) >= target:
             return True
@@ -70,7 +95,8 @@ def gate(w):
     if n <= 0 or w[X_IDX] < n:
         return True
     at = w.ctypes.data - n * (CTX_WORDS * 8)  # the context block of core X_IDX - n
-    return wait_until(at + X_ARRIVED * 8, w[X_SYNC_GEN] + 1, at + X_WAITERS * 8, at + X_FAULT * 8, bar + BAR_ABORT * 8)
+    return wait_until(at + X_ARRIVED * 8, w[X_SYNC_GEN] + 1, at + X_WAITERS * 8, at + X_FAULT * 8, bar + BAR_ABORT * 8,
+                      w[X_CORO])
 
 
 @njit(cache=True)
@@ -84,7 +110,8 @@ def wait_finished(w, j, p):
     """Sleep until core ``j`` (of this core's launch) has finished ``p`` phases, or has stopped."""
     at = w.ctypes.data + (j - w[X_IDX]) * (CTX_WORDS * 8)
     bar = w[X_SYNC_AT]
-    wait_until(at + X_ARRIVED * 8, p, at + X_WAITERS * 8, at + X_FAULT * 8, bar + BAR_ABORT * 8 if bar else 0)
+    wait_until(at + X_ARRIVED * 8, p, at + X_WAITERS * 8, at + X_FAULT * 8, bar + BAR_ABORT * 8 if bar else 0,
+               w[X_CORO])
 
 
 @njit(cache=True)
@@ -104,18 +131,15 @@ def arrive(bar, block_dim):
 
 
 @njit(cache=True)
-def await_release(bar, g):
+def await_release(bar, g, coro):
     """Sleep until SyncAll number ``g`` + 1 is released (True), or the launch gives up (False)."""
-    return wait_until(bar + BAR_RELEASED * 8, g + 1, bar + BAR_RELEASE_WAITERS * 8, bar + BAR_ABORT * 8, 0)
+    return wait_until(bar + BAR_RELEASED * 8, g + 1, bar + BAR_RELEASE_WAITERS * 8, bar + BAR_ABORT * 8, 0, coro)
 
 
-# The launching thread's side (called from Python; nogil so that the cores' threads run meanwhile)
-
-@njit(cache=True, nogil=True, host=True)
+@njit(cache=True)
 def leave(bar, block_dim, failed, arrived):
-    """A core's thread has ended (``failed``: with an exception, which gives the launch up): counted. A failed
-    core wakes the threads asleep on its X_ARRIVED word (``arrived``: its address) and on the release: they see the
-    stop, stop in turn and wake theirs."""
+    """A core has ended (``failed``: with an exception, which gives the launch up): counted. A failed core wakes
+    whoever sleeps on its X_ARRIVED word (``arrived``: its address) and on the release: they see the stop."""
     if failed:
         atomic_add(bar + BAR_ABORT * 8, 1)
         futex_wake(arrived)
@@ -123,6 +147,8 @@ def leave(bar, block_dim, failed, arrived):
     atomic_add(bar + BAR_EXITED * 8, 1)
     _ring_if_due(bar, block_dim)
 
+
+# The launching thread's side (called from Python; nogil so that the cores' threads run meanwhile)
 
 @njit(cache=True, nogil=True, host=True)
 def give_up(bar):
