@@ -4,6 +4,7 @@ cannot all reach the same SyncAll stop the launch instead of hanging it."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,3 +93,26 @@ def test_a_core_that_stops_before_the_sync_all_is_the_one_reported() -> None:
         _run(2, checks=False)
     total, _ = _run(0, cores=3, checks=False)  # and the next launch runs
     np.testing.assert_array_equal(total, 3 * np.arange(N, dtype=np.float32) + 3)
+
+
+def test_launches_from_several_threads_at_once_all_finish() -> None:
+    """A launch's cores run as coroutines on the host threads' pool, one scheduler a host thread, each waiting for
+    the others at a SyncAll: launches made at once from several Python threads must not queue one launch's
+    schedulers behind another's (two host threads each: 1 MiB of GM)."""
+    x = np.arange(N, dtype=np.float32)
+    results: list[np.ndarray | None] = [None] * 3
+
+    def calls(i: int) -> None:
+        parts, total = np.zeros(1 << 18, np.float32), np.zeros(N, np.float32)
+        for _ in range(5):
+            launch(two_phases, Case(0), x, parts, total, block_dim=48, outputs=2)
+        results[i] = total
+
+    threads = [threading.Thread(target=calls, args=(i,)) for i in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=300)
+    assert not any(th.is_alive() for th in threads)
+    for r in results:
+        np.testing.assert_array_equal(r, 48 * x + sum(range(48)))

@@ -393,7 +393,8 @@ def run_synced(entry: int, block_dim: int, bar: np.ndarray, contexts: np.ndarray
             mine.size, STACK_BYTES)
         run_coroutines(jobs[k], ctxs, stacks, entry, record.ctypes.data, mine)
 
-    futures = [_pool.submit(host, k) for k in range(n)]
+    with _lock:  # a launch's schedulers queued together: each waits for the others, so none may wait behind
+        futures = [_pool.submit(host, k) for k in range(n)]  # another launch's
     g, stuck, rung = 0, None, -1
     try:
         while bar[waits.BAR_EXITED] < block_dim:
