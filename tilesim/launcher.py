@@ -370,7 +370,7 @@ def entry_{build}(job):
 def _record(t: Any, n_gm: int, block_dim: int, sync_at: int, arrays: dict[str, np.ndarray]) -> np.ndarray:
     """The argument record :func:`_entries` reads: ``arrays`` by name (the GM arrays as g0, g1, ...)."""
     slots, at = _record_layout(n_gm)
-    leaves = _leaves(_tiling_values(t))
+    leaves = _leaves(_memo_values(t))  # once per tiling object
     rec = np.zeros(at + len(leaves), np.int64)
     rec[_A_BLOCK_DIM], rec[_A_SYNC_AT] = block_dim, sync_at
     for name, s in slots.items():
