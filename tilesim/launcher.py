@@ -294,6 +294,7 @@ def _leaf_types(t: Any) -> tuple[str, ...]:
     return tuple(type(v).__name__ for v in _leaves(_tiling_values(t)))
 
 
+@functools.cache
 def _record_layout(n_gm: int) -> tuple[dict[str, int], int]:
     at, slots = 2, {}
     for name, _, nd in _RECORD_ARRAYS + tuple((f"g{i}", "np.uint8", 1) for i in range(n_gm)):
@@ -586,7 +587,7 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
             with threads:
                 if k.sync_all:
                     bar = np.zeros(waits.BAR_WORDS, np.int64)
-                    build = "checked" if ln.checks else "record" if ln.recording else "fast"
+                    build = {None: "fast", True: "checked"}.get(ln.core_checks, "record")  # its rule, by name
                     rec = _record(tiling, len(flat), block_dim, bar.ctypes.data,
                                   {"arena": ln.arena, "cnt": ln.counters, "err": ln.err, "ctx": ctx, "ws": ws,
                                    "alog": alog, "order": _identity(block_dim),
