@@ -7,11 +7,14 @@ device code has no wrapper Python could call, so nothing takes its address.
 
 Here a function compiled without either wrapper (device code: tilesim's :func:`tilesim.jit.njit` without
 ``host``, an ``@overload`` with :data:`tilesim.jit.DEVICE_OPTIONS`, Numba's own internal helpers) is finalised
-*link-only*: its callees are linked in and Numba optimises it as usual, so a host function links the same
-optimised code it would otherwise, but it is not added to the execution engine and gets no machine code. Numba's
-cache stores it as the bitcode a caller links, where it would store an object file. The optimisation stays per
-function on purpose: one -O3 pass over the whole tree in the host function compiles faster but inlines and
-vectorises otherwise, and some kernels then run slower (figures in ``bench/RESULTS.md``).
+*link-only*: Numba's -O3 runs over the function's own code, then its callees' code is linked in as it is, and it
+is not added to the execution engine, so it gets no machine code. Numba's cache stores it as the bitcode a caller
+links, where it would store an object file. A host function links its callees the same way and optimises the
+whole tree once. Numba would optimise each level after linking, so every function above a leaf optimised the
+whole tree below it again: that took most of LLVM's time. Each function's own code is still optimised on its own
+on purpose, before it is inlined: a loop is vectorised where it is written, as Numba did. One -O3 over the whole
+tree in the host function alone compiles as fast but inlines and vectorises otherwise, and some kernels then ran
+slower (figures in ``bench/RESULTS.md``).
 
 Numba names a compiled function by its qualified name, a counter of the process and its argument types, and a
 linker keeps one definition per name. Code from the cache was named in another process, so a cached callee and a
@@ -57,19 +60,19 @@ def _run_pass(self, state):  # type: ignore[no-untyped-def]
 
 
 def _finalize(self):  # type: ignore[no-untyped-def]
-    """Numba's finalize; for a link-only library its callees linked in and Numba's optimisation, no machine code
-    (it is not added to the execution engine)."""
+    """Numba's finalize; for a link-only library Numba's optimisation of its own code, then its callees linked in,
+    and no machine code (it is not added to the execution engine)."""
     if not _is_link_only(self):
         return _numba_finalize(self)
     codegen.require_global_compiler_lock()
     self._raise_if_finalized()
+    self._optimize_final_module()  # before the callees are linked in: they were optimised where they were built
     seen = set()
     for library in self._linking_libraries:
         if library not in seen:
             self._reload_init.update(library._reload_init)
             seen.add(library)
             self._final_module.link_in(library._get_module_for_linking(), preserve=True)
-    self._optimize_final_module()
     self._final_module.verify()
     self._finalize_dynamic_globals()
     self._verify_declare_only_symbols()
