@@ -3,6 +3,7 @@ a host with AVX-512, with results bitwise those of 256-bit ones."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import pkgutil
@@ -92,34 +93,28 @@ def test_a_user_feature_string_or_cpu_name_or_an_earlier_compile_is_left_alone()
         assert out.stdout.split() == ["False", "True"], (extra, out.stdout, out.stderr)
 
 
-_DIGEST = """
-import hashlib, sys
-import numpy as np
-sys.path.insert(0, "tests")
-from conftest import rms_inputs
-import kernels
-from tilesim.jit import PREFERS_512_BIT
-rng = np.random.default_rng(11)
-h = hashlib.sha256()
-dy, x, rstd, gamma = rms_inputs(rng, (300, 1000), 1, "bfloat16")
-for a in kernels.rms_norm_grad(dy, x, rstd, gamma):
-    h.update(a.tobytes())
-xs = rng.uniform(-12.0, 12.0, (64, 2000)).astype(x.dtype)
-h.update(kernels.swiglu_grad(dy[:64, :1000], xs, -1).tobytes())
-print(PREFERS_512_BIT, h.hexdigest())
-"""
+def _digest() -> tuple[bool, str]:
+    """Whether this process prefers 512-bit vectors, and a hash of RmsNormGrad's and SwiGluGrad's bf16 outputs."""
+    from conftest import rms_inputs
+
+    rng = np.random.default_rng(11)
+    h = hashlib.sha256()
+    dy, x, rstd, gamma = rms_inputs(rng, (300, 1000), 1, "bfloat16")
+    for a in kernels.rms_norm_grad(dy, x, rstd, gamma):
+        h.update(a.tobytes())
+    xs = rng.uniform(-12.0, 12.0, (64, 2000)).astype(x.dtype)
+    h.update(kernels.swiglu_grad(dy[:64, :1000], xs, -1).tobytes())
+    return PREFERS_512_BIT, h.hexdigest()
 
 
 @pytest.mark.skipif(not AVX512 or USER_SET,
                     reason="needs an AVX-512 host and no NUMBA_CPU_FEATURES or NUMBA_CPU_NAME: the two widths")
 def test_results_are_bitwise_those_of_256_bit_vectors():
     """RmsNormGrad and SwiGluGrad in bf16 (the casts to and from bf16 around the fp32 Exp, Div, Mul and the
-    reduction trees), compiled with 512-bit vectors and with LLVM's default 256-bit ones, in two processes. One
-    dtype, because the 256-bit process compiles its kernels cold (its feature string keys other cache entries)."""
-    runs = {}
-    for width, extra in ((512, {}), (256, {"NUMBA_CPU_FEATURES": llvm.get_host_cpu_features().flatten()})):
-        out = subprocess.run([sys.executable, "-c", _DIGEST], cwd=ROOT, env={**os.environ, **extra},
-                             capture_output=True, text=True, check=True)
-        runs[width] = out.stdout.split()
-    assert runs[512][0] == "True" and runs[256][0] == "False"
-    assert runs[512][1] == runs[256][1]
+    reduction trees), compiled with 512-bit vectors here and with LLVM's default 256-bit ones in a process given
+    the host's feature string. One dtype, because that process compiles its kernels cold (its feature string
+    keys other cache entries)."""
+    env = {**os.environ, "NUMBA_CPU_FEATURES": llvm.get_host_cpu_features().flatten()}
+    code = "import sys; sys.path.insert(0, 'tests'); from test_jit import _digest; print(*_digest())"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    assert _digest() == (True, out.stdout.split()[1]) and out.stdout.split()[0] == "False"
