@@ -435,7 +435,7 @@ from tilesim.tilings import {", ".join(sorted(tiling_types)) if nested else name
 kernel = importlib.import_module({k.py_func.__module__!r}).{k.py_func.__qualname__}.fn
 {consts}
 
-@njit(cache=True, nogil=True, host=True)
+@njit(cache=True, nogil=True{"" if k.sync_all else ", host=True"})
 def cores(first, last, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, alog, order, t{", " + gm if gm else ""}):
     {"v = t" + chr(10) + "    t = " + expr if nested else "t = Tiling(*t)"}
     for i in range(first, last):
@@ -443,7 +443,7 @@ def cores(first, last, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, alo
         kernel(kc, t{", " + tensors if tensors else ""})
         exit_core(kc)
 '''
-    if k.sync_all:
+    if k.sync_all:  # its entries call the loop, device code: only they optimise the kernel's tree, once
         src += _entries(t, n_gm)
     path = _cache_dir() / f"launch_{digest}.py"
     if not path.exists() or path.read_text() != src:
