@@ -25,7 +25,9 @@ from . import schedule, violations
 from .coroutines import STACK_BYTES, run_coroutines
 from .cost_params import CostParams, cost_params
 from .device import (
+    CHECKED_BUILD,
     COUNTER_NAMES,
+    FAST_BUILD,
     LOG_COUNT,
     LOG_FIELDS,
     MTE2_BYTES,
@@ -36,6 +38,7 @@ from .device import (
     REC_AT,
     REC_MODE,
     REC_SCHEDULE,
+    RECORD_BUILD,
     SCHED_BASE,
     SCHED_CACHE,
     SCHED_GMS,
@@ -207,6 +210,11 @@ class Launch:
         for a launch that records without checks (a log, or its own schedule: the record build, compiled without
         checked mode's code); None otherwise (the fast build, with neither)."""
         return True if self.checks else 0 if self.recording else None
+
+    @property
+    def build(self) -> str:
+        """The name of the build :attr:`core_checks` selects (:func:`tilesim.device.build_of`'s names)."""
+        return CHECKED_BUILD if self.checks else RECORD_BUILD if self.recording else FAST_BUILD
 
     def end_phase(self) -> None:
         """SyncAll: note where each core's instruction count and violations stand (when recording, a phase in

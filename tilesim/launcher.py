@@ -34,7 +34,7 @@ import numpy as np
 from numba import cfunc, types
 
 from . import launch as _launch
-from .device import HZ_MANUAL_SYNC, checks_field, hazard_col
+from .device import CHECKED_BUILD, FAST_BUILD, HZ_MANUAL_SYNC, RECORD_BUILD, checks_field, hazard_col
 from .errors import UbOverflowError
 from .jit import njit
 from .machine import dtypes, waits
@@ -344,7 +344,7 @@ from tilesim.machine.waits import ENDED, FAILED, J_ARGS, J_CORE, J_STATE, JOB_WO
 
 WORDS = {words}
 """
-    for build, checks in (("fast", "None"), ("record", "np.int64(0)"), ("checked", "True")):
+    for build, checks in ((FAST_BUILD, "None"), (RECORD_BUILD, "np.int64(0)"), (CHECKED_BUILD, "True")):
         out += f"""
 
 def entry_{build}(job):
@@ -443,7 +443,7 @@ def cores(first, last, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, alo
         kernel(kc, t{", " + tensors if tensors else ""})
         exit_core(kc)
 '''
-    if k.sync_all:  # its entries call the loop, device code: only they optimise the kernel's tree, once
+    if k.sync_all:  # the loop is then device code, called by the entries: they optimise the kernel's tree once
         src += _entries(t, n_gm)
     path = _cache_dir() / f"launch_{digest}.py"
     if not path.exists() or path.read_text() != src:
@@ -587,12 +587,11 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
             with threads:
                 if k.sync_all:
                     bar = np.zeros(waits.BAR_WORDS, np.int64)
-                    build = {None: "fast", True: "checked"}.get(ln.core_checks, "record")  # its rule, by name
                     rec = _record(tiling, len(flat), block_dim, bar.ctypes.data,
                                   {"arena": ln.arena, "cnt": ln.counters, "err": ln.err, "ctx": ctx, "ws": ws,
                                    "alog": alog, "order": _identity(block_dim),
                                    **{f"g{i}": g for i, g in enumerate(flat)}})
-                    _launch.run_synced(_entry(cores, build), block_dim, bar, ctx, rec)
+                    _launch.run_synced(_entry(cores, ln.build), block_dim, bar, ctx, rec)
                 else:
                     _launch.run_cores(cores, block_dim, block_dim, ln.arena, ln.counters, ln.err, ln.core_checks,
                                       ctx, ws, 0, alog, _launch.interleaved(block_dim), t, *flat)
