@@ -1,4 +1,4 @@
-"""Numba's on-disk cache, kept consistent with tilesim's own sources.
+"""Numba's on-disk cache, kept consistent with tilesim's own sources, and found again by other processes.
 
 Numba stamps each cached function with its own source file only. A kernel's machine code inlines tilesim's
 instructions, so after an edit to (or an upgrade of) ``tilesim``, every kernel loaded from the cache, ours and a
@@ -7,15 +7,24 @@ change, each cached function is compiled again on first use.
 
 It must run before the first ``@njit(cache=True)`` is decorated (the stamp is taken then), so
 ``tilesim/__init__.py`` imports it first.
+
+Numba keys a cached closure (an ``@overload``'s implementation is one) by its code and by the pickled values it
+closes over. A compiled function among them pickles with its dispatcher's uuid, drawn anew in each process, and a
+set with its strings in the order of the process's hash seed: such a key matched in no other process, so every
+process compiled the function again and added one more entry to the cache. Here they pickle as their Python
+function and as sorted items.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import pickle
 from pathlib import Path
+from typing import Any
 
-from numba.core import caching
+from numba.core import caching, serialize
+from numba.core.dispatcher import Dispatcher
 
 # Host-side modules no kernel inlines: editing them (the cost model, the explorer, the command line, the launch's
 # host side) leaves the compiled kernels valid. Their own @njit helpers, called from the host, are covered by
@@ -61,3 +70,44 @@ def _load_index(self):  # type: ignore[no-untyped-def]
 
 
 caching.IndexDataCacheFile._load_index = _load_index
+
+
+def _compiled(py_func: Any) -> Any:
+    """Stands for a compiled function in a cache key (a key is never unpickled)."""
+    return py_func
+
+
+class _KeyPickler(serialize.NumbaPickler):
+    """Numba's pickler, with a compiled function pickled as its Python function."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, Dispatcher):
+            return _compiled, (obj.py_func,)
+        return super().reducer_override(obj)
+
+
+def _ordered(v: Any) -> Any:
+    """``v`` with each set in it as its items sorted (pickle writes a set in its iteration order, and a pickler
+    cannot take that over)."""
+    if isinstance(v, (set, frozenset)):
+        return (type(v).__name__, tuple(sorted((_ordered(x) for x in v), key=repr)))
+    if isinstance(v, (tuple, list)):
+        return type(v)(_ordered(x) for x in v)
+    if isinstance(v, dict):
+        return {k: _ordered(x) for k, x in v.items()}
+    return v
+
+
+def _index_key(self, sig, codegen):  # type: ignore[no-untyped-def]
+    """Numba's index key (signature, codegen, code and closure hashes), the closure pickled by _KeyPickler."""
+    cells = self._py_func.__closure__
+    cvars = b""
+    if cells is not None:
+        with io.BytesIO() as buf:
+            _KeyPickler(buf, protocol=4).dump(_ordered(tuple(c.cell_contents for c in cells)))
+            cvars = buf.getvalue()
+    code = self._py_func.__code__.co_code
+    return (sig, codegen.magic_tuple(), (hashlib.sha256(code).hexdigest(), hashlib.sha256(cvars).hexdigest()))
+
+
+caching.Cache._index_key = _index_key
