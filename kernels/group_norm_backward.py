@@ -68,7 +68,7 @@ from tilesim import machine as asc  # AscendC::
 from tilesim.cast import KIND_BF16, KIND_FP16, b16_to_f32_bits
 from tilesim.errors import invalid
 from tilesim.intrinsics import u32_as_f32
-from tilesim.jit import DEVICE_OPTIONS, njit
+from tilesim.jit import OVERLOAD_OPTIONS, njit
 from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
@@ -112,7 +112,7 @@ def _to_float(dtype, v):  # type: ignore[no-untyped-def]
     """``float(v)`` of a GetValue (ToFloat for bfloat16_t; half and bfloat16 read as their bits)."""
 
 
-@overload(_to_float, jit_options=DEVICE_OPTIONS)
+@overload(_to_float, jit_options=OVERLOAD_OPTIONS)
 def _to_float_impl(dtype, v):  # type: ignore[no-untyped-def]
     name = dtype.dt.name
     if name == "float":
@@ -143,7 +143,7 @@ def _copy_in(ctx, dst, tbuf, src, count):  # type: ignore[no-untyped-def]
     the T TBuf ``tbuf``, PipeBarrier<PIPE_ALL>, Cast to ``dst`` with CAST_NONE (exact)."""
 
 
-@overload(_copy_in, jit_options=DEVICE_OPTIONS)
+@overload(_copy_in, jit_options=OVERLOAD_OPTIONS)
 def _copy_in_impl(ctx, dst, tbuf, src, count):  # type: ignore[no-untyped-def]
     if src.dtype.dt.size == 4:
         def fp32(ctx, dst, tbuf, src, count):  # type: ignore[no-untyped-def]
@@ -166,7 +166,7 @@ def _copy_out(ctx, pipe, dst, src, tbuf, count):  # type: ignore[no-untyped-def]
     ops-nn's EVENT_ID0 may be held by a FreeTensor)."""
 
 
-@overload(_copy_out, jit_options=DEVICE_OPTIONS)
+@overload(_copy_out, jit_options=OVERLOAD_OPTIONS)
 def _copy_out_impl(ctx, pipe, dst, src, tbuf, count):  # type: ignore[no-untyped-def]
     if dst.dtype.dt.size == 4:
         def fp32(ctx, pipe, dst, src, tbuf, count):  # type: ignore[no-untyped-def]
@@ -278,7 +278,7 @@ def _mode_selection(ctx, pipe, t, b, g, task, dgamma_ub, dbeta_ub):  # type: ign
     """Mode_Selection: where a task's C_G sums go (by ``T`` and isDeterministic)."""
 
 
-@overload(_mode_selection, jit_options=DEVICE_OPTIONS)
+@overload(_mode_selection, jit_options=OVERLOAD_OPTIONS)
 def _mode_selection_impl(ctx, pipe, t, b, g, task, dgamma_ub, dbeta_ub):  # type: ignore[no-untyped-def]
     if g.types[g.fields.index("dgamma")].dtype.dt.size == 4:  # g: the Numba type of a Gm
         def fp32(ctx, pipe, t, b, g, task, dgamma_ub, dbeta_ub):  # type: ignore[no-untyped-def]

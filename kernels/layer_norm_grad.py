@@ -32,7 +32,7 @@ import numpy as np
 from numba.extending import overload
 
 from tilesim import machine as asc  # AscendC::
-from tilesim.jit import DEVICE_OPTIONS, njit
+from tilesim.jit import OVERLOAD_OPTIONS, njit
 from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
 from tilesim.normalization import layer_norm_grad as lng_api
@@ -53,7 +53,7 @@ def _land(buf, n, dtype):  # type: ignore[no-untyped-def]
     itself for float, for half its upper half (32 B aligned, as DataCopyPad needs)."""
 
 
-@overload(_land, jit_options=DEVICE_OPTIONS)
+@overload(_land, jit_options=OVERLOAD_OPTIONS)
 def _land_typed(buf, n, dtype):  # type: ignore[no-untyped-def]
     if dtype.dt.size == 4:
         return lambda buf, n, dtype: buf.reinterpret_cast(dtype)
@@ -64,7 +64,7 @@ def _widen(buf, n, dtype):  # type: ignore[no-untyped-def]
     """Half: the ``n`` elements landed in ``buf``'s upper half cast to fp32 in place (CAST_NONE: exact)."""
 
 
-@overload(_widen, jit_options=DEVICE_OPTIONS)
+@overload(_widen, jit_options=OVERLOAD_OPTIONS)
 def _widen_typed(buf, n, dtype):  # type: ignore[no-untyped-def]
     if dtype.dt.size == 4:
         return lambda buf, n, dtype: None
@@ -83,7 +83,7 @@ def _narrow(buf, n, dtype):  # type: ignore[no-untyped-def]
     """Half: ``n`` fp32 values rounded to half in place (CAST_RINT: to nearest even)."""
 
 
-@overload(_narrow, jit_options=DEVICE_OPTIONS)
+@overload(_narrow, jit_options=OVERLOAD_OPTIONS)
 def _narrow_typed(buf, n, dtype):  # type: ignore[no-untyped-def]
     if dtype.dt.size == 4:
         return lambda buf, n, dtype: None

@@ -58,7 +58,7 @@ from numba.extending import overload
 
 from tilesim import machine as asc  # AscendC::
 from tilesim.errors import tiling_error
-from tilesim.jit import DEVICE_OPTIONS, njit
+from tilesim.jit import OVERLOAD_OPTIONS, njit
 from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
@@ -89,7 +89,7 @@ def _y_round_mode(dtype):  # type: ignore[no-untyped-def]
     """The rounding of y: CAST_NONE for half, CAST_RINT otherwise (bfloat16; float never casts)."""
 
 
-@overload(_y_round_mode, jit_options=DEVICE_OPTIONS)
+@overload(_y_round_mode, jit_options=OVERLOAD_OPTIONS)
 def _y_round_mode_impl(dtype):  # type: ignore[no-untyped-def]
     mode = asc.CAST_NONE if dtype.dt.name == "half" else asc.CAST_RINT
     return lambda dtype: mode
@@ -237,7 +237,7 @@ def _normal_square(ctx, in_queue_x, x_local, x32, sqx, n):  # type: ignore[no-un
     buffer freed)."""
 
 
-@overload(_normal_square, jit_options=DEVICE_OPTIONS)
+@overload(_normal_square, jit_options=OVERLOAD_OPTIONS)
 def _normal_square_impl(ctx, in_queue_x, x_local, x32, sqx, n):  # type: ignore[no-untyped-def]
     if x_local.dtype.dt.size == 4:
         def fp32(ctx, in_queue_x, x_local, x32, sqx, n):  # type: ignore[no-untyped-def]
@@ -256,7 +256,7 @@ def _normal_scale(in_queue_x, x_local, x32, sqx, rstd_value, n):  # type: ignore
     """Compute's step 3: sqx = x · rstd (fp32 x from its queue buffer, then freed; b16 from the fp32 copy)."""
 
 
-@overload(_normal_scale, jit_options=DEVICE_OPTIONS)
+@overload(_normal_scale, jit_options=OVERLOAD_OPTIONS)
 def _normal_scale_impl(in_queue_x, x_local, x32, sqx, rstd_value, n):  # type: ignore[no-untyped-def]
     if x_local.dtype.dt.size == 4:
         def fp32(in_queue_x, x_local, x32, sqx, rstd_value, n):  # type: ignore[no-untyped-def]
@@ -271,7 +271,7 @@ def _normal_mul_gamma_cast(ctx, out_queue_y, sqx, x32, gamma_local, n, dtype):  
     of x first; fp32 gamma as is), then Cast to T; EnQue y."""
 
 
-@overload(_normal_mul_gamma_cast, jit_options=DEVICE_OPTIONS)
+@overload(_normal_mul_gamma_cast, jit_options=OVERLOAD_OPTIONS)
 def _normal_mul_gamma_cast_impl(ctx, out_queue_y, sqx, x32, gamma_local, n, dtype):  # type: ignore[no-untyped-def]
     if dtype.dt.size == 4:
         def fp32(ctx, out_queue_y, sqx, x32, gamma_local, n, dtype):  # type: ignore[no-untyped-def]
@@ -371,7 +371,7 @@ def _split_d_square(ctx, in_queue_x, x_local, x_fp32_buf, sqx, num):  # type: ig
     """ComputeSumPrecision's first step: sqx = x² ([Cast], the queue buffer freed)."""
 
 
-@overload(_split_d_square, jit_options=DEVICE_OPTIONS)
+@overload(_split_d_square, jit_options=OVERLOAD_OPTIONS)
 def _split_d_square_impl(ctx, in_queue_x, x_local, x_fp32_buf, sqx, num):  # type: ignore[no-untyped-def]
     if x_local.dtype.dt.size == 4:
         def fp32(ctx, in_queue_x, x_local, x_fp32_buf, sqx, num):  # type: ignore[no-untyped-def]
@@ -446,7 +446,7 @@ def _split_d_y(ctx, x_local, x_fp32_buf, y_local, sqx, gamma_local, rstd_value, 
     copy of x, then Cast to T)."""
 
 
-@overload(_split_d_y, jit_options=DEVICE_OPTIONS)
+@overload(_split_d_y, jit_options=OVERLOAD_OPTIONS)
 def _split_d_y_impl(ctx, x_local, x_fp32_buf, y_local, sqx, gamma_local, rstd_value, num):  # type: ignore[no-untyped-def]
     if x_local.dtype.dt.size == 4:
         def fp32(ctx, x_local, x_fp32_buf, y_local, sqx, gamma_local, rstd_value, num):  # type: ignore[no-untyped-def]
@@ -471,7 +471,7 @@ def _mul_gamma(ctx, x32, sqx, gamma_local, num):  # type: ignore[no-untyped-def]
     then) first."""
 
 
-@overload(_mul_gamma, jit_options=DEVICE_OPTIONS)
+@overload(_mul_gamma, jit_options=OVERLOAD_OPTIONS)
 def _mul_gamma_impl(ctx, x32, sqx, gamma_local, num):  # type: ignore[no-untyped-def]
     if gamma_local.dtype.dt.size == 4:
         return lambda ctx, x32, sqx, gamma_local, num: asc.mul(sqx, sqx, gamma_local, num)
@@ -625,7 +625,7 @@ def _merge_n_square(ctx, in_queue_x, x_local, x32, sqx, en):  # type: ignore[no-
     """Compute's step 1: sqx = x² over the pass (b16: Cast to the fp32 copy, the queue buffer freed, Mul)."""
 
 
-@overload(_merge_n_square, jit_options=DEVICE_OPTIONS)
+@overload(_merge_n_square, jit_options=OVERLOAD_OPTIONS)
 def _merge_n_square_impl(ctx, in_queue_x, x_local, x32, sqx, en):  # type: ignore[no-untyped-def]
     if x_local.dtype.dt.size == 4:
         return lambda ctx, in_queue_x, x_local, x32, sqx, en: asc.mul(sqx, x_local, x_local, en)
@@ -646,7 +646,7 @@ def _merge_n_y(ctx, t, rows, in_queue_x, out_queue_y, out_queue_rstd, x_local, x
     queue buffer into sqx with Brcb's rstd in tmp."""
 
 
-@overload(_merge_n_y, jit_options=DEVICE_OPTIONS)
+@overload(_merge_n_y, jit_options=OVERLOAD_OPTIONS)
 def _merge_n_y_impl(ctx, t, rows, in_queue_x, out_queue_y, out_queue_rstd, x_local, x32, sqx, tmp, rstd_local,
                     gamma_local):  # type: ignore[no-untyped-def]
     dtype = x_local.dtype.dt
@@ -706,7 +706,7 @@ def _merge_n_gamma(ctx, pipe, in_queue_gamma, sqx_buf, gamma, n):  # type: ignor
     MTE2_V sync, an id from FetchEventID) and is cast into the queue buffer."""
 
 
-@overload(_merge_n_gamma, jit_options=DEVICE_OPTIONS)
+@overload(_merge_n_gamma, jit_options=OVERLOAD_OPTIONS)
 def _merge_n_gamma_impl(ctx, pipe, in_queue_gamma, sqx_buf, gamma, n):  # type: ignore[no-untyped-def]
     if gamma.dtype.dt.size == 4:
         def fp32(ctx, pipe, in_queue_gamma, sqx_buf, gamma, n):  # type: ignore[no-untyped-def]

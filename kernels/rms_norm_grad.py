@@ -60,7 +60,7 @@ from numba.extending import overload
 
 from tilesim import machine as asc  # AscendC::
 from tilesim.errors import tiling_error
-from tilesim.jit import DEVICE_OPTIONS, njit
+from tilesim.jit import OVERLOAD_OPTIONS, njit
 from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
@@ -90,7 +90,7 @@ def _dx_round_mode(dtype):  # type: ignore[no-untyped-def]
     """The rounding of dx: CAST_NONE for half, CAST_RINT for bfloat16 (float never casts)."""
 
 
-@overload(_dx_round_mode, jit_options=DEVICE_OPTIONS)
+@overload(_dx_round_mode, jit_options=OVERLOAD_OPTIONS)
 def _dx_round_mode_impl(dtype):  # type: ignore[no-untyped-def]
     mode = asc.CAST_NONE if dtype.dt.name == "half" else asc.CAST_RINT
     return lambda dtype: mode
@@ -100,7 +100,7 @@ def _cast2float_if(ctx, cast_local, dtype, src_offset, count):  # type: ignore[n
     """Cast2FloatIf<T>: b16 T at element ``src_offset`` of the buffer widened in place to fp32, PipeBarrier<V>."""
 
 
-@overload(_cast2float_if, jit_options=DEVICE_OPTIONS)
+@overload(_cast2float_if, jit_options=OVERLOAD_OPTIONS)
 def _cast2float_if_impl(ctx, cast_local, dtype, src_offset, count):  # type: ignore[no-untyped-def]
     if dtype.dt.size == 4:
         return lambda ctx, cast_local, dtype, src_offset, count: None
@@ -115,7 +115,7 @@ def _cast_dx(ctx, dx_local, dtype, count):  # type: ignore[no-untyped-def]
     """The b16 Cast of dx in place (CastAndPrepareDxOutput, and Compute's own), PipeBarrier<V>; float: nothing."""
 
 
-@overload(_cast_dx, jit_options=DEVICE_OPTIONS)
+@overload(_cast_dx, jit_options=OVERLOAD_OPTIONS)
 def _cast_dx_impl(ctx, dx_local, dtype, count):  # type: ignore[no-untyped-def]
     if dtype.dt.size == 4:
         return lambda ctx, dx_local, dtype, count: None

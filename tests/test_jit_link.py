@@ -87,3 +87,61 @@ def test_a_cached_device_function_is_linked_from_its_bitcode_by_a_host_function_
     assert rest2.startswith("[-4.5, -3.5, -2.5, -1.5]")  # (2i - 3) / 2 - 3
     # the two processes' functions were numbered from far-apart random points, not both from 1
     assert int(uid1) > 2**40 and int(uid2) > 2**40 and abs(int(uid1) - int(uid2)) > 10**6
+
+
+_OVERLOAD_MODULE = """
+import numpy as np
+from numba.core.extending import overload
+from tilesim.jit import OVERLOAD_OPTIONS, njit
+
+@njit(cache=True)
+def scale(x):
+    return x * np.float32(2)
+
+def op(x):
+    pass
+
+@overload(op, jit_options=OVERLOAD_OPTIONS)
+def _op(x):
+    f = scale
+    return lambda x: f(x) + np.float32(1)  # a closure over a compiled function, as tilesim's builds select theirs
+
+@njit(cache=True, host=True)
+def first(x):
+    return op(x)
+
+@njit(cache=True, host=True)
+def second(x):
+    return op(x) - np.float32(1)
+"""
+
+_RUN_COUNTING = """
+import sys, numpy as np
+sys.path.insert(0, sys.argv[1])
+from numba.core import event
+import overload_mod
+compiled = []
+class Count(event.Listener):
+    def on_start(self, e):
+        compiled.append(e.data["dispatcher"].py_func.__qualname__)
+    def on_end(self, e):
+        pass
+with event.install_listener("numba:compile", Count()):
+    r = getattr(overload_mod, sys.argv[2])(np.float32(3))
+print(r, " ".join(sorted(compiled)))
+"""
+
+
+def test_an_overloads_implementation_is_found_in_the_cache_by_another_process(tmp_path):
+    """OVERLOAD_OPTIONS caches an @overload's implementation, a closure; one over a compiled function gets the
+    same key in every process (Numba's pickles the dispatcher's uuid, drawn anew in each)."""
+    (tmp_path / "overload_mod.py").write_text(textwrap.dedent(_OVERLOAD_MODULE))
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run(fn: str) -> list[str]:
+        out = subprocess.run([sys.executable, "-c", _RUN_COUNTING, str(tmp_path), fn], cwd=ROOT, env=env,
+                             capture_output=True, text=True, check=True)
+        return out.stdout.split()
+
+    assert run("first") == ["7.0", "_op.<locals>.<lambda>", "first", "scale"]
+    assert run("second") == ["6.0", "second"]  # the implementation (and scale below it) from the cache

@@ -17,7 +17,7 @@ from numba import carray, types
 from numba.extending import overload
 
 from .intrinsics import address_as_pointer, copy_bytes
-from .jit import DEVICE_OPTIONS, njit
+from .jit import OVERLOAD_OPTIONS, njit
 from .schedule import (
     L_AMOUNT,
     L_BURSTS,
@@ -188,7 +188,7 @@ def _only_in(builds: tuple[str, ...], absent: bool | None) -> Callable[[Callable
         def device_function(core, *args):  # type: ignore[no-untyped-def]  # Python: the device code's TypeError
             return compiled(core, *args)
 
-        @overload(device_function, jit_options=DEVICE_OPTIONS)
+        @overload(device_function, jit_options=OVERLOAD_OPTIONS)
         def _select(core, *args):  # type: ignore[no-untyped-def]
             if build_of(core) in builds:
                 return lambda core, *args: compiled(core, *args)
@@ -218,7 +218,7 @@ def checks_field(checks):  # type: ignore[no-untyped-def]
     return checks
 
 
-@overload(checks_field, jit_options=DEVICE_OPTIONS)
+@overload(checks_field, jit_options=OVERLOAD_OPTIONS)
 def checks_field_typed(checks):  # type: ignore[no-untyped-def]
     """Core.checks: None for the fast build, an int64 for the record build, the flag for the checked build."""
     if isinstance(checks, types.NoneType):

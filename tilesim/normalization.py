@@ -45,7 +45,7 @@ from numba.extending import overload
 from . import machine as asc
 from .device import ERR_API_TMP, checked_only, clobber, plan_of, report
 from .intrinsics import u32_as_f32
-from .jit import DEVICE_OPTIONS, njit
+from .jit import OVERLOAD_OPTIONS, njit
 from .machine.sync import fetch_id, pipe_barrier_run
 from .machine.tensor import core_of, ctx_words, plan_tensor
 
@@ -73,7 +73,7 @@ def tmp_buffer(ctx, tmp):  # type: ignore[no-untyped-def]
     """The sharedTmpBuffer, or (None) the framework's: PopStackBuffer<uint8_t, TPosition::LCM>."""
 
 
-@overload(tmp_buffer, jit_options=DEVICE_OPTIONS)
+@overload(tmp_buffer, jit_options=OVERLOAD_OPTIONS)
 def _tmp_buffer_typed(ctx, tmp):  # type: ignore[no-untyped-def]
     if isinstance(tmp, types.NoneType):
         return lambda ctx, tmp: asc.pop_stack_buffer(ctx, asc.uint8)
@@ -317,7 +317,7 @@ def layer_norm_grad(ctx, output_pd_x, res_for_gamma, input_dy, input_x, input_va
     raise TypeError("LayerNormGrad is device code: call it from a kernel")
 
 
-@overload(layer_norm_grad, jit_options=DEVICE_OPTIONS)
+@overload(layer_norm_grad, jit_options=OVERLOAD_OPTIONS)
 def _layer_norm_grad(ctx, output_pd_x, res_for_gamma, input_dy, input_x, input_variance, input_mean, input_gamma,
                      shared_tmp_buffer, epsilon, tiling, is_reuse_source):  # type: ignore[no-untyped-def]
     half = input_dy.dtype.dt.size == 2
@@ -404,7 +404,7 @@ def layer_norm_grad_beta(ctx, output_pd_gamma, output_pd_beta, res_for_gamma, in
     raise TypeError("LayerNormGradBeta is device code: call it from a kernel")
 
 
-@overload(layer_norm_grad_beta, jit_options=DEVICE_OPTIONS)
+@overload(layer_norm_grad_beta, jit_options=OVERLOAD_OPTIONS)
 def _layer_norm_grad_beta(ctx, output_pd_gamma, output_pd_beta, res_for_gamma, input_dy, shared_tmp_buffer, tiling,
                           is_reuse_source):  # type: ignore[no-untyped-def]
     half = input_dy.dtype.dt.size == 2

@@ -25,7 +25,7 @@ from numba.extending import overload
 
 from .cast import bf16_to_f32_bits, fp16_to_f32_bits, narrow, widen
 from .intrinsics import u32_as_f32
-from .jit import DEVICE_OPTIONS, njit
+from .jit import OVERLOAD_OPTIONS, njit
 from .launch import host_threads, run_cores  # the launch's host threads
 
 THRESHOLD = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -13}
@@ -171,7 +171,7 @@ def _value(bits):  # type: ignore[no-untyped-def]  # compiled code only: the ove
     raise TypeError("_value is compiled code's")
 
 
-@overload(_value, jit_options=DEVICE_OPTIONS)
+@overload(_value, jit_options=OVERLOAD_OPTIONS)
 def _value_of(bits):  # type: ignore[no-untyped-def]
     """An element's value as float64, from its bits as :data:`_BITS` carries them."""
     if bits == types.uint32:

@@ -58,7 +58,7 @@ from ..device import (
     vec_out,
 )
 from ..intrinsics import address_as_pointer
-from ..jit import DEVICE_OPTIONS, njit
+from ..jit import OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
 from .convert import api_fault, bad_type, type_fault, type_index
 from .hazard import hz_access, hz_instruction, op_code
@@ -180,7 +180,7 @@ def _compare_one(op, dst, a, b, s, m, repeat, as_, ar, bs, br):  # type: ignore[
     """One Compare / CompareScalar instruction of ``repeat`` repeats (``b`` is ``a`` for CompareScalar)."""
 
 
-@overload(_compare_one, jit_options=DEVICE_OPTIONS)
+@overload(_compare_one, jit_options=OVERLOAD_OPTIONS)
 def _compare_one_impl(op, dst, a, b, s, m, repeat, as_, ar, bs, br):  # type: ignore[no-untyped-def]
     name = op_name(op)
     code, two = op_code(name), name == "Compare"
@@ -208,7 +208,7 @@ def cmp_op(op, dst, a, b, s, mode, args):  # type: ignore[no-untyped-def]
     CompareScalar, whose scalar is ``s``."""
 
 
-@overload(cmp_op, jit_options=DEVICE_OPTIONS)
+@overload(cmp_op, jit_options=OVERLOAD_OPTIONS)
 def _cmp_op(op, dst, a, b, s, mode, args):  # type: ignore[no-untyped-def]
     name = op_name(op)
     code, two = op_code(name), name == "Compare"
@@ -255,7 +255,7 @@ def compare(dst, src0, src1, cmp_mode, *args):  # type: ignore[no-untyped-def]
     raise TypeError("Compare is device code: call it from a kernel")
 
 
-@overload(compare, jit_options=DEVICE_OPTIONS)
+@overload(compare, jit_options=OVERLOAD_OPTIONS)
 def _compare(dst, src0, src1, cmp_mode, *args):  # type: ignore[no-untyped-def]
     return lambda dst, src0, src1, cmp_mode, *args: cmp_op(_COMPARE, dst, src0, src1, 0, cmp_mode, args)
 
@@ -266,7 +266,7 @@ def compare_scalar(dst, src, scalar, cmp_mode, *args):  # type: ignore[no-untype
     raise TypeError("CompareScalar is device code: call it from a kernel")
 
 
-@overload(compare_scalar, jit_options=DEVICE_OPTIONS)
+@overload(compare_scalar, jit_options=OVERLOAD_OPTIONS)
 def _compare_scalar(dst, src, scalar, cmp_mode, *args):  # type: ignore[no-untyped-def]
     return lambda dst, src, scalar, cmp_mode, *args: cmp_op(_COMPARE_SCALAR, dst, src, src, scalar, cmp_mode, args)
 
@@ -341,7 +341,7 @@ def _select_lanes(ctx, args, per):  # type: ignore[no-untyped-def]
     contiguous, and leaves the mask register all ones, in normal mode."""
 
 
-@overload(_select_lanes, jit_options=DEVICE_OPTIONS)
+@overload(_select_lanes, jit_options=OVERLOAD_OPTIONS)
 def _select_lanes_impl(ctx, args, per):  # type: ignore[no-untyped-def]
     if len(args) == 1:
         def count(ctx, args, per):  # type: ignore[no-untyped-def]
@@ -366,7 +366,7 @@ def sel_op(dst, sel, a, b, mode, args):  # type: ignore[no-untyped-def]
     scalar."""
 
 
-@overload(sel_op, jit_options=DEVICE_OPTIONS)
+@overload(sel_op, jit_options=OVERLOAD_OPTIONS)
 def _sel_op(dst, sel, a, b, mode, args):  # type: ignore[no-untyped-def]
     t, u = dst.dtype.dt, sel.dtype.dt
     ti, ui = type_index(t), type_index(u)
@@ -429,6 +429,6 @@ def select(dst, sel_mask, src0, src1, sel_mode, *args):  # type: ignore[no-untyp
     raise TypeError("Select is device code: call it from a kernel")
 
 
-@overload(select, jit_options=DEVICE_OPTIONS)
+@overload(select, jit_options=OVERLOAD_OPTIONS)
 def _select(dst, sel_mask, src0, src1, sel_mode, *args):  # type: ignore[no-untyped-def]
     return lambda dst, sel_mask, src0, src1, sel_mode, *args: sel_op(dst, sel_mask, src0, src1, sel_mode, args)

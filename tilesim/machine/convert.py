@@ -83,7 +83,7 @@ from ..device import (
     vec_out,
 )
 from ..intrinsics import address_as_pointer, f32_as_u32, u32_as_f32
-from ..jit import DEVICE_OPTIONS, njit
+from ..jit import OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
 from .dtypes import ALL
 from .hazard import INSTRUCTIONS, hz_instruction, op_code
@@ -271,7 +271,7 @@ def convert(dt, st, mode, x):  # type: ignore[no-untyped-def]
     RoundMode ``mode`` (the pair :data:`PAIRS` admits)."""
 
 
-@overload(convert, jit_options=DEVICE_OPTIONS, inline="always")
+@overload(convert, jit_options=OVERLOAD_OPTIONS, inline="always")
 def _convert(dt, st, mode, x):  # type: ignore[no-untyped-def]
     d, s = dt.dt, st.dt
     to = d.storage
@@ -302,7 +302,7 @@ def element(op, dt, st, s, mode, x, d):  # type: ignore[no-untyped-def]
     ``st``), the scalar ``s``, the round mode and the old dst element ``d`` (type ``dt``)."""
 
 
-@overload(element, jit_options=DEVICE_OPTIONS, inline="always")
+@overload(element, jit_options=OVERLOAD_OPTIONS, inline="always")
 def _element(op, dt, st, s, mode, x, d):  # type: ignore[no-untyped-def]
     if op_name(op) == "Cast":
         return lambda op, dt, st, s, mode, x, d: convert(dt, st, mode, x)
@@ -402,7 +402,7 @@ def mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
     ``s`` the scalar (Axpy), ``mode`` the RoundMode (Cast)."""
 
 
-@overload(mixed_op, jit_options=DEVICE_OPTIONS)
+@overload(mixed_op, jit_options=OVERLOAD_OPTIONS)
 def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
     name = op_name(op)
     d, sdt = dst.dtype.dt, src.dtype.dt
@@ -497,7 +497,7 @@ def cast(dst, src, round_mode, *args):  # type: ignore[no-untyped-def]
     raise TypeError("Cast is device code: call it from a kernel")
 
 
-@overload(cast, jit_options=DEVICE_OPTIONS)
+@overload(cast, jit_options=OVERLOAD_OPTIONS)
 def _cast(dst, src, round_mode, *args):  # type: ignore[no-untyped-def]
     return lambda dst, src, round_mode, *args: mixed_op(_CAST, dst, src, 0, round_mode, args)
 
@@ -508,6 +508,6 @@ def axpy(dst, src, scalar, *args):  # type: ignore[no-untyped-def]
     raise TypeError("Axpy is device code: call it from a kernel")
 
 
-@overload(axpy, jit_options=DEVICE_OPTIONS)
+@overload(axpy, jit_options=OVERLOAD_OPTIONS)
 def _axpy(dst, src, scalar, *args):  # type: ignore[no-untyped-def]
     return lambda dst, src, scalar, *args: mixed_op(_AXPY, dst, src, scalar, 0, args)

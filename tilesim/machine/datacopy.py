@@ -39,7 +39,7 @@ from numba.extending import overload
 
 from ..device import count_mte3
 from ..intrinsics import bf16_nearest_bits, f32_as_u32, fp16_nearest_bits
-from ..jit import DEVICE_OPTIONS, njit
+from ..jit import OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_MTE2, PIPE_MTE3, PIPE_VECTOR
 from .atomic import atomic_rows
 from .dtypes import ALL, ElemType
@@ -89,7 +89,7 @@ def set_atomic_add(ctx, dtype):  # type: ignore[no-untyped-def]
     """SetAtomicAdd<T>(): the copies to GM that follow add into GM as ``dtype``."""
 
 
-@overload(set_atomic_add, jit_options=DEVICE_OPTIONS)
+@overload(set_atomic_add, jit_options=OVERLOAD_OPTIONS)
 def _set_atomic_add(ctx, dtype):  # type: ignore[no-untyped-def]
     if not (isinstance(ctx, KernelContextType) and isinstance(dtype, ElemType)):
         return None
@@ -114,7 +114,7 @@ def data_copy(dst, src, params):  # type: ignore[no-untyped-def]
     """DataCopy: GM to UB or UB to GM, by a count of elements or by :class:`DataCopyParams`."""
 
 
-@overload(data_copy, jit_options=DEVICE_OPTIONS)
+@overload(data_copy, jit_options=OVERLOAD_OPTIONS)
 def _data_copy(dst, src, params):  # type: ignore[no-untyped-def]
     to_ub = isinstance(dst, LocalTensorType) and isinstance(src, GlobalTensorType)
     to_gm = isinstance(dst, GlobalTensorType) and isinstance(src, LocalTensorType)
@@ -165,7 +165,7 @@ def data_copy_pad(dst, src, params, pad_params=None):  # type: ignore[no-untyped
     DataCopyExtParams (or DataCopyParams: the same fields and units)."""
 
 
-@overload(data_copy_pad, jit_options=DEVICE_OPTIONS)
+@overload(data_copy_pad, jit_options=OVERLOAD_OPTIONS)
 def _data_copy_pad(dst, src, params, pad_params=None):  # type: ignore[no-untyped-def]
     to_ub = isinstance(dst, LocalTensorType) and isinstance(src, GlobalTensorType)
     to_gm = isinstance(dst, GlobalTensorType) and isinstance(src, LocalTensorType)
@@ -205,7 +205,7 @@ def init_output(dst, size, value=0.0):  # type: ignore[no-untyped-def]
     bfloat16) set to ``value``."""
 
 
-@overload(init_output, jit_options=DEVICE_OPTIONS)
+@overload(init_output, jit_options=OVERLOAD_OPTIONS)
 def _init_output(dst, size, value=0.0):  # type: ignore[no-untyped-def]
     if not isinstance(dst, GlobalTensorType):
         return None

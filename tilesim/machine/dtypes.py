@@ -16,7 +16,7 @@ import ml_dtypes
 import numpy as np
 from numba.extending import overload
 
-from ..jit import DEVICE_OPTIONS
+from ..jit import OVERLOAD_OPTIONS
 from .structs import ConstantType, constant_type
 
 
@@ -80,7 +80,7 @@ def size_of(dtype):  # type: ignore[no-untyped-def]
     """``sizeof(T)``: the element type's size in bytes, a compile-time constant."""
 
 
-@overload(size_of, jit_options=DEVICE_OPTIONS)
+@overload(size_of, jit_options=OVERLOAD_OPTIONS)
 def _size_of(dtype):  # type: ignore[no-untyped-def]
     if isinstance(dtype, ElemType):
         n = dtype.dt.size

@@ -29,7 +29,7 @@ from numba import types
 from numba.extending import overload, overload_method
 
 from ..device import GEN_COL, MAX_SLOTS, checked_only, errs_of
-from ..jit import DEVICE_OPTIONS, njit
+from ..jit import OVERLOAD_OPTIONS, njit
 from .dtypes import ElemType
 from .structs import constructor, struct_type
 from .sync import (
@@ -129,7 +129,7 @@ def TPipe(ctx):  # type: ignore[no-untyped-def]  # noqa: N802  (Ascend C's class
     """TPipe: a pool of UB buffers, empty (a kernel makes one, in its Init)."""
 
 
-@overload(TPipe, jit_options=DEVICE_OPTIONS)
+@overload(TPipe, jit_options=OVERLOAD_OPTIONS)
 def _tpipe(ctx):  # type: ignore[no-untyped-def]
     if not isinstance(ctx, KernelContextType):
         return None
@@ -173,7 +173,7 @@ def _place(w, nbytes, num, pos, depth):
     return b
 
 
-@overload_method(TPipeType, "init_buffer", jit_options=DEVICE_OPTIONS)
+@overload_method(TPipeType, "init_buffer", jit_options=OVERLOAD_OPTIONS)
 def _init_buffer(pipe, spec, a, b=None):  # type: ignore[no-untyped-def]
     """InitBuffer(que, num, len) of a :class:`TQue`, InitBuffer(buf, len) of a :class:`TBuf`; ``len`` in bytes.
     Returns the placed queue or buffer."""
@@ -222,7 +222,7 @@ def _slot_tensor(q, w, slot, dtype):
                        w[_queue_at(q) + Q_GEN + slot]), dtype)
 
 
-@overload_method(QueueType, "alloc_tensor", jit_options=DEVICE_OPTIONS)
+@overload_method(QueueType, "alloc_tensor", jit_options=OVERLOAD_OPTIONS)
 def _alloc_tensor(q, dtype):  # type: ignore[no-untyped-def]
     """AllocTensor<T>(): the next free buffer, round-robin, as a LocalTensor of ``dtype`` (contents as the last
     user left them: uninitialised)."""
@@ -266,7 +266,7 @@ def _slot_of(w, t):
     return slot
 
 
-@overload_method(QueueType, "enque", jit_options=DEVICE_OPTIONS)
+@overload_method(QueueType, "enque", jit_options=OVERLOAD_OPTIONS)
 def _enque(q, t):  # type: ignore[no-untyped-def]
     """EnQue(t): hand the tensor to the queue's consumer (VECIN: the vector unit; VECOUT: MTE3)."""
     def enque(q, t):  # type: ignore[no-untyped-def]
@@ -287,7 +287,7 @@ def _enque(q, t):  # type: ignore[no-untyped-def]
     return enque
 
 
-@overload_method(QueueType, "deque", jit_options=DEVICE_OPTIONS)
+@overload_method(QueueType, "deque", jit_options=OVERLOAD_OPTIONS)
 def _deque(q, dtype):  # type: ignore[no-untyped-def]
     """DeQue<T>(): the oldest tensor enqueued, as a LocalTensor of ``dtype``."""
     if not isinstance(dtype, ElemType):
@@ -311,7 +311,7 @@ def _deque(q, dtype):  # type: ignore[no-untyped-def]
     return deque
 
 
-@overload_method(QueueType, "free_tensor", jit_options=DEVICE_OPTIONS)
+@overload_method(QueueType, "free_tensor", jit_options=OVERLOAD_OPTIONS)
 def _free_tensor(q, t):  # type: ignore[no-untyped-def]
     """FreeTensor(t): the buffer goes back to the queue's producer; the tensor is dead."""
     def free_tensor(q, t):  # type: ignore[no-untyped-def]
@@ -330,7 +330,7 @@ def _free_tensor(q, t):  # type: ignore[no-untyped-def]
     return free_tensor
 
 
-@overload_method(BufferType, "get", jit_options=DEVICE_OPTIONS)
+@overload_method(BufferType, "get", jit_options=OVERLOAD_OPTIONS)
 def _get(b, dtype, n=None):  # type: ignore[no-untyped-def]
     """Get<T>() / Get<T>(len): the buffer from its start as a LocalTensor of ``dtype`` (all of it, or ``n``
     elements: a multiple of 32 B, no more than the buffer)."""
@@ -358,7 +358,7 @@ def pop_stack_buffer(ctx, dtype):  # type: ignore[no-untyped-def]
     ``stack`` (a row of the UB plan, the same one while no InitBuffer or Reset moves the free UB)."""
 
 
-@overload(pop_stack_buffer, jit_options=DEVICE_OPTIONS)
+@overload(pop_stack_buffer, jit_options=OVERLOAD_OPTIONS)
 def _pop_stack_buffer(ctx, dtype):  # type: ignore[no-untyped-def]
     if not (isinstance(ctx, KernelContextType) and isinstance(dtype, ElemType)):
         return None
@@ -377,7 +377,7 @@ def _pop_stack_buffer(ctx, dtype):  # type: ignore[no-untyped-def]
     return pop
 
 
-@overload_method(TPipeType, "reset", jit_options=DEVICE_OPTIONS)
+@overload_method(TPipeType, "reset", jit_options=OVERLOAD_OPTIONS)
 def _reset(pipe):  # type: ignore[no-untyped-def]
     """Reset (``B/资源管理/TPipe/Reset.md``; ``kernel_tpipe_impl.h``): the WaitFlag of every free buffer's
     pending FreeTensor event, then the pipe back to its initial state, its event ids free; the buffers placed
@@ -400,21 +400,21 @@ def _reset(pipe):  # type: ignore[no-untyped-def]
     return reset
 
 
-@overload_method(TPipeType, "alloc_event_id", jit_options=DEVICE_OPTIONS)
+@overload_method(TPipeType, "alloc_event_id", jit_options=OVERLOAD_OPTIONS)
 def _alloc_event_id(pipe, event):  # type: ignore[no-untyped-def]
     """AllocEventID<event>(): the lowest free id of the event's pool, now taken (the pool is shared with the
     queues' own syncs; give it back with release_event_id)."""
     return lambda pipe, event: alloc_id(ctx_words(pipe.ctx), np.int64(event))
 
 
-@overload_method(TPipeType, "fetch_event_id", jit_options=DEVICE_OPTIONS)
+@overload_method(TPipeType, "fetch_event_id", jit_options=OVERLOAD_OPTIONS)
 def _fetch_event_id(pipe, event):  # type: ignore[no-untyped-def]
     """FetchEventID(event): the lowest free id of the event's pool, not taken: for a SetFlag / WaitFlag pair
     issued back to back."""
     return lambda pipe, event: fetch_id(ctx_words(pipe.ctx), np.int64(event))
 
 
-@overload_method(TPipeType, "release_event_id", jit_options=DEVICE_OPTIONS)
+@overload_method(TPipeType, "release_event_id", jit_options=OVERLOAD_OPTIONS)
 def _release_event_id(pipe, event, event_id):  # type: ignore[no-untyped-def]
     """ReleaseEventID<event>(id): the id back to the event's pool."""
     return lambda pipe, event, event_id: release_id(ctx_words(pipe.ctx), np.int64(event), np.int64(event_id))

@@ -61,7 +61,7 @@ from ..device import (
     vec_out,
 )
 from ..intrinsics import address_as_pointer
-from ..jit import DEVICE_OPTIONS
+from ..jit import OVERLOAD_OPTIONS
 from ..schedule import PIPE_VECTOR
 from ..ub import PlanTensor
 from .convert import apart, api_fault, bad_type, type_fault, type_index
@@ -142,7 +142,7 @@ def _gather_one(dst, src, off, base, lo, hi, repeat, dr, tail):  # type: ignore[
     """One Gather instruction of ``repeat`` repeats (``tail``: as for :func:`_gather_walk`)."""
 
 
-@overload(_gather_one, jit_options=DEVICE_OPTIONS)
+@overload(_gather_one, jit_options=OVERLOAD_OPTIONS)
 def _gather_one_impl(dst, src, off, base, lo, hi, repeat, dr, tail):  # type: ignore[no-untyped-def]
     sz = dst.dtype.dt.size
     per = 256 // sz
@@ -172,7 +172,7 @@ def gather(dst, src, src_offset, src_base_addr, *args):  # type: ignore[no-untyp
     raise TypeError("Gather is device code: call it from a kernel")
 
 
-@overload(gather, jit_options=DEVICE_OPTIONS)
+@overload(gather, jit_options=OVERLOAD_OPTIONS)
 def _gather(dst, src, src_offset, src_base_addr, *args):  # type: ignore[no-untyped-def]
     t = dst.dtype.dt
     bad = bad_type((t, GATHER_TYPES), (src.dtype.dt, (t.name,)), (src_offset.dtype.dt, ("uint32_t",)))
@@ -210,7 +210,7 @@ def transpose(dst, src):  # type: ignore[no-untyped-def]
     raise TypeError("Transpose is device code: call it from a kernel")
 
 
-@overload(transpose, jit_options=DEVICE_OPTIONS)
+@overload(transpose, jit_options=OVERLOAD_OPTIONS)
 def _transpose(dst, src):  # type: ignore[no-untyped-def]
     t = dst.dtype.dt
     bad = bad_type((t, TRANSPOSE_TYPES), (src.dtype.dt, (t.name,)))
@@ -251,7 +251,7 @@ def broadcast(dst, src, dst_shape, src_shape, axis, shared_tmp=None):  # type: i
     raise TypeError("Broadcast is device code: call it from a kernel")
 
 
-@overload(broadcast, jit_options=DEVICE_OPTIONS)
+@overload(broadcast, jit_options=OVERLOAD_OPTIONS)
 def _broadcast(dst, src, dst_shape, src_shape, axis, shared_tmp=None):  # type: ignore[no-untyped-def]
     t = dst.dtype.dt
     bad = bad_type((t, BROADCAST_TYPES), (src.dtype.dt, (t.name,)))

@@ -97,7 +97,7 @@ from ..device import (
     vec_out,
 )
 from ..intrinsics import address_as_pointer, pair_tree_sum_f32
-from ..jit import DEVICE_OPTIONS, njit
+from ..jit import OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
 from .dtypes import ALL
 from .hazard import hz_access, hz_instruction, hz_level0, op_code
@@ -235,7 +235,7 @@ def _dst_step(op, dt, order):  # type: ignore[no-untyped-def]
     """Bytes of dst one dstRepStride unit stands for (Whole Max / Min: by ``order``)."""
 
 
-@overload(_dst_step, jit_options=DEVICE_OPTIONS, inline="always")
+@overload(_dst_step, jit_options=OVERLOAD_OPTIONS, inline="always")
 def _dst_step_impl(op, dt, order):  # type: ignore[no-untyped-def]
     family, kind = _family(op_name(op))
     sz = dt.dt.size
@@ -450,7 +450,7 @@ def _result(dst, value, index, with_index):  # type: ignore[no-untyped-def]
     integer bits (uint16 in a half slot, uint32 in a float one)."""
 
 
-@overload(_result, jit_options=DEVICE_OPTIONS)
+@overload(_result, jit_options=OVERLOAD_OPTIONS)
 def _result_impl(dst, value, index, with_index):  # type: ignore[no-untyped-def]
     st, sz = dst.dtype.dt.storage, dst.dtype.dt.size
     idx_t = np.uint16 if sz == 2 else np.uint32
@@ -469,7 +469,7 @@ def _cal_index(rest):  # type: ignore[no-untyped-def]
     """The optional calIndex argument (the arguments after the form's own): False when absent."""
 
 
-@overload(_cal_index, jit_options=DEVICE_OPTIONS, inline="always")
+@overload(_cal_index, jit_options=OVERLOAD_OPTIONS, inline="always")
 def _cal_index_impl(rest):  # type: ignore[no-untyped-def]
     if len(rest) == 0:
         return lambda rest: False
@@ -484,7 +484,7 @@ def repeat_op(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  # 
     """One WholeReduce*, BlockReduce* or PairReduceSum instruction (``order``: Whole Max / Min's ReduceOrder)."""
 
 
-@overload(repeat_op, jit_options=DEVICE_OPTIONS)
+@overload(repeat_op, jit_options=OVERLOAD_OPTIONS)
 def _repeat_op(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  # type: ignore[no-untyped-def]
     name = op_name(op)
     family, kind = _family(name)
@@ -530,7 +530,7 @@ def reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
     src_rep_stride[, cal_index])."""
 
 
-@overload(reduce_op, jit_options=DEVICE_OPTIONS)
+@overload(reduce_op, jit_options=OVERLOAD_OPTIONS)
 def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
     name = op_name(op)
     kind = _family(name)[1]
@@ -608,7 +608,7 @@ def brcb_op(dst, src, repeat, params):  # type: ignore[no-untyped-def]
     """One Brcb instruction."""
 
 
-@overload(brcb_op, jit_options=DEVICE_OPTIONS)
+@overload(brcb_op, jit_options=OVERLOAD_OPTIONS)
 def _brcb_op(dst, src, repeat, params):  # type: ignore[no-untyped-def]
     dt = dst.dtype.dt
     if dt.name not in _BRCB or src.dtype.dt.size != dt.size:
@@ -657,7 +657,7 @@ def _instruction(name: str, attr: str, form: str):  # type: ignore[no-untyped-de
     def stub(dst, src, *args):  # type: ignore[no-untyped-def]
         raise TypeError(f"{name} is device code: call it from a kernel")
 
-    @overload(stub, jit_options=DEVICE_OPTIONS)
+    @overload(stub, jit_options=OVERLOAD_OPTIONS)
     def _typed(dst, src, *args):  # type: ignore[no-untyped-def]
         if family == "Reduce":
             return lambda dst, src, *args: reduce_op(op, dst, src, args[0], args[1:])
@@ -694,6 +694,6 @@ def brcb(dst, src, repeat_times, params):  # type: ignore[no-untyped-def]
     raise TypeError("Brcb is device code: call it from a kernel")
 
 
-@overload(brcb, jit_options=DEVICE_OPTIONS)
+@overload(brcb, jit_options=OVERLOAD_OPTIONS)
 def _brcb(dst, src, repeat_times, params):  # type: ignore[no-untyped-def]
     return lambda dst, src, repeat_times, params: brcb_op(dst, src, repeat_times, params)

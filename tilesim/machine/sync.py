@@ -49,7 +49,7 @@ from numba.extending import overload
 
 from .. import schedule
 from ..device import HZ_EVENTS, PIPE_BARRIERS, SET_FLAGS, WAIT_FLAGS, count_sync, counters_of
-from ..jit import DEVICE_OPTIONS, njit
+from ..jit import OVERLOAD_OPTIONS, njit
 from .atomic import finish_phase
 from .hazard import hz_barrier, hz_set, hz_wait
 from .tensor import (
@@ -175,7 +175,7 @@ def pipe_barrier(ctx, pipe):  # type: ignore[no-untyped-def]
     """PipeBarrier<pipe>: PIPE_V, PIPE_MTE2, PIPE_MTE3 or PIPE_ALL."""
 
 
-@overload(set_flag, jit_options=DEVICE_OPTIONS)
+@overload(set_flag, jit_options=OVERLOAD_OPTIONS)
 def _set_flag(ctx, event, event_id):  # type: ignore[no-untyped-def]
     if not isinstance(ctx, KernelContextType):
         return None
@@ -183,7 +183,7 @@ def _set_flag(ctx, event, event_id):  # type: ignore[no-untyped-def]
                                                   np.int64(event_id), 1)
 
 
-@overload(wait_flag, jit_options=DEVICE_OPTIONS)
+@overload(wait_flag, jit_options=OVERLOAD_OPTIONS)
 def _wait_flag(ctx, event, event_id):  # type: ignore[no-untyped-def]
     if not isinstance(ctx, KernelContextType):
         return None
@@ -203,7 +203,7 @@ def _barrier(core, w, pipe):
     hz_barrier(core, q)
 
 
-@overload(pipe_barrier, jit_options=DEVICE_OPTIONS)
+@overload(pipe_barrier, jit_options=OVERLOAD_OPTIONS)
 def _pipe_barrier(ctx, pipe):  # type: ignore[no-untyped-def]
     if not isinstance(ctx, KernelContextType):
         return None
@@ -216,7 +216,7 @@ def pipe_barrier_run(ctx, pipe, n):  # type: ignore[no-untyped-def]
     counts them at once (the same counts); the record and checked builds issue each, for the log and the check."""
 
 
-@overload(pipe_barrier_run, jit_options=DEVICE_OPTIONS)
+@overload(pipe_barrier_run, jit_options=OVERLOAD_OPTIONS)
 def _pipe_barrier_run(ctx, pipe, n):  # type: ignore[no-untyped-def]
     if not isinstance(ctx, KernelContextType):
         return None
@@ -262,7 +262,7 @@ def sync_all(ctx):  # type: ignore[no-untyped-def]
     """SyncAll(): wait until every core of the launch has reached this SyncAll."""
 
 
-@overload(sync_all, jit_options=DEVICE_OPTIONS)
+@overload(sync_all, jit_options=OVERLOAD_OPTIONS)
 def _sync_all_typed(ctx):  # type: ignore[no-untyped-def]
     if not isinstance(ctx, KernelContextType):
         return None

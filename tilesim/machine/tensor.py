@@ -26,7 +26,7 @@ from numba.extending import overload, overload_attribute, overload_method
 
 from ..device import Core, GlobalTensor, count_gm_scalar, count_scalar, gm_ok, ub_in, ub_out
 from ..intrinsics import address_as_pointer
-from ..jit import DEVICE_OPTIONS, njit
+from ..jit import OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_SCALAR
 from ..ub import PlanTensor
 from .dtypes import ElemType, uint8
@@ -144,15 +144,15 @@ def plan_tensor(t):
     return PlanTensor(t.buf, t.addr, t.gen)
 
 
-@overload_attribute(LocalTensorType, "dtype", jit_options=DEVICE_OPTIONS)
-@overload_attribute(GlobalTensorType, "dtype", jit_options=DEVICE_OPTIONS)
+@overload_attribute(LocalTensorType, "dtype", jit_options=OVERLOAD_OPTIONS)
+@overload_attribute(GlobalTensorType, "dtype", jit_options=OVERLOAD_OPTIONS)
 def _dtype(t):  # type: ignore[no-untyped-def]
     """``t.dtype``: the tensor's element type (``asc.float32``, ...), to allocate or cast alike."""
     dt = t.dtype.dt
     return lambda t: dt
 
 
-@overload(operator.getitem, jit_options=DEVICE_OPTIONS)
+@overload(operator.getitem, jit_options=OVERLOAD_OPTIONS)
 def _offset(t, k):  # type: ignore[no-untyped-def]
     """``tensor[k]``: the sub-tensor from element ``k`` (Ascend C's ``operator[]``)."""
     if not isinstance(k, types.Integer):
@@ -166,22 +166,22 @@ def _offset(t, k):  # type: ignore[no-untyped-def]
     return None
 
 
-@overload_method(LocalTensorType, "get_size", jit_options=DEVICE_OPTIONS)
+@overload_method(LocalTensorType, "get_size", jit_options=OVERLOAD_OPTIONS)
 def _get_size(t):  # type: ignore[no-untyped-def]
     """GetSize: the elements from this (sub-)tensor's start to its end."""
     sz = t.dtype.dt.size
     return lambda t: t.nbytes // sz
 
 
-@overload_method(GlobalTensorType, "get_size", jit_options=DEVICE_OPTIONS)
+@overload_method(GlobalTensorType, "get_size", jit_options=OVERLOAD_OPTIONS)
 def _gm_get_size(t):  # type: ignore[no-untyped-def]
     """GetSize: the elements from this (sub-)tensor's start to the GM tensor's end."""
     sz = t.dtype.dt.size
     return lambda t: (t.size - t.off) // sz
 
 
-@overload_method(LocalTensorType, "reinterpret_cast", jit_options=DEVICE_OPTIONS)
-@overload_method(GlobalTensorType, "reinterpret_cast", jit_options=DEVICE_OPTIONS)
+@overload_method(LocalTensorType, "reinterpret_cast", jit_options=OVERLOAD_OPTIONS)
+@overload_method(GlobalTensorType, "reinterpret_cast", jit_options=OVERLOAD_OPTIONS)
 def _reinterpret(t, dtype):  # type: ignore[no-untyped-def]
     """ReinterpretCast<U>: the same bytes as elements of ``dtype``."""
     if not isinstance(dtype, ElemType):
@@ -197,7 +197,7 @@ def _element(t, i, write):  # type: ignore[no-untyped-def]
     checked (GM bounds always, UB bounds and shadow in checked mode) and counted; 0 when the check fails."""
 
 
-@overload(_element, jit_options=DEVICE_OPTIONS)
+@overload(_element, jit_options=OVERLOAD_OPTIONS)
 def _element_impl(t, i, write):  # type: ignore[no-untyped-def]
     sz = t.dtype.dt.size
     if isinstance(t, LocalTensorType):
@@ -222,8 +222,8 @@ def _element_impl(t, i, write):  # type: ignore[no-untyped-def]
     return gm
 
 
-@overload_method(LocalTensorType, "get_value", jit_options=DEVICE_OPTIONS)
-@overload_method(GlobalTensorType, "get_value", jit_options=DEVICE_OPTIONS)
+@overload_method(LocalTensorType, "get_value", jit_options=OVERLOAD_OPTIONS)
+@overload_method(GlobalTensorType, "get_value", jit_options=OVERLOAD_OPTIONS)
 def _get_value(t, i):  # type: ignore[no-untyped-def]
     """GetValue(i): a scalar read (PIPE_S; GM through the data cache). half and bfloat16 read as their bits."""
     st = t.dtype.dt.storage
@@ -234,8 +234,8 @@ def _get_value(t, i):  # type: ignore[no-untyped-def]
     return get_value
 
 
-@overload_method(LocalTensorType, "set_value", jit_options=DEVICE_OPTIONS)
-@overload_method(GlobalTensorType, "set_value", jit_options=DEVICE_OPTIONS)
+@overload_method(LocalTensorType, "set_value", jit_options=OVERLOAD_OPTIONS)
+@overload_method(GlobalTensorType, "set_value", jit_options=OVERLOAD_OPTIONS)
 def _set_value(t, i, v):  # type: ignore[no-untyped-def]
     """SetValue(i, v): a scalar write (PIPE_S); half and bfloat16 take their bits."""
     st = t.dtype.dt.storage
@@ -252,7 +252,7 @@ def gm_view(t):  # type: ignore[no-untyped-def]
     a typed GlobalTensor lies in."""
 
 
-@overload(gm_view, jit_options=DEVICE_OPTIONS)
+@overload(gm_view, jit_options=OVERLOAD_OPTIONS)
 def _gm_view(t):  # type: ignore[no-untyped-def]
     sz = t.dtype.dt.size
     return lambda t: GlobalTensor(t.tag, t.base, t.size, np.int64(sz))
@@ -275,7 +275,7 @@ def get_user_workspace(ctx):  # type: ignore[no-untyped-def]
     16 MiB of system workspace in front of it is not emulated)."""
 
 
-@overload(get_user_workspace, jit_options=DEVICE_OPTIONS)
+@overload(get_user_workspace, jit_options=OVERLOAD_OPTIONS)
 def _workspace(ctx):  # type: ignore[no-untyped-def]
     return lambda ctx: make_global((ctx.ctx, ctx.checks, np.int64(-2), ctx_words(ctx.ctx)[X_WS_AT],
                                     ctx_words(ctx.ctx)[X_WS_SIZE], np.int64(0)), uint8)

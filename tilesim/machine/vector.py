@@ -50,7 +50,7 @@ from ..device import (
 )
 from ..expf import exp_f32
 from ..intrinsics import address_as_pointer, f32_as_u32, fp16_nearest_bits, fp16_widen_bits, u32_as_f32
-from ..jit import DEVICE_OPTIONS, njit
+from ..jit import OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
 from .dtypes import ALL
 from .hazard import hz_instruction, hz_level0, op_code
@@ -89,7 +89,7 @@ constant_type(Marker, MarkerType)
 _MARKERS: dict[str, Marker] = {}
 # The loops: IEEE division and square root (x/0 is ±inf or NaN, as on the NPU), where Numba's default error model
 # would test every divisor and raise, which also keeps the loop from vectorising
-LOOP_OPTIONS = {**DEVICE_OPTIONS, "error_model": "numpy"}
+LOOP_OPTIONS = {**OVERLOAD_OPTIONS, "error_model": "numpy"}
 
 
 def marker(name: str) -> Marker:
@@ -125,7 +125,7 @@ def apply(op, a, b):  # type: ignore[no-untyped-def]
     ``b`` is the second source, the scalar, or ignored."""
 
 
-@overload(apply, jit_options=DEVICE_OPTIONS, inline="always")
+@overload(apply, jit_options=OVERLOAD_OPTIONS, inline="always")
 def _apply(op, a, b):  # type: ignore[no-untyped-def]
     n = op_name(op)
     f = isinstance(a, types.Float)
@@ -167,7 +167,7 @@ def load(dt, x):  # type: ignore[no-untyped-def]
     """An element as stored (half: its bits) to its compute type."""
 
 
-@overload(load, jit_options=DEVICE_OPTIONS, inline="always")
+@overload(load, jit_options=OVERLOAD_OPTIONS, inline="always")
 def _load(dt, x):  # type: ignore[no-untyped-def]
     if dt.dt.name == "half":
         return lambda dt, x: u32_as_f32(fp16_widen_bits(x))
@@ -178,7 +178,7 @@ def store(dt, v):  # type: ignore[no-untyped-def]
     """A computed value to an element as stored (half: rounded to nearest even, its bits)."""
 
 
-@overload(store, jit_options=DEVICE_OPTIONS, inline="always")
+@overload(store, jit_options=OVERLOAD_OPTIONS, inline="always")
 def _store(dt, v):  # type: ignore[no-untyped-def]
     if dt.dt.name == "half":
         return lambda dt, v: np.uint16(fp16_nearest_bits(f32_as_u32(np.float32(v)), False))
@@ -190,7 +190,7 @@ def scalar_of(dt, s):  # type: ignore[no-untyped-def]
     """A scalar operand in the compute type (half: rounded to half first, as the API takes a half scalar)."""
 
 
-@overload(scalar_of, jit_options=DEVICE_OPTIONS, inline="always")
+@overload(scalar_of, jit_options=OVERLOAD_OPTIONS, inline="always")
 def _scalar_of(dt, s):  # type: ignore[no-untyped-def]
     if dt.dt.name == "half":
         return lambda dt, s: u32_as_f32(fp16_widen_bits(fp16_nearest_bits(f32_as_u32(np.float32(s)), False)))
@@ -206,7 +206,7 @@ def elems(core, t, n):  # type: ignore[no-untyped-def]
     """``n`` elements of LocalTensor ``t`` as stored."""
 
 
-@overload(elems, jit_options=DEVICE_OPTIONS, inline="always")
+@overload(elems, jit_options=OVERLOAD_OPTIONS, inline="always")
 def _elems_impl(core, t, n):  # type: ignore[no-untyped-def]
     st = t.dtype.dt.storage
     return lambda core, t, n: carray(address_as_pointer(core.base + t.addr, st), n)
@@ -289,7 +289,7 @@ def _joined(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
     have dst's type (the walk reads them all as dst's); else nothing (False)."""
 
 
-@overload(_joined, jit_options=DEVICE_OPTIONS)
+@overload(_joined, jit_options=OVERLOAD_OPTIONS)
 def _joined_impl(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
     if a.dtype != dst.dtype or not (isinstance(b, types.NoneType) or b.dtype == dst.dtype):
         return lambda op, dst, a, b, s, n: False
@@ -380,7 +380,7 @@ def level0_mask(ctx, mask, repeat, per):  # type: ignore[no-untyped-def]
     ``repeat``). ``ctx`` is the operands' context block."""
 
 
-@overload(level0_mask, jit_options=DEVICE_OPTIONS)
+@overload(level0_mask, jit_options=OVERLOAD_OPTIONS)
 def _level0_mask(ctx, mask, repeat, per):  # type: ignore[no-untyped-def]
     if isinstance(mask, MarkerType):
         def register(ctx, mask, repeat, per):  # type: ignore[no-untyped-def]
@@ -448,7 +448,7 @@ def vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
     """One instruction of the element-wise families: ``args`` is (count,) or (mask, repeat_times, params)."""
 
 
-@overload(vec_op, jit_options=DEVICE_OPTIONS)
+@overload(vec_op, jit_options=OVERLOAD_OPTIONS)
 def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
     name = op_name(op)
     cls, allowed = OPS[name]
@@ -558,7 +558,7 @@ def _instruction(name: str, family: str, attr: str):  # type: ignore[no-untyped-
     def stub(dst, *args):  # type: ignore[no-untyped-def]
         raise TypeError(f"{name} is device code: call it from a kernel")
 
-    @overload(stub, jit_options=DEVICE_OPTIONS)
+    @overload(stub, jit_options=OVERLOAD_OPTIONS)
     def _typed(dst, *args):  # type: ignore[no-untyped-def]
         if family == "binary":
             return lambda dst, *args: vec_op(op, dst, args[0], args[1], 0, args[2:])
@@ -604,7 +604,7 @@ def set_vector_mask(ctx, *mask):  # type: ignore[no-untyped-def]
     :data:`MASK_PLACEHOLDER` read (in counter mode, ``len`` is the total count)."""
 
 
-@overload(set_vector_mask, jit_options=DEVICE_OPTIONS)
+@overload(set_vector_mask, jit_options=OVERLOAD_OPTIONS)
 def _set_vector_mask(ctx, *mask):  # type: ignore[no-untyped-def]
     if not isinstance(ctx, KernelContextType):
         return None
