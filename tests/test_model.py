@@ -1,6 +1,10 @@
 """The programming model (tilesim.machine, tilesim.launcher): the element-wise families against numpy statements
 of their documented semantics, special values included; level-0 masks and strides; the queue rules and what
-breaks them."""
+breaks them.
+
+Semantics are checked in the checked build, which computes the fast build's bits (every op's checked-mode test
+compares the two), so that its operand, bounds and sync checks see each form too and ``pytest --tilesim-checks``
+finds these kernels compiled; a test of what the NPU does with a broken kernel runs fast."""
 
 from __future__ import annotations
 
@@ -122,7 +126,7 @@ def test_count_forms_match_numpy(dtype: type) -> None:
     x[:SPECIAL.size], y[:SPECIAL.size] = SPECIAL, SPECIAL[::-1]
     x, y = x.astype(dtype), y.astype(dtype)
     out = np.zeros(12 * N, dtype)
-    launch(count_forms, Rows(N), x, y, out, block_dim=1)
+    launch(count_forms, Rows(N), x, y, out, block_dim=1, checks=True)
     got = out.reshape(12, N)
     x32 = x.astype(np.float32)
     relu_x = np.where((x32 > 0) | np.isnan(x32), x32, np.float32(0))

@@ -4,7 +4,11 @@ dst past the broadcast untouched, counted as Duplicate's 256 B repeats of dst; t
 along ``axis`` and a type outside the table stop the kernel, and checked mode reports src and dst overlapping.
 InitOutput (``kernel_operator_common_intf_impl.h``): ``size`` elements of a float, half or bfloat16 GM tensor set to
 ``value`` (rounded to the type) and the rest untouched, counted as one MTE3 transfer and its V_MTE3 pair; another
-type stops the kernel."""
+type stops the kernel.
+
+Semantics are checked in the checked build, which computes the fast build's bits (every op's checked-mode test
+compares the two), so that its operand, bounds and sync checks see each form too and ``pytest --tilesim-checks``
+finds these kernels compiled; a test of what the NPU does with a broken kernel runs fast."""
 
 from __future__ import annotations
 
@@ -171,7 +175,7 @@ def test_init_output(dtype, off, size, value):
     """``size`` elements from ``off`` set to value in the tensor's type (a b16 one rounded to nearest even, as
     Duplicate<T> takes it), the rest untouched."""
     out = np.full(6000, 3.0, dtype)
-    rep = launch(init_output_kernel, InitTiling(off, size, value), out, block_dim=1)
+    rep = launch(init_output_kernel, InitTiling(off, size, value), out, block_dim=1, checks=True)
     want = np.full(6000, 3.0, dtype)
     want[off:off + size] = np.float32(value).astype(dtype)
     np.testing.assert_array_equal(bits(out), bits(want))

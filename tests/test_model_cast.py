@@ -2,7 +2,11 @@
 and level-0, against an exact statement of the documented rounding: each source value as an exact rational
 (Python's Fraction), rounded to the target by the mode's rule (precision_conversion.md), saturated or overflowed
 as the module states. NaN, ±inf, -0, subnormals, ties, overflow and the integer ranges' edges included. A mode a
-pair does not admit and a pair the table lacks stop the kernel."""
+pair does not admit and a pair the table lacks stop the kernel.
+
+Semantics are checked in the checked build, which computes the fast build's bits (every op's checked-mode test
+compares the two), so that its operand, bounds and sync checks see each form too and ``pytest --tilesim-checks``
+finds these kernels compiled; a test of what the NPU does with a broken kernel runs fast."""
 
 from __future__ import annotations
 
@@ -207,7 +211,7 @@ def run_cast(src: str, dst: str, x: np.ndarray, modes: tuple[int, ...], mode0: i
     t = CastTiling(N, N * ssz, N * dsz, sum(1 << m for m in modes), mode0, LO, HI, per * ssz // 32,
                    per * dsz // 32 + gap)
     out = np.zeros(8 * N, np_type(dst))
-    rep = launch(cast_kernel, t, x, init, out, block_dim=1)
+    rep = launch(cast_kernel, t, x, init, out, block_dim=1, checks=True)
     return out.reshape(8, N), rep
 
 

@@ -2,7 +2,11 @@
 documented A2 semantics: count and level-0 forms, masks and strides, special values (NaN, ±inf, -0, subnormals);
 Compare's ignored mask and whole-256 B count, Select's mode-0 mask reuse and the API scratch of modes 1 and 2,
 Axpy's rounding (not fused: the module's choice), Gather's byte offsets; checked mode's findings and the types and
-modes each API does not take."""
+modes each API does not take.
+
+Semantics are checked in the checked build, which computes the fast build's bits (every op's checked-mode test
+compares the two), so that its operand, bounds and sync checks see each form too and ``pytest --tilesim-checks``
+finds these kernels compiled; a test of what the NPU does with a broken kernel runs fast."""
 
 from __future__ import annotations
 
@@ -113,7 +117,7 @@ def compare_kernel(ctx, t, a, b, out):
     qi.free_tensor(y)
 
 
-def run_compare(x: np.ndarray, y: np.ndarray, n: int, m0: int, m1: int, s: float, checks: bool | None = None):
+def run_compare(x: np.ndarray, y: np.ndarray, n: int, m0: int, m1: int, s: float, checks: bool = True):
     rows = N // 8  # a bit per element
     out = np.zeros(14 * rows, np.uint8)
     rep = launch(compare_kernel, CmpTiling(n, int(m0), int(m1), s, rows), x, y, out, block_dim=1, checks=checks)
@@ -173,7 +177,7 @@ def test_compare_count_covers_whole_repeats_only(tilesim_checks: bool) -> None:
     dst as it was; checked mode reports the count (Compare.md: count * sizeof(T) must be a multiple of 256 B)."""
     x, y = _cmp_inputs(np.float32, np.random.default_rng(3))
     if not tilesim_checks:
-        got, _ = run_compare(x, y, 1000, CMPMODE.GT, CMPMODE.GT + 1, 0.0)
+        got, _ = run_compare(x, y, 1000, CMPMODE.GT, CMPMODE.GT + 1, 0.0, checks=False)
         np.testing.assert_array_equal(got[2][:120], np.packbits(x[:960] > y[:960], bitorder="little"))
         assert (got[2][120:] == 0xA5).all()
     with pytest.raises(CheckError, match="API rule broken: Compare of 4000 B of source: count \\* sizeof\\(T\\) must "
@@ -254,7 +258,8 @@ def test_select_modes(dtype: type, mask_dtype: type) -> None:
     sel = bits_u8.view(mask_dtype)
     s = 1.25
     out = np.zeros(7 * NS, dtype)
-    launch(select_kernel, SelTiling(s, LO, HI, int(SELMODE.VSEL_TENSOR_TENSOR_MODE)), a, b, sel, out, block_dim=1)
+    launch(select_kernel, SelTiling(s, LO, HI, int(SELMODE.VSEL_TENSOR_TENSOR_MODE)), a, b, sel, out, block_dim=1,
+           checks=True)
     got = out.reshape(7, NS)
     bits = np.unpackbits(bits_u8, bitorder="little").astype(bool)  # bit i of the mask's bytes, LSB first
     per, epb = 256 // a.itemsize, 32 // a.itemsize
@@ -408,7 +413,7 @@ def test_axpy(dst: type, src: type) -> None:
     per = 256 // max(dsz, ssz)
     out = np.zeros(2 * n, dst)
     rep = launch(axpy_kernel, AxpyTiling(n, s, LO, HI, per * ssz // 32, per * dsz // 32 + 1, 0), a, d, out,
-                 block_dim=1)
+                 block_dim=1, checks=True)
     got = out.reshape(2, n)
     want = axpy_want(s, a, d)
     assert same(got[0], want).all()
@@ -501,7 +506,7 @@ def test_gather(dtype: type) -> None:
     per = 256 // sz
     n = 2 * per + 40 if sz == 2 else 3 * per + 8  # whole repeats and a rest
     out = np.zeros(2 * NG, dtype)
-    launch(gather_kernel, GatherTiling(n, base, LO, HI, 16), a, offs, init, out, block_dim=1)
+    launch(gather_kernel, GatherTiling(n, base, LO, HI, 16), a, offs, init, out, block_dim=1, checks=True)
     got = out.reshape(2, NG).view(f"u{sz}")
     src = a.view(f"u{sz}")
     want = init.view(f"u{sz}").copy()
@@ -561,7 +566,7 @@ def test_transpose(dtype: type) -> None:
     if dtype == np.float16:
         a[:SPECIAL.size] = SPECIAL.astype(np.float16)
     out = np.zeros(512, dtype)
-    rep = launch(transpose_kernel, Empty(), a, out, block_dim=1)
+    rep = launch(transpose_kernel, Empty(), a, out, block_dim=1, checks=True)
     want = a.reshape(16, 16).T.reshape(-1).view(np.uint16)
     np.testing.assert_array_equal(out[:256].view(np.uint16), want)
     np.testing.assert_array_equal(out[256:].view(np.uint16), want)

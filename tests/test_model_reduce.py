@@ -1,9 +1,12 @@
-"""The reductions and Brcb (tilesim.machine.reduce) against numpy statements of their documented A2 semantics
-(in the fast build; ``--tilesim-checks`` runs the same in the checked one):
+"""The reductions and Brcb (tilesim.machine.reduce) against numpy statements of their documented A2 semantics:
 pairwise trees with every addition rounded to the type (ReduceDataBlock.md), the count form of ReduceSum adding
 its repeats in order, the level-0 form a tree of trees, Max / Min with the first index of equal values, masked-off
 lanes entering a sum as +0 and a fully masked block or pair left unwritten; special values, masks, strides,
-counter mode; and checked mode's findings."""
+counter mode; and checked mode's findings.
+
+Semantics are checked in the checked build, which computes the fast build's bits (every op's checked-mode test
+compares the two), so that its operand, bounds and sync checks see each form too and ``pytest --tilesim-checks``
+finds these kernels compiled; a test of what the NPU does with a broken kernel runs fast."""
 
 from __future__ import annotations
 
@@ -265,7 +268,7 @@ def _run_repeat(dtype: type, op: int, mask: tuple[int, int] = PATTERN, count: in
     x = _data(dtype, n, op + 10 * order)
     out = np.zeros(m, dtype)
     t = Rep(n, m, op, _s64(mask[0]), _s64(mask[1]), count, repeat, dst_rep, blk, rep, order)
-    report = launch(repeat_kernel, t, x, out, block_dim=1)
+    report = launch(repeat_kernel, t, x, out, block_dim=1, checks=True)
     return x, out, report
 
 
@@ -351,7 +354,7 @@ def test_half_rounds_every_addition_of_the_tree() -> None:
     a[:4] = [60000, 60000, -60000, -60000]
     t = Rep(a.size, 4096, 3, 0xF, 0, 0, 1, 1, 1, 8, 0)
     o = np.zeros(4096, np.float16)
-    launch(repeat_kernel, t, a, o, block_dim=1)
+    launch(repeat_kernel, t, a, o, block_dim=1, checks=True)
     assert np.isnan(o[0])
 
 
@@ -417,7 +420,7 @@ def _run_reduce(dtype: type, op: int, n: int, count: int = 0, mask: int = 0, pat
         x = _data(dtype, n, seed)
     out = np.zeros(64 // np.dtype(dtype).itemsize, dtype)
     t = Red(n, op, count, _s64(pattern[0]), _s64(pattern[1]), mask, repeat, rep, work, index)
-    launch(reduce_kernel, t, x, out, block_dim=1)
+    launch(reduce_kernel, t, x, out, block_dim=1, checks=True)
     return x, out
 
 
@@ -557,7 +560,7 @@ def test_brcb_fills_each_block_with_one_element(dtype: type, repeat: int, blk: i
     if dtype in (np.float32, np.float16):
         x[:4] = [np.nan, -0.0, np.inf, 1e-6]
     out = np.zeros(m, dtype)
-    report = launch(brcb_kernel, Bc(x.size, repeat, blk, rep, m), x, out, block_dim=1)
+    report = launch(brcb_kernel, Bc(x.size, repeat, blk, rep, m), x, out, block_dim=1, checks=True)
     want = np.full(m, 5, dtype)
     for i in range(repeat):  # Brcb.md's pseudo-code
         for j in range(8):
