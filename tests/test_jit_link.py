@@ -134,7 +134,7 @@ print(r, " ".join(sorted(compiled)))
 
 def test_an_overloads_implementation_is_found_in_the_cache_by_another_process(tmp_path):
     """OVERLOAD_OPTIONS caches an @overload's implementation, a closure; one over a compiled function gets the
-    same key in every process (Numba's pickles the dispatcher's uuid, drawn anew in each)."""
+    same key in every process (Numba's key pickles the dispatcher's uuid, drawn anew in each)."""
     (tmp_path / "overload_mod.py").write_text(textwrap.dedent(_OVERLOAD_MODULE))
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
 

@@ -87,13 +87,13 @@ class _KeyPickler(serialize.NumbaPickler):
 
 
 def _ordered(v: Any) -> Any:
-    """``v`` with each set in it as its items sorted (pickle writes a set in its iteration order, and a pickler
-    cannot take that over)."""
+    """``v`` with each set in it (at its top or in plain tuples, lists and dicts) as its items sorted: pickle writes
+    a set in its iteration order, and a pickler cannot take that over."""
     if isinstance(v, (set, frozenset)):
         return (type(v).__name__, tuple(sorted((_ordered(x) for x in v), key=repr)))
-    if isinstance(v, (tuple, list)):
+    if type(v) in (tuple, list):  # not a named tuple: its class would not take one iterable
         return type(v)(_ordered(x) for x in v)
-    if isinstance(v, dict):
+    if type(v) is dict:
         return {k: _ordered(x) for k, x in v.items()}
     return v
 
