@@ -9,10 +9,10 @@ It must run before the first ``@njit(cache=True)`` is decorated (the stamp is ta
 ``tilesim/__init__.py`` imports it first.
 
 Numba keys a cached closure (an ``@overload``'s implementation is one) by its code and by the pickled values it
-closes over. A compiled function among them pickles with its dispatcher's uuid, drawn anew in each process, and a
-set with its strings in the order of the process's hash seed: such a key matched in no other process, so every
-process compiled the function again and added one more entry to the cache. Here they pickle as their Python
-function and as sorted items.
+closes over. A compiled function among them (``tilesim.device``'s build selectors close over one) pickles with its
+dispatcher's uuid, drawn anew in each process: such a key matched in no other process, so every process compiled
+the function again and added one more entry to the cache. Here it pickles as its Python function. (A set of
+strings in a closure would still key by the process's hash seed; no closure of tilesim's holds one.)
 """
 
 from __future__ import annotations
@@ -86,25 +86,13 @@ class _KeyPickler(serialize.NumbaPickler):
         return super().reducer_override(obj)
 
 
-def _ordered(v: Any) -> Any:
-    """``v`` with each set in it (at its top or in plain tuples, lists and dicts) as its items sorted: pickle writes
-    a set in its iteration order, and a pickler cannot take that over."""
-    if isinstance(v, (set, frozenset)):
-        return (type(v).__name__, tuple(sorted((_ordered(x) for x in v), key=repr)))
-    if type(v) in (tuple, list):  # not a named tuple: its class would not take one iterable
-        return type(v)(_ordered(x) for x in v)
-    if type(v) is dict:
-        return {k: _ordered(x) for k, x in v.items()}
-    return v
-
-
 def _index_key(self, sig, codegen):  # type: ignore[no-untyped-def]
     """Numba's index key (signature, codegen, code and closure hashes), the closure pickled by _KeyPickler."""
     cells = self._py_func.__closure__
     cvars = b""
     if cells is not None:
         with io.BytesIO() as buf:
-            _KeyPickler(buf, protocol=4).dump(_ordered(tuple(c.cell_contents for c in cells)))
+            _KeyPickler(buf, protocol=4).dump(tuple(c.cell_contents for c in cells))
             cvars = buf.getvalue()
     code = self._py_func.__code__.co_code
     return (sig, codegen.magic_tuple(), (hashlib.sha256(code).hexdigest(), hashlib.sha256(cvars).hexdigest()))

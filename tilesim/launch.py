@@ -112,6 +112,9 @@ def arena(soc: SocSpec, block_dim: int) -> np.ndarray:
         return a
 
 
+_CORE_CHECKS = {FAST_BUILD: None, RECORD_BUILD: 0, CHECKED_BUILD: True}  # Core.checks of each build
+
+
 @dataclass
 class Launch:
     """What one launch needs on the host, and what it reports afterwards."""
@@ -209,11 +212,11 @@ class Launch:
         build the kernel runs (:func:`tilesim.device.checks_field`): True in checked mode (the checked build); 0
         for a launch that records without checks (a log, or its own schedule: the record build, compiled without
         checked mode's code); None otherwise (the fast build, with neither)."""
-        return True if self.checks else 0 if self.recording else None
+        return _CORE_CHECKS[self.build]
 
     @property
     def build(self) -> str:
-        """The name of the build :attr:`core_checks` selects (:func:`tilesim.device.build_of`'s names)."""
+        """The name of the build the launch runs (:func:`tilesim.device.build_of`'s names)."""
         return CHECKED_BUILD if self.checks else RECORD_BUILD if self.recording else FAST_BUILD
 
     def end_phase(self) -> None:
