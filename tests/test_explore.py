@@ -27,7 +27,7 @@ matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parents[1]
 SOC = "Ascend910B1"
 # Small shapes with tails, one dtype each (tests/test_explore_ops.py runs every dtype's candidates). A sweep records
-# its launches, in the record build, compiled per kernel and dtype: softmax's is fp32, as test_races.py's is.
+# its launches, in the checked build, compiled per kernel and dtype: softmax's is fp32, as test_races.py's is.
 CASES = {
     "rms_norm_grad": ((50, 200), "bf16"),
     "group_norm_backward": ((3, 64, 36), "fp32"),

@@ -217,7 +217,7 @@ def test_agrees_with_a_brute_force_search_on_random_logs():
 @pytest.mark.parametrize("name", list(OPS))
 def test_shipped_kernels_have_no_races(name):
     """The official tiling at the default shape, and the op's last swept candidate (another split or mode), in bf16
-    where the op takes it, else in its first dtype. A recorded launch runs the record build of its kernel; those
+    where the op takes it, else in its first dtype. A recorded launch runs the checked build of its kernel; those
     compiled per dtype (RmsNorm's, SwiGlu's, SoftMax's) are the ones tests/test_explore.py's sweeps record, in the
     same dtypes, so that each compiles once."""
     spec = OPS[name]

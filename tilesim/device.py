@@ -91,7 +91,7 @@ COUNTER_NAMES = ["mte2_bytes", "mte2_transfers", "mte2_pad_bytes", "mte3_bytes",
 # cache of :func:`tilesim.schedule.slot_of` (SCHED_CACHE, 2 * SLOT_CACHE words), each plan buffer's first slot id
 # (SCHED_BASE, a word per plan row), the float64 state of :func:`tilesim.schedule.run`, then the queue: QUEUE
 # entries in the log's layout, scheduled whenever it is full (:func:`schedule_queue`).
-# Only the record and checked builds have the recording (:func:`recorded_only`): the fast build pays nothing.
+# Only the checked build has the recording (:func:`recorded_only`): the fast build pays nothing.
 LOG_COUNT = N_COUNTERS
 REC_MODE = LOG_COUNT + 1
 REC_AT = REC_MODE + 1
@@ -161,27 +161,27 @@ def hazard_col(ub_size):
     return (SHADOW_COL + ub_size // 8 + 7) // 8 * 8
 
 
-# A kernel compiles in up to three builds, told apart by the type of Core.checks, which the launch chooses
+# A kernel compiles in two builds, told apart by the type of Core.checks, which the launch chooses
 # (:attr:`tilesim.launch.Launch.core_checks`): the fast build (None) has neither checked mode's code nor the
-# recording of instructions; the record build (an int) records (an instruction log, or the launch's own schedule on
-# the cost model) without checked mode's code; the checked build (a bool) has both and checks when it is True.
-# Code that a build does not have costs it nothing: not even a test per instruction.
-FAST_BUILD, RECORD_BUILD, CHECKED_BUILD = "fast", "record", "checked"
+# recording of instructions; the checked build (a bool) has both, checks when the flag is True and records when the
+# launch records: a launch that records without checks (an instruction log, or the launch's own schedule on the cost
+# model) runs it with the flag False. Code that a build does not have costs it nothing: not even a test per
+# instruction. (A third build for recording alone ran no faster than the checked build with its checks off, and it
+# was a quarter of `make test`'s compile.)
+FAST_BUILD, CHECKED_BUILD = "fast", "checked"
 
 
 def build_of(core: Any) -> str | None:
     """At typing time: which build ``core`` (a Core's Numba type) belongs to (None for what is not a Core)."""
     if not (isinstance(core, types.BaseNamedTuple) and "checks" in core.fields):
         return None
-    checks = core.types[core.fields.index("checks")]
-    if isinstance(checks, types.NoneType):
-        return FAST_BUILD
-    return CHECKED_BUILD if isinstance(checks, types.Boolean) else RECORD_BUILD
+    return FAST_BUILD if isinstance(core.types[core.fields.index("checks")], types.NoneType) else CHECKED_BUILD
 
 
-def _only_in(builds: tuple[str, ...], absent: bool | None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator of a device function ``f(core, ...)`` compiled only into ``builds``: in any other build it
-    compiles to ``return absent``, so that the build neither types nor links it."""
+def _checked_build_only(absent: bool | None, guarded: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator of a device function ``f(core, ...)`` compiled only into the checked build: in the fast build it
+    compiles to ``return absent``, so that the fast build neither types nor links it. ``guarded``: the checked build
+    calls it only when the launch checks (``core.checks``), and has ``absent`` otherwise."""
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         compiled = njit(cache=True)(fn)
 
@@ -190,9 +190,11 @@ def _only_in(builds: tuple[str, ...], absent: bool | None) -> Callable[[Callable
 
         @overload(device_function, jit_options=OVERLOAD_OPTIONS)
         def _select(core, *args):  # type: ignore[no-untyped-def]
-            if build_of(core) in builds:
-                return lambda core, *args: compiled(core, *args)
-            return (lambda core, *args: True) if absent else (lambda core, *args: None)
+            if build_of(core) != CHECKED_BUILD:
+                return lambda core, *args: absent
+            if guarded:
+                return lambda core, *args: compiled(core, *args) if core.checks else absent
+            return lambda core, *args: compiled(core, *args)
 
         return functools.update_wrapper(device_function, fn)
     return decorate
@@ -200,18 +202,18 @@ def _only_in(builds: tuple[str, ...], absent: bool | None) -> Callable[[Callable
 
 def checked_only(fast_result: bool | None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator of a device function ``f(core, ...)`` whose work is checked mode's alone (a check, a shadow
-    update): outside the checked build it compiles to ``return fast_result`` (True for a check, None for an
-    update), so that a fast kernel neither types nor links checked mode's code (it made every kernel's compile
-    40 % longer and its code larger). In the checked build the function runs, and its body still tests
-    ``core.checks``, which then holds the launch's flag."""
-    return _only_in((CHECKED_BUILD,), fast_result)
+    update): in the fast build, and in a checked build's launch with its checks off (one that only records), it is
+    ``fast_result`` (True for a check, None for an update, False for a hazard not found), so that a fast kernel
+    neither types nor links checked mode's code (it made every kernel's compile 40 % longer and its code larger),
+    and a recording costs no call per instruction."""
+    return _checked_build_only(fast_result, True)
 
 
 def recorded_only(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Decorator of a device function ``f(core, ...)`` that records an instruction: compiled out of the fast
-    build (it returns None there), so that recording costs fast mode nothing. Its body still tests whether the
-    launch records (``core.cnt_size > LOG_COUNT``): a checked build's launch may not."""
-    return _only_in((RECORD_BUILD, CHECKED_BUILD), None)(fn)
+    build (it returns None there), so that recording costs fast mode nothing. Its body tests whether the launch
+    records (``core.cnt_size > LOG_COUNT``): a checked launch may not."""
+    return _checked_build_only(None, False)(fn)
 
 
 def checks_field(checks):  # type: ignore[no-untyped-def]
@@ -220,11 +222,9 @@ def checks_field(checks):  # type: ignore[no-untyped-def]
 
 @overload(checks_field, jit_options=OVERLOAD_OPTIONS)
 def checks_field_typed(checks):  # type: ignore[no-untyped-def]
-    """Core.checks: None for the fast build, an int64 for the record build, the flag for the checked build."""
+    """Core.checks: None for the fast build, the launch's flag for the checked build."""
     if isinstance(checks, types.NoneType):
         return lambda checks: None
-    if isinstance(checks, types.Integer) and not isinstance(checks, types.Boolean):
-        return lambda checks: np.int64(checks)
     return lambda checks: bool(checks)
 
 

@@ -38,7 +38,6 @@ from .device import (
     REC_AT,
     REC_MODE,
     REC_SCHEDULE,
-    RECORD_BUILD,
     SCHED_BASE,
     SCHED_CACHE,
     SCHED_GMS,
@@ -112,7 +111,6 @@ def arena(soc: SocSpec, block_dim: int) -> np.ndarray:
         return a
 
 
-_CORE_CHECKS = {FAST_BUILD: None, RECORD_BUILD: 0, CHECKED_BUILD: True}  # Core.checks of each build
 
 
 @dataclass
@@ -207,17 +205,17 @@ class Launch:
             self.state[:, schedule.F_RATE3] = self.rates[self.calls, :, 1]
 
     @property
-    def core_checks(self) -> bool | int | None:
+    def core_checks(self) -> bool | None:
         """What the core loop hands each core's context (:func:`tilesim.launcher.enter_core`), which selects the
-        build the kernel runs (:func:`tilesim.device.checks_field`): True in checked mode (the checked build); 0
-        for a launch that records without checks (a log, or its own schedule: the record build, compiled without
-        checked mode's code); None otherwise (the fast build, with neither)."""
-        return _CORE_CHECKS[self.build]
+        build the kernel runs (:func:`tilesim.device.checks_field`): None for the fast build, which neither checks
+        nor records; else the checked build, with its checks on in checked mode (True) and off in a launch that
+        only records (False: a log, or its own schedule)."""
+        return None if self.build == FAST_BUILD else bool(self.checks)
 
     @property
     def build(self) -> str:
         """The name of the build the launch runs (:func:`tilesim.device.build_of`'s names)."""
-        return CHECKED_BUILD if self.checks else RECORD_BUILD if self.recording else FAST_BUILD
+        return CHECKED_BUILD if self.checks or self.recording else FAST_BUILD
 
     def end_phase(self) -> None:
         """SyncAll: note where each core's instruction count and violations stand (when recording, a phase in

@@ -34,7 +34,7 @@ import numpy as np
 from numba import cfunc, types
 
 from . import launch as _launch
-from .device import CHECKED_BUILD, FAST_BUILD, HZ_MANUAL_SYNC, RECORD_BUILD, checks_field, hazard_col
+from .device import CHECKED_BUILD, FAST_BUILD, HZ_MANUAL_SYNC, checks_field, hazard_col
 from .errors import UbOverflowError
 from .jit import njit
 from .machine import dtypes, waits
@@ -280,8 +280,9 @@ _memo_values = by_identity(_tiling_values)  # once per tiling object: a nested t
 
 
 # A SyncAll launch's argument record (int64 words, :func:`_entries`): the block dim, the SyncAll words' address,
-# then per array its address and shape, then the tiling's numbers (a float as its bits)
-_A_BLOCK_DIM, _A_SYNC_AT = 0, 1
+# the checks flag (the checked build's), then per array its address and shape, then the tiling's numbers (a float
+# as its bits)
+_A_BLOCK_DIM, _A_SYNC_AT, _A_CHECKS = 0, 1, 2
 _RECORD_ARRAYS = (("arena", "np.uint8", 2), ("cnt", "np.int64", 2), ("err", "np.int64", 2), ("ctx", "np.int64", 2),
                   ("ws", "np.uint8", 1), ("alog", "np.uint8", 2), ("order", "np.int64", 1))
 
@@ -296,7 +297,7 @@ def _leaf_types(t: Any) -> tuple[str, ...]:
 
 @functools.cache
 def _record_layout(n_gm: int) -> tuple[dict[str, int], int]:
-    at, slots = 2, {}
+    at, slots = 3, {}
     for name, _, nd in _RECORD_ARRAYS + tuple((f"g{i}", "np.uint8", 1) for i in range(n_gm)):
         slots[name] = at
         at += 1 + nd
@@ -305,7 +306,8 @@ def _record_layout(n_gm: int) -> tuple[dict[str, int], int]:
 
 def _entries(t: Any, n_gm: int) -> str:
     """The C entries of a SyncAll kernel's core loop, one per build (tilesim.coroutines): ``entry_fast(job)``
-    and the others rebuild the loop's arguments from the launch's argument record and run the job's core."""
+    and ``entry_checked(job)`` rebuild the loop's arguments from the launch's argument record and run the
+    job's core."""
     slots, at = _record_layout(n_gm)
     leaves = _leaves(_tiling_values(t))
     words = at + len(leaves)
@@ -344,7 +346,7 @@ from tilesim.machine.waits import ENDED, FAILED, J_ARGS, J_CORE, J_STATE, JOB_WO
 
 WORDS = {words}
 """
-    for build, checks in ((FAST_BUILD, "None"), (RECORD_BUILD, "np.int64(0)"), (CHECKED_BUILD, "True")):
+    for build, checks in ((FAST_BUILD, "None"), (CHECKED_BUILD, f"a[{_A_CHECKS}] != 0")):
         out += f"""
 
 def entry_{build}(job):
@@ -368,12 +370,13 @@ def entry_{build}(job):
     return out
 
 
-def _record(t: Any, n_gm: int, block_dim: int, sync_at: int, arrays: dict[str, np.ndarray]) -> np.ndarray:
+def _record(t: Any, n_gm: int, block_dim: int, sync_at: int, checks: bool | None,
+            arrays: dict[str, np.ndarray]) -> np.ndarray:
     """The argument record :func:`_entries` reads: ``arrays`` by name (the GM arrays as g0, g1, ...)."""
     slots, at = _record_layout(n_gm)
     leaves = _leaves(_memo_values(t))  # once per tiling object
     rec = np.zeros(at + len(leaves), np.int64)
-    rec[_A_BLOCK_DIM], rec[_A_SYNC_AT] = block_dim, sync_at
+    rec[_A_BLOCK_DIM], rec[_A_SYNC_AT], rec[_A_CHECKS] = block_dim, sync_at, bool(checks)
     for name, s in slots.items():
         a = arrays[name]
         rec[s] = a.ctypes.data
@@ -587,7 +590,7 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
             with threads:
                 if k.sync_all:
                     bar = np.zeros(waits.BAR_WORDS, np.int64)
-                    rec = _record(tiling, len(flat), block_dim, bar.ctypes.data,
+                    rec = _record(tiling, len(flat), block_dim, bar.ctypes.data, ln.core_checks,
                                   {"arena": ln.arena, "cnt": ln.counters, "err": ln.err, "ctx": ctx, "ws": ws,
                                    "alog": alog, "order": _identity(block_dim),
                                    **{f"g{i}": g for i, g in enumerate(flat)}})

@@ -99,7 +99,7 @@ def _snapshot(h, p, at):
     h[at + p] = h[HZ_ISSUED + p]
 
 
-@checked_only(None)
+@checked_only(False)
 def hz_access(core, q, op, buf, addr, nbytes, write, queued, quiet=False):
     """Checked mode: instruction ``op`` (:data:`INSTRUCTIONS`) of pipe ``q`` reads (or ``write``\\ s) UB bytes
     ``[addr, addr + nbytes)`` of plan buffer ``buf`` (``queued``: through a queue's tensor, not a TBuf's). Reports
@@ -150,7 +150,7 @@ def hz_access(core, q, op, buf, addr, nbytes, write, queued, quiet=False):
     return kind != 0
 
 
-@checked_only(None)
+@checked_only(False)
 def hz_rows(core, q, op, buf, addr, rows, row_bytes, pitch, write, queued, quiet=False):
     """:func:`hz_access` of ``rows`` rows of ``row_bytes``, ``pitch`` bytes apart (a DataCopy's UB side); whether
     it found a hazard."""

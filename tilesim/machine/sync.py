@@ -213,7 +213,7 @@ def _pipe_barrier(ctx, pipe):  # type: ignore[no-untyped-def]
 def pipe_barrier_run(ctx, pipe, n):  # type: ignore[no-untyped-def]
     """``n`` PipeBarrier<pipe> with nothing issued between them: an Ascend C API's loop whose body issued only its
     barrier (LayerNormGrad's BrcbLastDimImpl for fewer than 8 rows: one a 32 B column block of H). The fast build
-    counts them at once (the same counts); the record and checked builds issue each, for the log and the check."""
+    counts them at once (the same counts); the checked build issues each, for the log and the check."""
 
 
 @overload(pipe_barrier_run, jit_options=OVERLOAD_OPTIONS)

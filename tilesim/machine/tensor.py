@@ -93,10 +93,8 @@ class GlobalTensorType(StructType):
 
 
 def _checks_type(t):  # type: ignore[no-untyped-def]
-    """Core.checks' type in a build: None, an int64 or a bool (see :func:`tilesim.device.build_of`)."""
-    if isinstance(t, types.NoneType):
-        return t
-    return types.boolean if isinstance(t, types.Boolean) else types.int64
+    """Core.checks' type in a build: None or a bool (see :func:`tilesim.device.build_of`)."""
+    return t if isinstance(t, types.NoneType) else types.boolean
 
 
 def _typed(f, m):  # type: ignore[no-untyped-def]
