@@ -1,0 +1,220 @@
+"""The cost model against measured NPU kernels: each case of the table below through tilesim's kernel on the
+emulated Ascend910B2, its estimate beside the measured time.
+
+    python -m bench.calibrate [--json PATH] [--op softmax|swiglu]
+
+Ground truth (public): hicann/cann-bench, ``tasks/level2/<op>/cases.csv`` at commit 0f40c15d. The torch_npu
+reference kernel on an Ascend910B2 (48 vector cores), msprof's kernel duration, the median of 20 runs after 5
+warm-ups on the same inputs (data that fits the 192 MiB L2 may stay warm across runs), the kernel alone. Shapes are
+x's, times in µs. The smallest kernels in those files take about 5 µs: a launch's fixed cost is below that.
+
+Per case the script prints the estimate, the measured time, their ratio and the bottleneck; per op and over all
+cases the geometric mean of the ratios, their min and max, and Spearman's rank correlation; and writes all of it to
+a JSON file (``bench/calibration.json`` by default), which ``tests/test_calibration.py`` recomputes: a change to
+the model shows up as a changed table in review. A case tilesim's kernel does not run (a dtype or an axis it
+refuses) is listed with the kernel's reason and left out of the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import kernels
+from kernels.ops import DTYPES
+from tilesim.cost import estimated, total_us
+from tilesim.errors import AclnnError
+from tilesim.soc import get_soc
+from tiling.softmax import check_args as softmax_args
+from tiling.swiglu import check_args as swiglu_args
+
+SOC = "Ascend910B2"
+SOURCE = "hicann/cann-bench tasks/level2/{op}/cases.csv @ 0f40c15d: torch_npu on Ascend910B2, msprof kernel duration"
+JSON_PATH = Path(__file__).with_name("calibration.json")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured kernel: ``op`` on x of ``shape`` and ``dtype`` along ``dim``; ``values`` says what x holds
+    (random logits, or the case's special values)."""
+
+    op: str
+    case: str
+    shape: tuple[int, ...]
+    dtype: str
+    dim: int
+    measured_us: float
+    values: str = "random"
+
+
+def _softmax(case: int, shape: tuple[int, ...], dtype: str, dim: int, us: float, values: str = "random") -> Case:
+    return Case("softmax", str(case), shape, dtype, dim, us, values)
+
+
+def _swiglu(case: int, shape: tuple[int, ...], dtype: str, dim: int, us: float) -> Case:
+    return Case("swiglu", str(case), shape, dtype, dim, us)
+
+
+CASES: tuple[Case, ...] = (
+    _softmax(1, (1024, 1024), "fp16", -1, 20.64),
+    _softmax(2, (2048, 2048), "fp32", -1, 37.98),
+    _softmax(3, (4096, 4096), "bf16", -1, 91.76),
+    _softmax(4, (8192, 8192), "fp16", 0, 1307.31),
+    _softmax(5, (8192, 8192), "fp32", 1, 422.73),
+    _softmax(6, (31, 67, 127, 257), "bf16", 2, 786.04),
+    _softmax(7, (1023, 2047), "fp16", -1, 20.04),
+    _softmax(8, (2049, 4097), "fp32", -1, 58.12),
+    _softmax(9, (127, 257, 1023), "bf16", -2, 412.79),
+    _softmax(10, (1009, 1021), "fp16", -1, 14.20),
+    _softmax(11, (367, 373, 379), "fp32", 1, 1063.10),
+    _softmax(12, (11, 13, 17, 4001), "bf16", -1, 62.58),
+    _softmax(13, (1000003, 2), "fp16", -1, 187.26, "inf"),
+    _softmax(14, (11, 13, 17, 67, 67), "fp32", -1, 294.31, "nan"),
+    _softmax(15, (3, 7, 11, 13, 1013), "bf16", -1, 30.46, "zeros"),
+    _softmax(16, (512, 2049), "fp16", 0, 40.06),
+    _softmax(17, (255, 8193), "fp32", 1, 18.64),
+    _softmax(18, (2, 511, 2049), "bf16", -1, 20.12),
+    _softmax(19, (4, 255, 2049), "fp16", 1, 53.56),
+    _softmax(20, (2, 3, 17, 1024, 101), "fp32", 3, 818.16),
+    _swiglu(1, (1024, 2048), "fp16", -1, 15.44),
+    _swiglu(2, (2048, 4096), "fp32", -1, 35.86),
+    _swiglu(3, (4096, 8192), "bf16", -1, 58.84),
+    _swiglu(4, (8192, 16384), "fp16", 0, 288.77),
+    _swiglu(5, (2039, 65520), "fp32", -1, 748.86),
+    _swiglu(6, (1009, 2016), "fp16", -1, 16.1),
+    _swiglu(7, (363, 367, 14), "bf16", -1, 228.19),
+    _swiglu(8, (2049, 1024), "fp16", 1, 15.46),
+    _swiglu(9, (3, 7, 13, 1018), "fp32", -1, 9.62),
+    _swiglu(10, (1000003, 2), "bf16", 1, 1655.61),
+    _swiglu(11, (3, 7, 11, 13, 1012), "fp16", -1, 21.04),
+    _swiglu(12, (512, 4096), "fp32", -1, 18.28),
+    _swiglu(13, (2, 1023, 4096), "fp32", -1, 36.44),
+    _swiglu(14, (2, 3, 17, 512, 100), "fp32", -1, 78.12),
+)
+
+
+def case_input(c: Case, seed: int = 0) -> np.ndarray:
+    """x of case ``c``: N(0, 2²) logits in its dtype (SwiGlu: U(-3, 3)), or its special values: zeros, a tenth
+    of the elements NaN, or a tenth each +inf and -inf."""
+    rng = np.random.default_rng(seed)
+    if c.values == "zeros":
+        return np.zeros(c.shape, DTYPES[c.dtype])
+    if c.op == "swiglu":
+        x = rng.uniform(-3.0, 3.0, c.shape).astype(np.float32)
+    else:
+        x = rng.standard_normal(c.shape, dtype=np.float32) * np.float32(2.0)
+    if c.values in ("nan", "inf"):
+        pick = rng.random(c.shape)
+        if c.values == "nan":
+            x[pick < 0.1] = np.nan
+        else:
+            x[pick < 0.1] = np.inf
+            x[pick > 0.9] = -np.inf
+    return x.astype(DTYPES[c.dtype])
+
+
+# The op's own argument checks, on x's shape and dtype alone: a case the kernel refuses costs no input
+_CHECKS = {"softmax": lambda x, dim, soc: softmax_args(x, dim, None, soc), "swiglu": swiglu_args}
+
+
+def run_case(c: Case, soc: str = SOC) -> dict[str, Any]:
+    """The estimate of case ``c`` on ``soc``: a row of the table (``est_us`` None and ``why`` where tilesim's kernel
+    refuses the case)."""
+    row: dict[str, Any] = {"op": c.op, "case": c.case, "shape": list(c.shape), "dtype": c.dtype, "dim": c.dim,
+                           "values": c.values, "measured_us": c.measured_us}
+    api = getattr(kernels, c.op)
+    try:
+        _CHECKS[c.op](np.empty(c.shape, DTYPES[c.dtype]), c.dim, get_soc(soc))
+        x = case_input(c)
+        _, ests = estimated(lambda: api(x, c.dim, soc=soc))
+    except AclnnError as e:
+        return {**row, "est_us": None, "ratio": None, "bottleneck": None, "launches": 0, "why": str(e)}
+    est = total_us(ests)
+    slowest = max(ests, key=lambda e: e.total_us)
+    return {**row, "est_us": round(est, 3), "ratio": round(est / c.measured_us, 4),
+            "bottleneck": slowest.bottleneck, "launches": len(ests), "why": None}
+
+
+def _ranks(v: np.ndarray) -> np.ndarray:
+    """Ranks from 1, ties given their mean rank."""
+    order = np.argsort(v, kind="stable")
+    r = np.empty(len(v))
+    r[order] = np.arange(1, len(v) + 1)
+    for x in np.unique(v):
+        tie = v == x
+        r[tie] = r[tie].mean()
+    return r
+
+
+def spearman(a: list[float], b: list[float]) -> float | None:
+    """Spearman's rank correlation of ``a`` and ``b`` (Pearson's of their ranks); None below 3 pairs."""
+    if len(a) < 3:
+        return None
+    ra, rb = _ranks(np.asarray(a, float)), _ranks(np.asarray(b, float))
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    return float((ra * rb).sum() / math.sqrt((ra * ra).sum() * (rb * rb).sum()))
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Geometric mean, min and max of est/measured and Spearman's rho over the rows that ran."""
+    ran = [r for r in rows if r["est_us"] is not None]
+    if not ran:
+        return {"cases": 0, "not_run": len(rows)}
+    ratios = [r["ratio"] for r in ran]
+    rho = spearman([r["est_us"] for r in ran], [r["measured_us"] for r in ran])
+    return {"cases": len(ran), "not_run": len(rows) - len(ran),
+            "geomean": round(math.exp(sum(math.log(x) for x in ratios) / len(ratios)), 4),
+            "min": min(ratios), "max": max(ratios), "spearman": None if rho is None else round(rho, 4),
+            "within_0.75_1.33": sum(0.75 <= x <= 1.33 for x in ratios)}
+
+
+def calibrate(cases: tuple[Case, ...] = CASES, soc: str = SOC) -> dict[str, Any]:
+    """Every case's row, and the summaries per op and over all."""
+    rows = [run_case(c, soc) for c in cases]
+    ops = sorted({r["op"] for r in rows})
+    return {"soc": soc, "source": SOURCE, "rows": rows,
+            "summary": {**{op: summary([r for r in rows if r["op"] == op]) for op in ops}, "all": summary(rows)}}
+
+
+def table(result: dict[str, Any]) -> str:
+    """The result as text: a line per case, then the summaries."""
+    lines = [f"{'op':8} {'case':>4} {'shape':24} {'dtype':5} {'dim':>3} {'est µs':>9} {'meas µs':>9} {'ratio':>6}  "
+             "bottleneck"]
+    for r in result["rows"]:
+        shape = "x".join(map(str, r["shape"]))
+        if r["est_us"] is None:
+            lines.append(f"{r['op']:8} {r['case']:>4} {shape:24} {r['dtype']:5} {r['dim']:>3} {'-':>9} "
+                         f"{r['measured_us']:9.2f} {'-':>6}  not run: {r['why']}")
+        else:
+            lines.append(f"{r['op']:8} {r['case']:>4} {shape:24} {r['dtype']:5} {r['dim']:>3} {r['est_us']:9.2f} "
+                         f"{r['measured_us']:9.2f} {r['ratio']:6.2f}  {r['bottleneck']}")
+    for name, s in result["summary"].items():
+        if s["cases"]:
+            lines.append(f"{name}: {s['cases']} cases ({s['not_run']} not run): geomean {s['geomean']:.3f}, min "
+                         f"{s['min']:.2f}, max {s['max']:.2f}, Spearman {s['spearman']}, "
+                         f"{s['within_0.75_1.33']} within 0.75-1.33")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.calibrate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", type=Path, default=JSON_PATH, help="where to write the table (default: %(default)s)")
+    ap.add_argument("--op", choices=sorted({c.op for c in CASES}), help="only this op's cases")
+    args = ap.parse_args(argv)
+    cases = tuple(c for c in CASES if args.op is None or c.op == args.op)
+    result = calibrate(cases)
+    print(table(result))
+    args.json.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"written: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
