@@ -346,9 +346,10 @@ def test_every_soc_family_has_sourced_figures():
         p = cost_params(name)
         assert p.clock_ghz > 0 and p.gm_bandwidth_gbs > 0
         assert set(p.vec_repeat_cycles) == set(VEC_CLASSES) == set(p.vec_startup_cycles)
-        fields = {f for f in p.__dataclass_fields__ if f not in ("family", "sources", "estimates")}
+        fields = {f for f in p.__dataclass_fields__ if f not in ("family", "sources", "estimates", "fitted")}
         assert fields <= set(p.sources), f"{name}: no source for {fields - set(p.sources)}"
-        assert p.estimates <= fields
+        assert p.estimates <= fields and p.fitted <= fields and not p.estimates & p.fitted
+        assert all(p.sources[f].startswith("fitted:") for f in p.fitted)
 
 
 def test_the_trace_has_a_process_per_core_and_a_lane_per_pipe(rms_inputs):

@@ -9,9 +9,10 @@ Nothing here knows an op's formulas.
 
 The model, per core and per SyncAll phase:
 
-- **Durations.** MTE2/MTE3: a GM latency, a cost per further row (burst), and the bytes over the core's
-  share of GM bandwidth: the chip's GM bandwidth over the cores moving data in the phase, split between the
-  core's MTE2 and MTE3 in proportion to the bytes each moves, each within its per-core limit.
+- **Durations.** MTE2/MTE3: a GM latency, then the bytes over the core's share of GM bandwidth (the chip's GM
+  bandwidth over the cores moving data in the phase, split between the core's MTE2 and MTE3 in proportion to the
+  bytes each moves, each within its per-core limit) or, for a transfer of many short rows (bursts), a least time
+  per row, whichever is longer.
   VECTOR: 256 B repeats times the class's cycles per repeat hold the pipe, and the result comes a start-up
   delay later (back-to-back instructions overlap their delays, as the pipe does). SCALAR (GetValue/SetValue):
   a fixed cost. Figures per SoC family in :mod:`tilesim.cost_params`.

@@ -167,7 +167,8 @@ def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, sync_column, st
     An instruction starts when the scalar unit has issued it, its pipe is free, the slots it reads have been
     written (RAW), the slot it writes has been written and read (WAW, WAR), and, for an MTE2 read of GM, this
     core's last MTE3 write of that tensor has landed. It holds its pipe for its occupancy (MTE: a latency, a cost
-    per further row and its bytes at the phase's rate; VECTOR: its repeats at its class's cycles; SCALAR: a fixed
+    and its bytes at the phase's rate or its rows at their least time, the longer; VECTOR: its repeats at its class's
+    cycles; SCALAR: a fixed
     cost) and its result comes a start-up later (vector instructions only). A scalar access stalls issue until its
     value is there.
 
@@ -209,8 +210,8 @@ def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, sync_column, st
         r1 = slot_of(plan, base, cache, n_slots, log[i, L_READ1])
         g = log[i, L_GM]
         g = g if 0 <= g < n_gm else -1
-        mte = ((lat2 if mte2 else lat3) + max(log[i, L_BURSTS] - 1, 0) * burst
-               + amount / (rate2 if mte2 else rate3) * clock)
+        mte = ((lat2 if mte2 else lat3)
+               + _later(amount / (rate2 if mte2 else rate3) * clock, log[i, L_BURSTS] * burst))
         occ = amount * f[F_REPEAT + vcls] if vector else get_value if scalar else mte
         lat = occ + (f[F_STARTUP + vcls] if vector else 0.0)
         g_read = g if mte2 else -1
