@@ -12,7 +12,8 @@ Per case the script prints the estimate, the measured time, their ratio and the 
 cases the geometric mean of the ratios, their min and max, and Spearman's rank correlation; and writes all of it to
 a JSON file (``bench/calibration.json`` by default), which ``tests/test_calibration.py`` recomputes: a change to
 the model shows up as a changed table in review. A case tilesim's kernel does not run (a dtype or an axis it
-refuses) is listed with the kernel's reason and left out of the summary.
+refuses) is listed with the kernel's reason and left out of the summary; a case whose error has a known cause
+carries a note. The table names the cost figures fitted to these measurements (``CostParams.fitted``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np
 import kernels
 from kernels.ops import DTYPES
 from tilesim.cost import estimated, total_us
+from tilesim.cost_params import cost_params
 from tilesim.errors import AclnnError
 from tilesim.soc import get_soc
 from tiling.softmax import check_args as softmax_args
@@ -191,7 +193,8 @@ def calibrate(cases: tuple[Case, ...] = CASES, soc: str = SOC) -> dict[str, Any]
     """Every case's row, and the summaries per op and over all."""
     rows = [run_case(c, soc) for c in cases]
     ops = sorted({r["op"] for r in rows})
-    return {"soc": soc, "source": SOURCE, "rows": rows,
+    p = cost_params(soc)
+    return {"soc": soc, "source": SOURCE, "fitted": {f: getattr(p, f) for f in sorted(p.fitted)}, "rows": rows,
             "summary": {**{op: summary([r for r in rows if r["op"] == op]) for op in ops}, "all": summary(rows)}}
 
 
@@ -208,6 +211,8 @@ def table(result: dict[str, Any]) -> str:
             note = f" ({r['note']})" if r["note"] else ""
             lines.append(f"{r['op']:8} {r['case']:>4} {shape:24} {r['dtype']:5} {r['dim']:>3} {r['est_us']:9.2f} "
                          f"{r['measured_us']:9.2f} {r['ratio']:6.2f}  {r['bottleneck']}{note}")
+    fitted = ", ".join(f"{f} {v}" for f, v in result["fitted"].items())
+    lines.append(f"figures fitted to these measurements (tilesim.cost_params): {fitted or 'none'}")
     for name, s in result["summary"].items():
         if s["cases"]:
             lines.append(f"{name}: {s['cases']} cases ({s['not_run']} not run): geomean {s['geomean']:.3f}, min "
