@@ -111,8 +111,6 @@ def arena(soc: SocSpec, block_dim: int) -> np.ndarray:
         return a
 
 
-
-
 @dataclass
 class Launch:
     """What one launch needs on the host, and what it reports afterwards."""

@@ -166,11 +166,10 @@ def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, sync_column, st
 
     An instruction starts when the scalar unit has issued it, its pipe is free, the slots it reads have been
     written (RAW), the slot it writes has been written and read (WAW, WAR), and, for an MTE2 read of GM, this
-    core's last MTE3 write of that tensor has landed. It holds its pipe for its occupancy (MTE: a latency, a cost
-    and its bytes at the phase's rate or its rows at their least time, the longer; VECTOR: its repeats at its class's
-    cycles; SCALAR: a fixed
-    cost) and its result comes a start-up later (vector instructions only). A scalar access stalls issue until its
-    value is there.
+    core's last MTE3 write of that tensor has landed. It holds its pipe for its occupancy (MTE: a latency, then its
+    bytes at the phase's rate or its rows at their least time, whichever is longer; VECTOR: its repeats at its
+    class's cycles; SCALAR: a fixed cost) and its result comes a start-up later (vector instructions only). A scalar
+    access stalls issue until its value is there.
 
     The issue time, the pipes' free and busy times and the span are locals over the loop, and no branch depends on
     the instruction: every duration is worked out and the instruction's selected, and an absent operand reads and
