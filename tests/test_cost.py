@@ -24,10 +24,12 @@ from tilesim.device import (
     MTE3_BYTES,
     N_COUNTERS,
     SCALAR_ACCESS,
+    SET_FLAGS,
     VEC_BINARY,
+    WAIT_FLAGS,
 )
 from tilesim.launch import RunReport
-from tilesim.schedule import PIPE_MTE2, PIPE_MTE3, PIPE_NAMES, PIPE_SCALAR, PIPE_VECTOR
+from tilesim.schedule import PIPE_MTE2, PIPE_MTE3, PIPE_NAMES, PIPE_SCALAR, PIPE_VECTOR, l2_hit
 from tilesim.trace import chrome_trace
 from tilesim.ub import UbPlan
 from tiling.rms_norm_grad import SPLIT_D
@@ -35,7 +37,7 @@ from tiling.rms_norm_grad import SPLIT_D
 # Round figures, so that schedules can be worked out by hand: 1 GHz (a cycle is a ns), 1 GB/s per MTE (a byte
 # is a cycle), no launch or SyncAll cost unless a test sets one.
 P = CostParams(family="test", clock_ghz=1.0, gm_bandwidth_gbs=1e9, mte2_core_gbs=1.0, mte3_core_gbs=1.0,
-               mte2_latency_cycles=100.0, mte3_latency_cycles=50.0, mte_burst_cycles=0.0,
+               mte2_latency_cycles=100.0, mte3_latency_cycles=50.0, mte_burst_cycles=0.0, l2_read_rate=0.0,
                vec_startup_cycles=dict.fromkeys(VEC_CLASSES, 10.0), vec_repeat_cycles=dict.fromkeys(VEC_CLASSES, 2.0),
                scalar_issue_cycles=1.0, get_value_cycles=6.0, sync_all_us=0.0, launch_us=0.0)
 
@@ -72,8 +74,10 @@ def tiles(n: int, buffer_num: int, in_bytes: int = 1000, reps: int = 4, out_byte
     return log
 
 
-def report(*phases: list[list[list[int]]], soc: str = "Ascend910B1") -> RunReport:
-    """A recorded report of ``phases``, each a list of per-core instruction lists."""
+def report(*phases: list[list[list[int]]], soc: str = "Ascend910B1", in_bytes: int = 0,
+           out_bytes: int = 0) -> RunReport:
+    """A recorded report of ``phases``, each a list of per-core instruction lists, over GM inputs of ``in_bytes``
+    and outputs of ``out_bytes`` (0: unknown, no L2)."""
     cores = len(phases[0])
     logs = [np.array([ins for ph in phases for ins in ph[c]], np.int64).reshape(-1, LOG_FIELDS) for c in range(cores)]
     ends = np.cumsum([[len(ph[c]) for c in range(cores)] for ph in phases], axis=0)
@@ -85,7 +89,8 @@ def report(*phases: list[list[list[int]]], soc: str = "Ascend910B1") -> RunRepor
     plan.add("x", 1024, SLOTS)
     plan.add("z", 1024, SLOTS)
     return RunReport(op="hand", soc=soc, tiling=None, ub_plan=plan, block_dim=cores, counters=counters,
-                     workspace_size=0, checks=False, wall_s=0.0, gm_names=["in", "out"], log=logs, phase_ends=ends)
+                     workspace_size=0, checks=False, wall_s=0.0, gm_names=["in", "out"], log=logs, phase_ends=ends,
+                     gm_in_bytes=in_bytes, gm_out_bytes=out_bytes)
 
 
 def cycles(rep: RunReport, p: CostParams = P) -> float:
@@ -166,6 +171,45 @@ def test_cores_share_gm_bandwidth_and_mte2_mte3_split_a_cores_share():
     # Equal bytes in and out: half the share each.
     one = estimate(report([[mte2(slot(X, 0), 1000), mte3(slot(Z, 0), 1000)]]), replace(p, gm_bandwidth_gbs=1.0))
     assert one.pipe_us[0] * 1e3 == pytest.approx([100 + 2000, 0, 50 + 2000, 0])
+
+
+def sync(pipe: int, cls: int, key: int) -> list[int]:
+    """A SetFlag / WaitFlag (``cls``) on ``pipe`` of flag ``key`` (event * 8 + id), as tilesim.device logs it."""
+    return [pipe, cls, 0, 0, -1, -1, -1, -1, key, 0, 0]
+
+
+def test_the_scalar_unit_waits_for_a_vector_result_through_the_kernels_own_flags():
+    # Vector: issued at 1, 100 repeats x 2 + 10 start-up: its result at 211. SetFlag(V_S) fires then; the scalar
+    # unit's WaitFlag(V_S) holds the issue of the CopyIn after it until 211: 212 + 100 + 1000.
+    key = 5
+    work = [vec(slot(Z, 0), slot(X, 0), 100)]
+    synced = work + [sync(PIPE_VECTOR, SET_FLAGS, key), sync(PIPE_SCALAR, WAIT_FLAGS, key), mte2(slot(X, 1), 1000)]
+    assert cycles(report([synced])) == pytest.approx(212 + 1100)
+    # Without the pair the CopyIn is issued at 2 and overlaps the vector instruction.
+    assert cycles(report([work + [mte2(slot(X, 1), 1000)]])) == pytest.approx(2 + 1100)
+
+
+def test_the_l2_serves_re_reads_and_warm_inputs_where_the_tensors_fit():
+    # 1 GB/s of HBM (a byte a cycle); the L2 reads at 2 GB/s on the chip (Ascend910B1: 24 AI cores).
+    p = replace(P, mte2_core_gbs=100.0, gm_bandwidth_gbs=1.0, l2_read_rate=2.0 / 24)
+    twice = [[mte2(slot(X, 0), 1000), mte2(slot(X, 1), 1000)]]  # the input's 1000 B, read twice
+    # No L2: two transfers of 100 + 1000 cycles, back to back.
+    assert cycles(report(twice), p) == pytest.approx(1 + 2 * 1100)
+    # Half the reads are re-reads: 1000 B at 1 B/cycle and 1000 at 2, spread over both transfers (750 each).
+    assert cycles(report(twice, in_bytes=1000, out_bytes=1000), p) == pytest.approx(1 + 2 * 850)
+    # Warm: every read from the L2.
+    assert estimate(report(twice, in_bytes=1000), p, l2_warm=True).total_us * 1e3 == pytest.approx(1 + 2 * 600)
+    # Tensors larger than the L2 (Ascend310P3: 16 MiB) get nothing from it, warm or not.
+    big = report(twice, soc="Ascend310P3", in_bytes=20 << 20)
+    assert estimate(big, p, l2_warm=True).total_us * 1e3 == pytest.approx(1 + 2 * 1100)
+
+
+def test_l2_hits_are_counted_per_launch():
+    assert l2_hit(1000, 0, 2000, 1 << 20, False) == 0.5
+    assert l2_hit(1000, 0, 1000, 1 << 20, False) == 0.0  # each byte read once: cold
+    assert l2_hit(1000, 0, 1000, 1 << 20, True) == 1.0
+    assert l2_hit(1 << 20, 1, 4 << 20, 1 << 20, True) == 0.0  # does not fit
+    assert l2_hit(0, 0, 1000, 1 << 20, True) == 0.0  # tensors unknown
 
 
 def test_a_read_of_gm_waits_for_this_cores_write_of_it():
@@ -322,6 +366,23 @@ def test_a_scheduled_report_refuses_other_figures(rms_inputs, monkeypatch):
     assert estimate(runs[0]).total_us > 0
     with pytest.raises(ValueError, match=r"need its instruction log \(tilesim.recorded\)"):
         estimate(runs[0], replace(cost_params("Ascend910B1"), launch_us=0.0))
+    with pytest.raises(ValueError, match="l2_warm=False"):
+        estimate(runs[0], l2_warm=True)
+
+
+def test_warm_inputs_scheduled_while_the_launch_runs_match_the_log(rms_inputs, monkeypatch):
+    """l2_warm gives the same estimate both ways, and a shorter one than cold (the inputs fit the L2)."""
+    monkeypatch.setattr(launch, "_forced_checks", [False])
+
+    def call():
+        return kernels.rms_norm_grad(*rms_inputs)
+
+    _, logged = tilesim.recorded(call)
+    _, warm = estimated(call, l2_warm=True)
+    _, cold = estimated(call)
+    replayed = estimate_all(logged, stages=False, l2_warm=True)
+    assert [e.total_us for e in replayed] == [e.total_us for e in warm]
+    assert warm[0].total_us < cold[0].total_us
 
 
 def test_recording_does_not_change_the_results(rms_inputs):

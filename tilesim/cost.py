@@ -13,6 +13,10 @@ The model, per core and per SyncAll phase:
   bandwidth over the cores moving data in the phase, split between the core's MTE2 and MTE3 in proportion to the
   bytes each moves, each within its per-core limit) or, for a transfer of many short rows (bursts), a least time
   per row, whichever is longer.
+- **L2.** Where a launch's GM tensors fit the L2 (``SocSpec.l2_size``), its re-reads (read bytes beyond its
+  inputs' bytes) come from the L2, at the L2's read bandwidth shared likewise; with ``l2_warm`` (the inputs left
+  there by the previous run of the same call) every read does. Writes go to HBM (:func:`tilesim.schedule.l2_hit`,
+  :func:`tilesim.schedule.mte_rates`). The share is the launch's, the same for every core.
   VECTOR: 256 B repeats times the class's cycles per repeat hold the pipe, and the result comes a start-up
   delay later (back-to-back instructions overlap their delays, as the pipe does). SCALAR (GetValue/SetValue):
   a fixed cost. Figures per SoC family in :mod:`tilesim.cost_params`.
@@ -36,8 +40,9 @@ Every relation above is a max or a sum of durations, so a longer transfer or one
 estimate shorter, and a second buffer (fewer slot conflicts) never makes it longer.
 
 Not modelled: a slot is free once its last reader has finished, where the NPU frees it at FreeTensor (a kernel
-that frees late runs a little slower than estimated); UB bank conflicts; L2 hits (every GM byte costs GM
-bandwidth); dtype-dependent vector throughput.
+that frees late runs a little slower than estimated); UB bank conflicts; which bytes a re-read reads (a launch's
+re-reads are counted, not located, so a kernel that reads more than its L2 holds gets no hits); dtype-dependent
+vector throughput.
 """
 
 from __future__ import annotations
@@ -148,11 +153,15 @@ class Estimate:
                 f"padding {self.pad_bytes} B of {self.gm_bytes} B moved")
 
 
-def _replay_log(report: RunReport, p: CostParams,
-                stages: bool) -> tuple[np.ndarray, list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]]:
+def _replay_log(report: RunReport, p: CostParams, stages: bool,
+                l2_warm: bool) -> tuple[np.ndarray, list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]]:
     """Schedule a recorded launch's log: ``[phases, block_dim, N_PIPES + 1]`` (each pipe's busy cycles, then the
     core's span, per phase) and, with ``stages``, each core's phase with its instructions' starts and pipe
     releases (cycles from the phase's start)."""
+    spec = get_soc(report.soc)
+    hit = schedule.l2_hit(report.gm_in_bytes, report.gm_out_bytes, report.total("mte2_bytes"), spec.l2_size,
+                          l2_warm)
+    l2_gbs = schedule.l2_read_gbs(p, spec.ai_core_cnt)
     plan = report.ub_plan.as_array()
     base, n_slots = schedule.slot_bases(plan)
     cache = schedule.new_slot_cache()
@@ -174,7 +183,7 @@ def _replay_log(report: RunReport, p: CostParams,
                 continue
             schedule.reset(f)
             f[schedule.F_RATE2], f[schedule.F_RATE3] = schedule.mte_rates(
-                int(moved[c][PIPE_MTE2]), int(moved[c][PIPE_MTE3]), movers, p)
+                int(moved[c][PIPE_MTE2]), int(moved[c][PIPE_MTE3]), movers, p, hit, l2_gbs)
             start, free = (np.empty(part.shape[0]), np.empty(part.shape[0])) if stages else (np.empty(0),) * 2
             schedule.run(f, plan, base, cache, n_slots, MAX_GM_TAGS, part, part.shape[0], VEC_BINARY, PIPE_BARRIERS,
                          start, free)
@@ -217,19 +226,22 @@ def _stages(core: int, phase: int, log: np.ndarray, start: np.ndarray, busy_end:
     return out
 
 
-def estimate(report: RunReport, params: CostParams | None = None, stages: bool = True) -> Estimate:
+def estimate(report: RunReport, params: CostParams | None = None, stages: bool = True,
+             l2_warm: bool = False) -> Estimate:
     """The estimated NPU time of one launch, recorded (``tilesim.recorded``: its log is scheduled now, with
     ``params``, the SoC family's figures by default; ``stages`` keeps each core's CopyIn/Compute/CopyOut for a
-    trace) or scheduled while it ran (:func:`estimated`: with its SoC's figures, and no stages)."""
+    trace) or scheduled while it ran (:func:`estimated`: with its SoC's figures, and no stages). ``l2_warm``: the
+    launch's inputs are in the L2 from the previous run of the call (where its GM tensors fit the L2)."""
     spec = get_soc(report.soc)
     p = cost_params(spec) if params is None else params
     kept: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]] = []
     if report.log is not None:
-        phases, kept = _replay_log(report, p, stages)
+        phases, kept = _replay_log(report, p, stages, l2_warm)
     elif report.schedule is not None:
-        if p != report.schedule_params:
-            raise ValueError(f"{report.op}: the launch was scheduled with {report.schedule_params.family}'s "
-                             f"figures while it ran; other figures need its instruction log (tilesim.recorded)")
+        if p != report.schedule_params or l2_warm != report.schedule_l2_warm:
+            raise ValueError(f"{report.op}: the launch was scheduled while it ran with {report.schedule_params.family}"
+                             f"'s figures and l2_warm={report.schedule_l2_warm}; other figures or another L2 need "
+                             f"its instruction log (tilesim.recorded)")
         phases = report.schedule
     else:
         raise ValueError(f"{report.op}: the report has no instruction log; run the op under tilesim.recorded(...) "
@@ -254,25 +266,26 @@ def estimate(report: RunReport, params: CostParams | None = None, stages: bool =
                     stages=all_stages, tiling=report.tiling)
 
 
-def estimate_all(reports: list[RunReport], params: CostParams | None = None,
-                 stages: bool = True) -> list[Estimate]:
+def estimate_all(reports: list[RunReport], params: CostParams | None = None, stages: bool = True,
+                 l2_warm: bool = False) -> list[Estimate]:
     """One estimate per recorded launch (an op call that launches more than one kernel has more than one)."""
-    return [estimate(r, params, stages) for r in reports]
+    return [estimate(r, params, stages, l2_warm) for r in reports]
 
 
-def estimated(call: Callable[[], Any], fast: Sequence[RunReport] | None = None) -> tuple[Any, list[Estimate]]:
+def estimated(call: Callable[[], Any], fast: Sequence[RunReport] | None = None,
+              l2_warm: bool = False) -> tuple[Any, list[Estimate]]:
     """``call()``'s result and the estimated NPU time of each of its launches, scheduled while the call runs (no
     instruction log: memory does not grow with the instructions; the scheduled run costs a little more than a fast
     one, up to about twice it for tilings of many tiny instructions).
     The model needs each phase's MTE bytes before it schedules the phase: ``fast`` are the reports of the same call
     made under :func:`tilesim.capture` (the explorer times that run); without them the call runs once more first.
-    No stages: a trace needs the log of :func:`tilesim.recorded`."""
+    No stages: a trace needs the log of :func:`tilesim.recorded`. ``l2_warm``: as for :func:`estimate`."""
     if fast is None:
         with capture() as fast:
             call()
-    with scheduled(fast) as runs:
+    with scheduled(fast, l2_warm) as runs:
         out = call()
-    return out, estimate_all(runs, stages=False)
+    return out, estimate_all(runs, stages=False, l2_warm=l2_warm)
 
 
 def total_us(estimates: list[Estimate]) -> float:

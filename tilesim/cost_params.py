@@ -41,6 +41,7 @@ class CostParams:
     mte2_latency_cycles: float  # GM read latency of one DataCopy / DataCopyPad GM -> UB
     mte3_latency_cycles: float  # GM write latency of one DataCopy / DataCopyPad UB -> GM
     mte_burst_cycles: float  # the least time of one row (burst) of a transfer: many short rows take this each
+    l2_read_rate: float  # bytes per cycle per AI core the L2 serves reads at (the chip's: x AI cores x clock)
     vec_startup_cycles: dict[str, float]  # issue to result of one vector instruction beyond its repeats, by class
     vec_repeat_cycles: dict[str, float]  # cycles per 256 B repeat, by class (VEC_CLASSES): the pipe's occupancy
     scalar_issue_cycles: float  # the scalar unit issuing one instruction to a pipe's queue
@@ -105,14 +106,14 @@ _A2A3_MTE_SOURCES = {
 }
 
 
-def _params(family: str, clock: float, gm: float, sync_all_us: float, sources: dict[str, str],
+def _params(family: str, clock: float, gm: float, l2_read_rate: float, sync_all_us: float, sources: dict[str, str],
             estimates: frozenset[str], fitted: frozenset[str]) -> CostParams:
-    """A family's record: its clock, GM bandwidth and SyncAll cost; the A2/A3 per-core and per-instruction
-    figures (87 B/cycle per MTE at its own clock)."""
+    """A family's record: its clock, GM bandwidth, L2 read rate and SyncAll cost; the A2/A3 per-core and
+    per-instruction figures (87 B/cycle per MTE at its own clock)."""
     mte = round(87 * clock, 1)
     return CostParams(
         family=family, clock_ghz=clock, gm_bandwidth_gbs=gm, mte2_core_gbs=mte, mte3_core_gbs=mte,
-        mte2_latency_cycles=311.0, mte3_latency_cycles=157.0, mte_burst_cycles=60.0,
+        mte2_latency_cycles=311.0, mte3_latency_cycles=157.0, mte_burst_cycles=60.0, l2_read_rate=l2_read_rate,
         vec_startup_cycles=dict(_A2A3_STARTUP), vec_repeat_cycles=dict(_A2A3_REPEAT), scalar_issue_cycles=1.0,
         get_value_cycles=6.0, sync_all_us=sync_all_us, launch_us=5.0, sources=sources, estimates=estimates,
         fitted=fitted)
@@ -121,10 +122,13 @@ def _params(family: str, clock: float, gm: float, sync_all_us: float, sources: d
 def _a2a3(family: str, clock: float, clock_src: str, gm: float, gm_src: str, estimates: frozenset[str]):
     """An A2/A3 family (DAV_2201): PyPTO's A2A3 models apply to both Ascend910B and Ascend910_93."""
     return _params(
-        family, clock, gm, 1.0,
+        family, clock, gm, 110.0, 1.0,
         {
             "clock_ghz": clock_src,
             "gm_bandwidth_gbs": gm_src,
+            "l2_read_rate": f"{_INI}Ascend910B2.ini (and every 910B and 910_93 ini) l2_read_rate=110 B/cycle/core "
+                           "(l2_write_rate=86, ddr_read_rate=32); ai_core_cnt=24 (20 on 910B3/B4): 4.75 TB/s on "
+                           "910B2. Writes are not given it: the model sends every write to HBM",
             "mte2_core_gbs": f"{_CA}model/pipe.h ddrRdBandWidth_=87 B/cycle (UB write 128 B/cycle), x clock. "
                              f"{_FIT} COPY_IN a=2.613 (x ratio 2) is 95.7 B/cycle at freqTrans=2000. "
                              f"{_INI}Ascend910B1.ini ddr_read_rate=32 B/cycle/core is the all-cores fair share",
@@ -143,15 +147,17 @@ def _a2a3(family: str, clock: float, clock_src: str, gm: float, gm_src: str, est
     )
 
 
-def _older(family: str, clock: float, clock_src: str, gm: float, gm_src: str, estimates: frozenset[str]):
+def _older(family: str, clock: float, clock_src: str, gm: float, gm_src: str, l2_read_rate: float,
+           l2_src: str, estimates: frozenset[str]):
     """A family PyPTO does not model (310P: DAV_2002; 910: DAV_1001): the A2/A3 per-instruction figures at its
     own clock. Every figure except the clock and the GM bandwidth is an estimate."""
     reused = f"estimate: A2/A3 figure reused; nothing public for {family}. Its ini has vec_calc_size=128, as A2/A3"
     return _params(
-        family, clock, gm, 3.0,
+        family, clock, gm, l2_read_rate, 3.0,
         {
             "clock_ghz": clock_src,
             "gm_bandwidth_gbs": gm_src,
+            "l2_read_rate": l2_src,
             "mte2_core_gbs": f"estimate: the A2/A3 single-core rate 87 B/cycle ({_CA}model/pipe.h) x clock",
             "mte3_core_gbs": f"estimate: the A2/A3 single-core rate 87 B/cycle ({_CA}model/pipe.h) x clock",
             **{k: f"{reused}. {v}" for k, v in _A2A3_MTE_SOURCES.items()},
@@ -196,6 +202,8 @@ _PARAMS: dict[str, CostParams] = {
                "ai : Atlas 300I Duo (two 310P chips) LPDDR4X up to 408 GB/s. "
                f"{_INI}Ascend310P3.ini: 8 AI cores x ddr_rate 17 B/cycle x 1.06 GHz + 7 vector cores x 9 x "
                "1.0 GHz = 207 GB/s",
+               114.0, f"{_INI}Ascend310P3.ini [AICoreMemoryRates] l2_read_rate=114 B/cycle/core (the vector "
+                      "cores' [VectorCoreMemoryRates]: 57)",
                _EST_OLDER),
         _older("Ascend910", 1.0,
                "estimate: 256 TFLOPS FP16 / (32 cores x 8192 FLOP/cycle) = 0.98 GHz (linleygroup.com newsletter "
@@ -204,6 +212,7 @@ _PARAMS: dict[str, CostParams] = {
                1200.0,
                "estimate: four HBM2 stacks (linleygroup.com/newsletters/newsletter_detail.php?num=6076), the "
                f"commonly quoted 1.2 TB/s; {_INI}Ascend910B.ini ddr_rate=32 x 30 cores x 0.9 GHz = 864 GB/s",
+               110.0, f"{_INI}Ascend910B.ini (legacy 910ProB) and Ascend910A.ini l2_read_rate=110 B/cycle/core",
                _EST_OLDER | {"clock_ghz", "gm_bandwidth_gbs"}),
     )
 }

@@ -86,6 +86,7 @@ class _ThreadState(threading.local):
     log = False
     pool: dict[str, np.ndarray] | None = None
     schedule: deque[RunReport] | None = None  # inside :func:`scheduled`: the fast reports of the launches to come
+    l2_warm = False  # inside :func:`scheduled`: the inputs are in the L2 from the previous run of the call
 
 
 _local = _ThreadState()
@@ -128,6 +129,7 @@ class Launch:
     # and holds the kernel to the promise: each phase starts with its UB shadow unwritten, so that such a read
     # is reported as a read of UB never written.
     phase_local_ub: bool = False
+    gm_bytes: tuple[int, int] = (0, 0)  # bytes of the GM inputs and of the outputs (the cost model's L2)
     arena: np.ndarray = field(init=False)
     plan_array: np.ndarray = field(init=False)
     counters: np.ndarray = field(init=False)
@@ -144,6 +146,7 @@ class Launch:
     # each run_cores' MTE rates per core (from the fast run's snapshots), the phases' spans and pipe times so far
     state: np.ndarray | None = field(init=False)
     params: CostParams | None = field(init=False)
+    l2_warm: bool = field(init=False)
     rates: np.ndarray | None = field(init=False)
     schedule: list[np.ndarray] = field(init=False)
     calls: int = field(init=False)
@@ -154,6 +157,7 @@ class Launch:
         self.phase_ends, self.err_ends, self.schedule = [], [], []
         self.snapshots = [] if _sinks() else None
         self.state = self.params = self.rates = None
+        self.l2_warm = False
         self.calls = 0
         # checked mode logs too: its race check reads the GM accesses, its reports name instructions
         self.log_room = _log_room.get(_room_key(self), LOG_ROOM) if (_recording() or self.checks) else 0
@@ -194,7 +198,11 @@ class Launch:
         self.params = cost_params(self.soc)
         schedule.set_params(self.state[0], self.params)
         self.state[1:, schedule.F_LAT2:schedule.F_TABLES] = self.state[0, schedule.F_LAT2:schedule.F_TABLES]
-        self.rates = phase_rates(fast.phase_counters, self.params)
+        hit = schedule.l2_hit(fast.gm_in_bytes, fast.gm_out_bytes, fast.total("mte2_bytes"), self.soc.l2_size,
+                              _local.l2_warm)
+        self.l2_warm = _local.l2_warm
+        self.rates = phase_rates(fast.phase_counters, self.params, hit,
+                                 schedule.l2_read_gbs(self.params, self.soc.ai_core_cnt))
         self._set_rates()
 
     def _set_rates(self) -> None:
@@ -257,13 +265,15 @@ def _room_key(launch: Launch) -> tuple[Any, ...] | None:
     return key
 
 
-def phase_rates(snapshots: np.ndarray, p: CostParams) -> np.ndarray:
+def phase_rates(snapshots: np.ndarray, p: CostParams, hit: float = 0.0, l2_gbs: float = 0.0) -> np.ndarray:
     """``[run_cores calls, cores, 2]``: each core's MTE2 and MTE3 rate (GB/s) in each run_cores call of a launch,
     from the counters ``snapshots`` taken at the end of each (:attr:`RunReport.phase_counters`):
-    :func:`tilesim.schedule.mte_rates` of its bytes in and out, shared with the cores that moved data."""
+    :func:`tilesim.schedule.mte_rates` of its bytes in and out, shared with the cores that moved data, ``hit`` of
+    the reads from the L2 (``l2_gbs``)."""
     delta = np.diff(snapshots, axis=0, prepend=np.zeros_like(snapshots[:1]))
     movers = ((delta[:, :, MTE2_XFERS] + delta[:, :, MTE3_XFERS]) > 0).sum(axis=1, keepdims=True)
-    return np.stack(schedule.mte_rates(delta[:, :, MTE2_BYTES], delta[:, :, MTE3_BYTES], movers, p), axis=-1)
+    return np.stack(schedule.mte_rates(delta[:, :, MTE2_BYTES], delta[:, :, MTE3_BYTES], movers, p, hit, l2_gbs),
+                    axis=-1)
 
 
 @njit(cache=True, host=True)
@@ -287,8 +297,8 @@ def _next_fast_report(op: str, block_dim: int) -> RunReport:
 
 
 def prepare(op: str, soc: SocSpec, tiling: Any, plan: UbPlan, block_dim: int, checks: bool,
-            gm_names: list[str], phase_local_ub: bool = False) -> Launch:
-    return Launch(op, soc, tiling, plan, block_dim, checks, gm_names, phase_local_ub)
+            gm_names: list[str], phase_local_ub: bool = False, gm_bytes: tuple[int, int] = (0, 0)) -> Launch:
+    return Launch(op, soc, tiling, plan, block_dim, checks, gm_names, phase_local_ub, gm_bytes)
 
 
 _forced_checks = [False]
@@ -615,7 +625,8 @@ def finish(launch: Launch, workspace_size: int = 0) -> RunReport:
     rep = RunReport(op=launch.op, soc=launch.soc.name, tiling=launch.tiling, ub_plan=launch.plan,
                     block_dim=launch.block_dim,  # the counters of a launch without a log are its own array
                     counters=launch.counters[:, :N_COUNTERS].copy() if launch.recording else launch.counters,
-                    workspace_size=workspace_size, checks=launch.checks, wall_s=wall, gm_names=list(launch.gm_names))
+                    workspace_size=workspace_size, checks=launch.checks, wall_s=wall, gm_names=list(launch.gm_names),
+                    gm_in_bytes=launch.gm_bytes[0], gm_out_bytes=launch.gm_bytes[1])
     sinks = _sinks()
     if launch.log_room:
         _attach_log(rep, launch, keep=bool(sinks))
@@ -627,6 +638,7 @@ def finish(launch: Launch, workspace_size: int = 0) -> RunReport:
                                f"{len(launch.rates)}: a scheduled call must launch exactly as the captured one did")
         rep.schedule = np.array(launch.schedule, np.float64).reshape(-1, launch.block_dim, schedule.N_PIPES + 1)
         rep.schedule_params = launch.params
+        rep.schedule_l2_warm = launch.l2_warm
     found: list[Any] = []
     total = 0
     if np.count_nonzero(launch.err[:, 0]):  # not .any(): numpy's Python wrapper costs microseconds
@@ -686,6 +698,8 @@ class RunReport:
     checks: bool
     wall_s: float
     gm_names: list[str] = field(default_factory=list)
+    gm_in_bytes: int = 0  # the GM inputs' bytes (the workspace aside)
+    gm_out_bytes: int = 0  # the GM outputs' bytes
     log: list[np.ndarray] | None = None  # per core: [instructions, LOG_FIELDS]
     phase_ends: np.ndarray | None = None  # [phases, block_dim]: each core's log length at the end of each phase
     log_needed: int = 0  # when the log did not fit: the room per core a rerun needs
@@ -695,6 +709,7 @@ class RunReport:
     # then the core's span, per phase (tilesim.schedule), and the figures it was scheduled with
     schedule: np.ndarray | None = None
     schedule_params: CostParams | None = None
+    schedule_l2_warm: bool = False
 
     def counter(self, name: str) -> np.ndarray:
         """Per-core values of one counter (see ``tilesim.device.COUNTER_NAMES``)."""
@@ -742,20 +757,21 @@ def capture(log: bool = False) -> Iterator[list[RunReport]]:
 
 
 @contextmanager
-def scheduled(fast: Sequence[RunReport]) -> Iterator[list[RunReport]]:
+def scheduled(fast: Sequence[RunReport], l2_warm: bool = False) -> Iterator[list[RunReport]]:
     """Collect the reports of the launches in the block (as :func:`capture`), each of which schedules itself on
     the cost model while it runs, instruction by instruction, without a log: ``tilesim.cost.estimated`` turns
     them into estimates. The k-th launch takes its phases' MTE bytes from the k-th report of ``fast``, a
     :func:`capture` of the same call (the model shares GM bandwidth by the bytes each core moves in a phase, which
-    must be known before the phase is scheduled). A launch that logs (checked mode, :func:`recorded`) is left to
-    its log."""
-    prev = _local.schedule
-    _local.schedule = deque(fast)
+    must be known before the phase is scheduled). ``l2_warm``: each launch's inputs are in the L2 from the
+    previous run of the call (:func:`tilesim.schedule.l2_hit`). A launch that logs (checked mode,
+    :func:`recorded`) is left to its log."""
+    prev, prev_warm = _local.schedule, _local.l2_warm
+    _local.schedule, _local.l2_warm = deque(fast), l2_warm
     try:
         with capture() as runs:
             yield runs
     finally:
-        _local.schedule = prev
+        _local.schedule, _local.l2_warm = prev, prev_warm
 
 
 def recorded(call: Callable[[], Any]) -> tuple[Any, list[RunReport]]:

@@ -577,7 +577,8 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
 
     def run() -> _launch.RunReport:
         ln = _launch.prepare(op or k.name, spec, tiling, _plan(b"", (), spec.ub_size), block_dim, checked, names,
-                             phase_local_ub=not k.sync_all)  # a fast launch: a UB per host thread
+                             phase_local_ub=not k.sync_all,  # a fast launch: a UB per host thread
+                             gm_bytes=(sum(a.nbytes for a in ins), sum(a.nbytes for a in outs)))
         if checked:
             ln.err[:, hazard_col(spec.ub_size) + HZ_MANUAL_SYNC] = 0 if auto_sync else 1
         ctx = _contexts(block_dim)

@@ -91,15 +91,36 @@ def reset(f: np.ndarray) -> None:
     f[..., F_DONE:] = 0.0
 
 
-def mte_rates(b2: Any, b3: Any, movers: Any, p: CostParams) -> tuple[Any, Any]:
+def l2_hit(in_bytes: int, out_bytes: int, read_bytes: int, l2_size: int, warm: bool) -> float:
+    """The share of a launch's GM reads (``read_bytes`` in all) that the L2 serves. None unless the launch's GM
+    tensors (``in_bytes`` of inputs, ``out_bytes`` of outputs; the workspace aside) fit the L2's ``l2_size``
+    bytes; then the re-reads (every read byte beyond the inputs' bytes: a kernel that reads x twice) or, with
+    ``warm`` (the inputs left in the L2 by the previous run of the same call), every read."""
+    if read_bytes <= 0 or in_bytes + out_bytes <= 0 or in_bytes + out_bytes > l2_size:
+        return 0.0
+    return 1.0 if warm else max(0, read_bytes - in_bytes) / read_bytes
+
+
+def l2_read_gbs(p: CostParams, ai_cores: int) -> float:
+    """The chip's L2 read bandwidth (GB/s): ``p.l2_read_rate`` per AI core, ``ai_cores`` of them."""
+    return p.l2_read_rate * ai_cores * p.clock_ghz
+
+
+def mte_rates(b2: Any, b3: Any, movers: Any, p: CostParams, hit: float = 0.0,
+              l2_gbs: float = 0.0) -> tuple[Any, Any]:
     """A core's MTE2 and MTE3 rates (GB/s) in a phase in which it moves ``b2`` bytes in and ``b3`` out and
     ``movers`` cores move data: the chip's GM bandwidth shared by those cores, the core's share split between its
-    MTE2 and MTE3 in proportion to their bytes (they draw on the same bandwidth), each within its per-core limit.
-    Numbers or numpy arrays (elementwise), the same float64 operations either way."""
+    MTE2 and MTE3 in proportion to the HBM bytes each moves (they draw on the same bandwidth), each within its
+    per-core limit. A share ``hit`` of the reads comes from the L2 instead (:func:`l2_hit`), whose bandwidth
+    ``l2_gbs`` the movers share likewise: MTE2's rate is then that of its HBM and L2 bytes one after the other.
+    Writes go to HBM. Numbers or numpy arrays (elementwise), the same float64 operations either way."""
     share = p.gm_bandwidth_gbs / np.maximum(movers, 1)
-    moved = np.maximum(b2 + b3, 1)
-    return (np.minimum(p.mte2_core_gbs, share * np.maximum(b2, 1) / moved),
-            np.minimum(p.mte3_core_gbs, share * np.maximum(b3, 1) / moved))
+    hbm2 = b2 * (1.0 - hit) if hit else b2
+    moved = np.maximum(hbm2 + b3, 1)
+    r2 = share * np.maximum(hbm2, 1) / moved
+    if hit:  # the time of its HBM bytes at r2, then of its L2 bytes at the L2's share
+        r2 = 1.0 / ((1.0 - hit) / r2 + hit * np.maximum(movers, 1) / l2_gbs)
+    return np.minimum(p.mte2_core_gbs, r2), np.minimum(p.mte3_core_gbs, share * np.maximum(b3, 1) / moved)
 
 
 def new_slot_cache() -> np.ndarray:

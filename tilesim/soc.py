@@ -21,6 +21,7 @@ class SocSpec:
     ai_core_cnt: int
     vector_core_cnt: int
     ub_size: int  # bytes of Unified Buffer per core
+    l2_size: int  # bytes of the L2 cache the cores share (the ini's l2_size)
     block_size: int = 32  # ONE_BLK_SIZE
     repeat_size: int = 256  # ONE_REPEAT_BYTE_SIZE
     max_repeat_times: int = 255
@@ -56,19 +57,27 @@ def _family(names: list[str], **kw) -> dict[str, SocSpec]:
 
 _SOCS: dict[str, SocSpec] = {
     **_family(["Ascend910B1", "Ascend910B2", "Ascend910B2C"], short_soc="Ascend910B", arch=220,
-              ai_core_cnt=24, vector_core_cnt=48, ub_size=196608),
-    **_family(["Ascend910B3", "Ascend910B4", "Ascend910B4-1"], short_soc="Ascend910B", arch=220,
-              ai_core_cnt=20, vector_core_cnt=40, ub_size=196608),
+              ai_core_cnt=24, vector_core_cnt=48, ub_size=196608, l2_size=192 * MIB),
+    **_family(["Ascend910B3"], short_soc="Ascend910B", arch=220, ai_core_cnt=20, vector_core_cnt=40,
+              ub_size=196608, l2_size=192 * MIB),
+    **_family(["Ascend910B4"], short_soc="Ascend910B", arch=220, ai_core_cnt=20, vector_core_cnt=40,
+              ub_size=196608, l2_size=96 * MIB),
+    **_family(["Ascend910B4-1"], short_soc="Ascend910B", arch=220, ai_core_cnt=20, vector_core_cnt=40,
+              ub_size=196608, l2_size=168 * MIB),
     **_family(["Ascend910_9381", "Ascend910_9382", "Ascend910_9391", "Ascend910_9392"], short_soc="Ascend910_93",
-              arch=220, ai_core_cnt=24, vector_core_cnt=48, ub_size=196608),
-    **_family(["Ascend910_9362", "Ascend910_9372"], short_soc="Ascend910_93", arch=220,
-              ai_core_cnt=20, vector_core_cnt=40, ub_size=196608),
-    **_family(["Ascend310P1"], short_soc="Ascend310P", arch=200, ai_core_cnt=10, vector_core_cnt=8, ub_size=262144),
+              arch=220, ai_core_cnt=24, vector_core_cnt=48, ub_size=196608, l2_size=192 * MIB),
+    **_family(["Ascend910_9362"], short_soc="Ascend910_93", arch=220, ai_core_cnt=20, vector_core_cnt=40,
+              ub_size=196608, l2_size=168 * MIB),
+    **_family(["Ascend910_9372"], short_soc="Ascend910_93", arch=220, ai_core_cnt=20, vector_core_cnt=40,
+              ub_size=196608, l2_size=192 * MIB),
+    **_family(["Ascend310P1"], short_soc="Ascend310P", arch=200, ai_core_cnt=10, vector_core_cnt=8, ub_size=262144,
+              l2_size=16 * MIB),
     **_family(["Ascend310P3", "Ascend310P5", "Ascend310P7"], short_soc="Ascend310P", arch=200,
-              ai_core_cnt=8, vector_core_cnt=7, ub_size=262144),
+              ai_core_cnt=8, vector_core_cnt=7, ub_size=262144, l2_size=16 * MIB),
     **_family(["Ascend910A", "Ascend910PremiumA", "Ascend910ProA"], short_soc="Ascend910", arch=100,
-              ai_core_cnt=32, vector_core_cnt=0, ub_size=262144),
-    **_family(["Ascend910ProB"], short_soc="Ascend910", arch=100, ai_core_cnt=30, vector_core_cnt=0, ub_size=262144),
+              ai_core_cnt=32, vector_core_cnt=0, ub_size=262144, l2_size=32 * MIB),
+    **_family(["Ascend910ProB"], short_soc="Ascend910", arch=100, ai_core_cnt=30, vector_core_cnt=0, ub_size=262144,
+              l2_size=32 * MIB),
 }
 
 DEFAULT_SOC = "Ascend910B1"
