@@ -32,13 +32,15 @@ from tilesim.launch import RunReport
 from tilesim.schedule import PIPE_MTE2, PIPE_MTE3, PIPE_NAMES, PIPE_SCALAR, PIPE_VECTOR, l2_hit
 from tilesim.trace import chrome_trace
 from tilesim.ub import UbPlan
+from tilesim.vec_kinds import KIND_OF, VEC_KINDS, vec_kind
 from tiling.rms_norm_grad import SPLIT_D
 
 # Round figures, so that schedules can be worked out by hand: 1 GHz (a cycle is a ns), 1 GB/s per MTE (a byte
 # is a cycle), no launch or SyncAll cost unless a test sets one.
 P = CostParams(family="test", clock_ghz=1.0, gm_bandwidth_gbs=1e9, mte2_core_gbs=1.0, mte3_core_gbs=1.0,
                mte2_latency_cycles=100.0, mte3_latency_cycles=50.0, mte_burst_cycles=0.0, l2_read_rate=0.0,
-               vec_startup_cycles=dict.fromkeys(VEC_CLASSES, 10.0), vec_repeat_cycles=dict.fromkeys(VEC_CLASSES, 2.0),
+               vec_startup_cycles=dict.fromkeys(VEC_CLASSES, 10.0),
+               vec_repeat_cycles=dict.fromkeys(VEC_KINDS, (2.0, 2.0)),
                scalar_issue_cycles=1.0, get_value_cycles=6.0, sync_all_us=0.0, launch_us=0.0)
 
 X, Z = 0, 1  # UB buffers of the hand-made logs: an input queue and an output queue
@@ -147,6 +149,31 @@ def test_scalar_access_stalls_issue():
     assert e.total_us * 1e3 == pytest.approx(26 + 18)
 
 
+def test_the_critical_path_names_the_bottleneck_not_the_busiest_pipe():
+    # One tile: issue 1 (SCALAR), CopyIn 1100, Compute 18 after it, CopyOut 1050 after that: the whole span.
+    e = estimate(report([tiles(1, 1)]), P)
+    assert e.path_us[0] * 1e3 == pytest.approx([1100, 18, 1050, 1])
+    # A 4000 B CopyIn (MTE2 busy 4100 cycles) beside 300 links of a chain: a 1-repeat vector instruction (2 + 10
+    # start-up) whose result GetValue reads (6), which holds the issue of the next link. MTE2 is the busiest pipe,
+    # the chain is the span, and the chain is VECTOR's start-ups and occupancy more than the scalar unit's.
+    chain = [mte2(slot(X, 3), 4000)]
+    for _ in range(300):
+        chain += [vec(slot(Z, 0), slot(X, 0), 1), [PIPE_SCALAR, SCALAR_ACCESS, 1, 1, -1, slot(Z, 0), -1, -1, 0, 0, 0]]
+    e = estimate(report([chain]), P)
+    assert e.pipe_us[0].argmax() == PIPE_MTE2 and e.core_us[0] * 1e3 > 4100
+    assert e.bottleneck == "VECTOR"
+    assert e.path_us[0] * 1e3 == pytest.approx([0, 300 * 12, 0, 300 * 6 + 301])
+    assert e.path_us[0].sum() == pytest.approx(e.core_us[0])
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 6), bn=st.integers(1, 2), in_b=st.integers(32, 4096), reps=st.integers(1, 300),
+       out_b=st.integers(32, 4096), cores=st.integers(1, 3))
+def test_a_cores_critical_path_adds_up_to_its_span(n, bn, in_b, reps, out_b, cores):
+    e = estimate(report([tiles(n + c, bn, in_b, reps, out_b) for c in range(cores)]), P)
+    np.testing.assert_allclose(e.path_us.sum(axis=1), e.core_us, rtol=1e-12)
+
+
 def test_load_imbalance_and_the_slowest_core():
     e = estimate(report([tiles(2, 2), tiles(1, 2)]), P)
     assert e.core_us * 1e3 == pytest.approx([3269, 2169])
@@ -171,6 +198,31 @@ def test_cores_share_gm_bandwidth_and_mte2_mte3_split_a_cores_share():
     # Equal bytes in and out: half the share each.
     one = estimate(report([[mte2(slot(X, 0), 1000), mte3(slot(Z, 0), 1000)]]), replace(p, gm_bandwidth_gbs=1.0))
     assert one.pipe_us[0] * 1e3 == pytest.approx([100 + 2000, 0, 50 + 2000, 0])
+
+
+def test_a_vector_instruction_takes_its_kinds_cycles_for_its_element_size():
+    # msKPP's figures: Exp 4 cycles a repeat on fp16, 2 on fp32; Div 4 on both.
+    p = replace(P, vec_repeat_cycles={**P.vec_repeat_cycles, "VEXP": (4.0, 2.0), "VDIV": (4.0, 4.0)})
+
+    def one(instruction: str, size: int) -> float:
+        row = vec(slot(Z, 0), slot(X, 0), 100)
+        row[3] = vec_kind(instruction, size)
+        return cycles(report([[row]]), p)
+
+    assert one("Exp", 2) == pytest.approx(1 + 400 + 10)
+    assert one("Exp", 4) == pytest.approx(1 + 200 + 10)
+    assert one("Div", 4) == one("Div", 2) == pytest.approx(1 + 400 + 10)
+    assert one("Add", 2) == pytest.approx(1 + 200 + 10)
+
+
+def test_every_kind_is_an_instruction_the_machine_emulates_and_the_log_carries_it(rms_inputs):
+    from tilesim.machine.hazard import INSTRUCTIONS
+
+    assert set(KIND_OF) <= set(INSTRUCTIONS) and set(KIND_OF.values()) == set(VEC_KINDS)
+    _, runs = tilesim.recorded(lambda: kernels.rms_norm_grad(*rms_inputs))  # fp32
+    log = runs[0].log[0]
+    codes = set(log[(log[:, 0] == PIPE_VECTOR) & (log[:, 1] >= VEC_BINARY) & (log[:, 1] < SCALAR_ACCESS), 3].tolist())
+    assert vec_kind("Mul", 4) in codes and all(0 <= c < 2 * len(VEC_KINDS) and c % 2 == 1 for c in codes)
 
 
 def sync(pipe: int, cls: int, key: int) -> list[int]:
@@ -406,7 +458,8 @@ def test_every_soc_family_has_sourced_figures():
     for name in tilesim.list_socs():
         p = cost_params(name)
         assert p.clock_ghz > 0 and p.gm_bandwidth_gbs > 0
-        assert set(p.vec_repeat_cycles) == set(VEC_CLASSES) == set(p.vec_startup_cycles)
+        assert set(p.vec_repeat_cycles) == set(VEC_KINDS) and set(p.vec_startup_cycles) == set(VEC_CLASSES)
+        assert all(len(c) == 2 and min(c) > 0 for c in p.vec_repeat_cycles.values())
         fields = {f for f in p.__dataclass_fields__ if f not in ("family", "sources", "estimates", "fitted")}
         assert fields <= set(p.sources), f"{name}: no source for {fields - set(p.sources)}"
         assert p.estimates <= fields and p.fitted <= fields and not p.estimates & p.fitted

@@ -13,13 +13,14 @@ The model, per core and per SyncAll phase:
   bandwidth over the cores moving data in the phase, split between the core's MTE2 and MTE3 in proportion to the
   bytes each moves, each within its per-core limit) or, for a transfer of many short rows (bursts), a least time
   per row, whichever is longer.
+  VECTOR: 256 B repeats times the cycles per repeat of the instruction's kind and element size
+  (:func:`tilesim.vec_kinds.vec_kind`) hold the pipe, and the result comes its class's start-up delay later
+  (back-to-back instructions overlap their delays, as the pipe does). SCALAR (GetValue/SetValue): a fixed cost.
+  Figures per SoC family in :mod:`tilesim.cost_params`.
 - **L2.** Where a launch's GM tensors fit the L2 (``SocSpec.l2_size``), its re-reads (read bytes beyond its
   inputs' bytes) come from the L2, at the L2's read bandwidth shared likewise; with ``l2_warm`` (the inputs left
   there by the previous run of the same call) every read does. Writes go to HBM (:func:`tilesim.schedule.l2_hit`,
   :func:`tilesim.schedule.mte_rates`). The share is the launch's, the same for every core.
-  VECTOR: 256 B repeats times the class's cycles per repeat hold the pipe, and the result comes a start-up
-  delay later (back-to-back instructions overlap their delays, as the pipe does). SCALAR (GetValue/SetValue):
-  a fixed cost. Figures per SoC family in :mod:`tilesim.cost_params`.
 - **Issue.** The scalar unit issues instructions in program order, ``scalar_issue_cycles`` apart, into one
   in-order queue per pipe. A scalar access stalls issue until it has finished (the value is needed).
 - **Dependencies.** An instruction starts when its pipe is free, it has been issued, the last write of every
@@ -41,8 +42,7 @@ estimate shorter, and a second buffer (fewer slot conflicts) never makes it long
 
 Not modelled: a slot is free once its last reader has finished, where the NPU frees it at FreeTensor (a kernel
 that frees late runs a little slower than estimated); UB bank conflicts; which bytes a re-read reads (a launch's
-re-reads are counted, not located, so a kernel that reads more than its L2 holds gets no hits); dtype-dependent
-vector throughput.
+re-reads are counted, not located, so a kernel that reads more than its L2 holds gets no hits).
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ class Estimate:
     sync_all_us: float
     core_us: np.ndarray  # [block_dim]: each core's busy span, summed over phases
     pipe_us: np.ndarray  # [block_dim, N_PIPES]: time each pipe of each core is busy
+    path_us: np.ndarray  # [block_dim, N_PIPES]: each core's critical path, the time of it each pipe holds
     ub_used: int
     ub_size: int
     pad_bytes: int  # zero fill DataCopyPad wrote to reach 32 B
@@ -112,8 +113,11 @@ class Estimate:
 
     @property
     def bottleneck(self) -> str:
-        """The pipe busiest on the slowest core: where shortening work shortens the kernel."""
-        return PIPE_NAMES[int(np.argmax(self.pipe_us[self.slowest_core]))]
+        """The pipe that holds the most of the slowest core's critical path (the longest chain of instructions,
+        each waiting for the one before it, that ends at the core's last result; the scalar unit's issue and its
+        accesses count as SCALAR): where shortening work shortens the kernel. Not always the busiest pipe: a chain
+        of vector results read by GetValue is VECTOR and SCALAR, however long the transfers beside it."""
+        return PIPE_NAMES[int(np.argmax(self.path_us[self.slowest_core]))]
 
     @property
     def imbalance(self) -> float:
@@ -155,9 +159,9 @@ class Estimate:
 
 def _replay_log(report: RunReport, p: CostParams, stages: bool,
                 l2_warm: bool) -> tuple[np.ndarray, list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]]:
-    """Schedule a recorded launch's log: ``[phases, block_dim, N_PIPES + 1]`` (each pipe's busy cycles, then the
-    core's span, per phase) and, with ``stages``, each core's phase with its instructions' starts and pipe
-    releases (cycles from the phase's start)."""
+    """Schedule a recorded launch's log: ``[phases, block_dim, PHASE_WORDS]`` (each pipe's busy cycles, the core's
+    span, then its critical path by pipe, per phase) and, with ``stages``, each core's phase with its instructions'
+    starts and pipe releases (cycles from the phase's start)."""
     spec = get_soc(report.soc)
     hit = schedule.l2_hit(report.gm_in_bytes, report.gm_out_bytes, report.total("mte2_bytes"), spec.l2_size,
                           l2_warm)
@@ -168,7 +172,7 @@ def _replay_log(report: RunReport, p: CostParams, stages: bool,
     f = np.zeros(schedule.state_words(n_slots, MAX_GM_TAGS))
     schedule.set_params(f, p)
     ends, bd = report.phase_ends, report.block_dim
-    out = np.zeros((ends.shape[0], bd, N_PIPES + 1))
+    out = np.zeros((ends.shape[0], bd, schedule.PHASE_WORDS))
     kept = []
     for ph in range(ends.shape[0]):
         lo = ends[ph - 1] if ph else np.zeros(bd, np.int64)
@@ -187,7 +191,7 @@ def _replay_log(report: RunReport, p: CostParams, stages: bool,
             start, free = (np.empty(part.shape[0]), np.empty(part.shape[0])) if stages else (np.empty(0),) * 2
             schedule.run(f, plan, base, cache, n_slots, MAX_GM_TAGS, part, part.shape[0], VEC_BINARY, PIPE_BARRIERS,
                          start, free)
-            out[ph, c] = f[schedule.SPAN_AND_BUSY]
+            out[ph, c] = f[schedule.PHASE_RESULT]
             if stages:
                 kept.append((c, ph, part, start, free))
     return out, kept
@@ -261,7 +265,8 @@ def estimate(report: RunReport, params: CostParams | None = None, stages: bool =
     gm_bytes = int(report.total("mte2_bytes") + report.total("mte3_bytes"))
     return Estimate(op=report.op, soc=report.soc, block_dim=report.block_dim, total_us=t / hz, phase_us=phase_us,
                     launch_us=p.launch_us, sync_all_us=p.sync_all_us, core_us=spans.sum(axis=0) / hz,
-                    pipe_us=phases[:, :, :N_PIPES].sum(axis=0) / hz, ub_used=report.ub_plan.used,
+                    pipe_us=phases[:, :, :N_PIPES].sum(axis=0) / hz,
+                    path_us=phases[:, :, N_PIPES + 1:].sum(axis=0) / hz, ub_used=report.ub_plan.used,
                     ub_size=spec.ub_size, pad_bytes=int(counters[:, MTE2_PAD_BYTES].sum()), gm_bytes=gm_bytes,
                     stages=all_stages, tiling=report.tiling)
 

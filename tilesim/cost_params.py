@@ -2,20 +2,21 @@
 
 Where the figures come from. Clocks and memory rates come from CANN's platform files (``platform_config/*.ini``
 in the CANN 8.1.RC1 toolkit) and from Huawei's A2 spec table in hicann/ops-nn. Per-core MTE rates and latencies,
-vector throughputs and start-ups, and scalar latencies are constants of PyPTO's A2/A3 cost models in
+vector start-ups and scalar latencies are constants of PyPTO's A2/A3 cost models in
 hicann/pypto: the instruction-level ``simulation_ca/A2A3/model`` and the fitted task-level table
 ``simulation/arch/A2A3/PostSimulatorA2A3.h``. Neither model is a published measurement, and they disagree. The
 fitted table puts a binary op at about 2 cycles per 256 B repeat and a GM read at about 1400 cycles. The
-instruction-level model gives 1 cycle and 311 cycles.
+instruction-level model gives 1 cycle and 311 cycles. Vector throughputs by instruction and element size are
+msKPP's measurements on one 910B1 core (``csrc/prof_data/resource910b.cpp`` in xiaobingling93-pixel/Ascend-mskpp).
 
 How far to trust them. The clocks and chip bandwidths of Ascend910B, Ascend910_93 and Ascend310P are public
-figures. The Ascend910B and Ascend910_93 per-instruction figures are only as good as PyPTO's models, probably
-within a factor of 2. Nothing public gives per-instruction figures for Ascend310P or Ascend910, so they reuse the
-A2/A3 figures at their own clocks. The only support for that is the vector width their inis give,
-``vec_calc_size=128``, the same as A2/A3. All Ascend910 figures, and the SyncAll and launch overheads of every
-family, are our estimates. ``estimates`` lists every field that has no published figure behind it, ``fitted``
-those fitted to kernels measured on an NPU (``python -m bench.calibrate``, which prints how far the estimates are
-from those measurements): on A2/A3, the least time of a transfer's row.
+figures. The Ascend910B and Ascend910_93 latencies are only as good as PyPTO's models, probably within a
+factor of 2; the vector throughputs are measured. Nothing public gives per-instruction figures for Ascend310P or
+Ascend910, so they reuse the A2/A3 figures at their own clocks. The only support for that is the vector width
+their inis give, ``vec_calc_size=128``, the same as A2/A3. All Ascend910 figures, and the SyncAll and launch
+overheads of every family, are our estimates. ``estimates`` lists every field that has no published figure behind
+it, ``fitted`` those fitted to kernels measured on an NPU (``python -m bench.calibrate``, which prints how far the
+estimates are from those measurements): on A2/A3, the least time of a transfer's row.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ class CostParams:
     mte_burst_cycles: float  # the least time of one row (burst) of a transfer: many short rows take this each
     l2_read_rate: float  # bytes per cycle per AI core the L2 serves reads at (the chip's: x AI cores x clock)
     vec_startup_cycles: dict[str, float]  # issue to result of one vector instruction beyond its repeats, by class
-    vec_repeat_cycles: dict[str, float]  # cycles per 256 B repeat, by class (VEC_CLASSES): the pipe's occupancy
+    vec_repeat_cycles: dict[str, tuple[float, float]]  # cycles per 256 B repeat by kind (VEC_KINDS), on 16-bit
+    # elements or narrower and on 32-bit or wider: the pipe's occupancy
     scalar_issue_cycles: float  # the scalar unit issuing one instruction to a pipe's queue
     get_value_cycles: float  # GetValue / SetValue: a UB scalar access, after the pipe sync it needs
     sync_all_us: float  # one SyncAll across the launched cores
@@ -60,11 +62,12 @@ _CA = "hicann/pypto framework/src/cost_model/simulation_ca/A2A3/"  # instruction
 _FIT = "hicann/pypto framework/src/cost_model/simulation/arch/A2A3/PostSimulatorA2A3.h"  # fitted {a, b} table
 _FAST = "hicann/pypto framework/src/cost_model/simulation/arch/PipeSimulatorFast.cpp"
 _SYNCALL_DOC = "hiascend.com Ascend C API SyncAll (atlasascendc_api_07_0204)"
+_MSKPP = "xiaobingling93-pixel/Ascend-mskpp csrc/prof_data/resource910b.cpp"
 
-# Per-repeat cycles on A2/A3. The instruction-level model (def.h VEC_VALU_TAB {bytes/cycle, throughput, delay})
-# gives 256 / bytes-per-cycle x throughput. For binary ops we take the fitted figures instead (ADD/SUB/MUL 2.46 /
-# 1.68 / 1.68 cycles per 256 B), which agree with the Fast model's 128 B/cycle.
-_A2A3_REPEAT = {"binary": 2.0, "scalar": 1.0, "unary": 2.0, "div": 2.0, "reduce": 7.0, "cast": 1.0, "dup": 1.0}
+# Per-repeat cycles on A2/A3, measured by msKPP on one 910B1 core: 256 / the bytes a cycle at its largest size
+# (b16 figure, b32 figure).
+_A2A3_REPEAT = {"VADD": (2.0, 2.0), "VADDS": (1.0, 1.0), "VEXP": (4.0, 2.0), "VDIV": (4.0, 4.0), "VCADD": (7.0, 3.0),
+                "VCMAX": (7.0, 7.0), "VCGADD": (7.0, 1.0), "VCPADD": (1.0, 1.0), "VGATHER": (24.0, 12.0)}
 # The fixed vector delay 15 plus the op's own (binary: VADD 6 / VMUL 7; scalar: VADDS 6 / VMULS 7; unary: VEXP 12;
 # div: VDIV 13; reduce: VCADD fp32 20; cast: VCONV 4; dup: no entry, VCONV's 4 taken).
 _A2A3_STARTUP = {"binary": 22.0, "scalar": 22.0, "unary": 27.0, "div": 28.0, "reduce": 35.0, "cast": 19.0,
@@ -77,15 +80,16 @@ _A2A3_VECTOR_SOURCES = {
                           "delay (binary and scalar 7, unary VEXP's 12, reduce VCADD's 20, dup VCONV's 4). In "
                           f"pipe.cpp CalcVecOp, end = issue + repeats*256/bytes_per_cycle + delay + 15. {_FIT}'s "
                           "b term (x2000 cycles/us) is 28-52 cycles per tile op (ADD 37.6, EXP 51.9)",
-    "vec_repeat_cycles": f"{_CA}model/def.h VEC_VALU_TAB: binary VADD/VSUB/VMUL/VMAX fp16/fp32 256 B/cycle = 1 "
-                         f"cycle/repeat (peak). We take binary = 2 from {_FIT} (a*ratio*0.512 cycles per 256 B: "
-                         f"ADD 2.46, SUB 1.68, MUL 1.68) and {_FAST} (parallelism 128 B/cycle = 2 cycles/repeat). "
-                         "scalar VADDS/VMULS/VMAXS 1 (fit ADDS 0.78, MULS 0.98). unary VEXP/VLN/VSQRT fp32 128 "
-                         "B/cycle = 2 (fp16 64 B/cycle = 4; VABS/VRSQRT/VREC 1; VCOPY 2; fit EXP 1.79, SQRT 1.88). "
-                         "div VDIV fp32 2 (fp16 4; fit DIV 1.96). reduce VCADD (WholeReduceSum) with "
-                         "mode 0 and VCMAX/VCMIN take vecRmwDelay_=7 cycles/repeat; VCGADD (BlockReduceSum) 1. "
-                         "cast VCONV 1 (fit CAST 0.93). dup: vector_dup has no entry; MOVEV {256,1,1} = 1 (VBRCB "
-                         "128 B/cycle = 2; fit EXPAND 0.59)",
+    "vec_repeat_cycles": f"{_MSKPP} g_vecTypeMap, single-core measurements on 910B1 ({{elements, bytes/cycle, -, "
+                         "repeats, cycles}), at each instruction's largest size, 256 / bytes a cycle (b16, b32): "
+                         "VADD/VSUB/VMUL/VMAX/VMIN/VCMPV/VSEL/VAXPY 128 B/cycle = 2 both; VADDS/VMULS/VMAXS/VMINS/"
+                         "VCMPVS/VABS/VREC/VRSQRT/VRELU/VECTORDUP/VCOPY/VCONV/VBRCB/VCPADD 255 = 1; VEXP/VLN 65.7 "
+                         "and 127.8 = 3.9 and 2, VSQRT 64.0 and 127.8 = 4 and 2; VDIV 62.0 and 64.0 = 4.1 and 4; "
+                         "VCADD 36.5 and 85.3 = 7 and 3; VCMAX/VCMIN 36.6 = 7 both; VCGADD/VCGMAX 36.6 and 255 = 7 "
+                         "and 1; VGATHER 10.6 and 21.0 = 24 and 12. They agree with "
+                         f"{_FAST} (parallelism 128 B/cycle: 2 for a binary op) and {_FIT} (ADD 2.46, EXP 1.79, DIV "
+                         f"1.96 cycles per 256 B, fp32), and {_CA}model/def.h's VCMAX/VCMIN read-modify-write of 7 "
+                         "cycles a repeat; they differ from its 1 cycle of VADD at peak",
     "scalar_issue_cycles": f"{_CA}model/pipe.cpp GetOpCycle: one instruction enters the pipe per tick; CalcAlu "
                            "aluLatency=2 for a scalar ALU op",
     "get_value_cycles": f"{_CA}model/pipe.cpp CalcLd ldLatency=6 (CalcSt sdLatency=4); the pipe sync before "

@@ -82,10 +82,11 @@ COUNTER_NAMES = ["mte2_bytes", "mte2_transfers", "mte2_pad_bytes", "mte3_bytes",
 # is then longer than N_COUNTERS. Column LOG_COUNT counts the instructions the core issued and REC_MODE says what
 # follows from REC_AT: the instruction log (REC_LOG) or the core's cost-model schedule (REC_SCHEDULE).
 # The log has LOG_FIELDS int64 per instruction: its pipe, its class (the counter column it feeds), its amount
-# (bytes for MTE2/MTE3, 256 B repeats for VECTOR, 1 for SCALAR), its bursts (rows of a transfer), the UB tensor it
-# writes and the two it reads (``buffer << 32 | address``, -1 for none), the GM tensor it moves (its tag, -1 for
-# none) and where: the byte offset of its first row, the bytes of a row and the bytes from one row's start to the
-# next. The cost model replays this log and checked mode looks in it for races between cores.
+# (bytes for MTE2/MTE3, 256 B repeats for VECTOR, 1 for SCALAR), its bursts (rows of a transfer; for a vector
+# instruction its throughput's code, tilesim.vec_kinds.vec_kind), the UB tensor it writes and the two it reads
+# (``buffer << 32 | address``, -1 for none), the GM tensor it moves (its tag, -1 for none) and where: the byte
+# offset of its first row, the bytes of a row and the bytes from one row's start to the next. The cost model
+# replays this log and checked mode looks in it for races between cores.
 # The schedule (:mod:`tilesim.schedule`) is, from REC_AT, the number of queue slots (SCHED_SLOTS), of GM tensors
 # (SCHED_GMS), the instructions queued (SCHED_PENDING) and where the queue starts in the row (SCHED_QUEUE), the slot
 # cache of :func:`tilesim.schedule.slot_of` (SCHED_CACHE, 2 * SLOT_CACHE words), each plan buffer's first slot id
@@ -329,12 +330,13 @@ NO_TENSOR = PlanTensor(-1, 0, -1)
 
 
 @njit(cache=True)
-def count_vector(core, cls, nbytes, dst, a, b):
-    """A vector instruction of class ``cls`` over ``nbytes`` of UB: its 256 B repeats, written ``dst``, read
-    ``a`` and ``b`` (pass ``dst`` again where it has fewer sources)."""
+def count_vector(core, cls, kind, nbytes, dst, a, b):
+    """A vector instruction of class ``cls`` and kind ``kind`` (:func:`tilesim.vec_kinds.vec_kind`: its
+    throughput) over ``nbytes`` of UB: its 256 B repeats, written ``dst``, read ``a`` and ``b`` (pass ``dst``
+    again where it has fewer sources)."""
     n = repeats(nbytes)
     counters_of(core)[cls] += n
-    _log(core, PIPE_VECTOR, cls, n, 1, _ref(dst), _ref(a), _ref(b), -1, 0, 0, 0)
+    _log(core, PIPE_VECTOR, cls, n, kind, _ref(dst), _ref(a), _ref(b), -1, 0, 0, 0)
 
 
 @njit(cache=True)

@@ -240,7 +240,7 @@ class Launch:
             self.err_ends.append(errs)
             if self.state is not None:
                 _schedule_queues(self.counters, self.plan_array)
-                self.schedule.append(self.state[:, schedule.SPAN_AND_BUSY].copy())
+                self.schedule.append(self.state[:, schedule.PHASE_RESULT].copy())
         if self.state is not None:
             schedule.reset(self.state)
             self.calls += 1
@@ -636,7 +636,7 @@ def finish(launch: Launch, workspace_size: int = 0) -> RunReport:
         if launch.calls != len(launch.rates):
             raise RuntimeError(f"{launch.op}: {launch.calls} run_cores calls, the fast run it is scheduled by made "
                                f"{len(launch.rates)}: a scheduled call must launch exactly as the captured one did")
-        rep.schedule = np.array(launch.schedule, np.float64).reshape(-1, launch.block_dim, schedule.N_PIPES + 1)
+        rep.schedule = np.array(launch.schedule, np.float64).reshape(-1, launch.block_dim, schedule.PHASE_WORDS)
         rep.schedule_params = launch.params
         rep.schedule_l2_warm = launch.l2_warm
     found: list[Any] = []
@@ -705,8 +705,9 @@ class RunReport:
     log_needed: int = 0  # when the log did not fit: the room per core a rerun needs
     # captured: [run_cores calls, block_dim, N_COUNTERS], the counters at the end of each run_cores
     phase_counters: np.ndarray | None = None
-    # scheduled while it ran (:func:`scheduled`): [phases, block_dim, N_PIPES + 1] cycles, each pipe's busy time
-    # then the core's span, per phase (tilesim.schedule), and the figures it was scheduled with
+    # scheduled while it ran (:func:`scheduled`): [phases, block_dim, PHASE_WORDS] cycles, each pipe's busy time,
+    # the core's span, then the span's critical path by pipe, per phase (tilesim.schedule), and the figures it was
+    # scheduled with
     schedule: np.ndarray | None = None
     schedule_params: CostParams | None = None
     schedule_l2_warm: bool = False

@@ -23,11 +23,13 @@ import numpy as np
 
 from .cost_params import VEC_CLASSES, CostParams
 from .jit import njit
+from .vec_kinds import VEC_KINDS
 
 PIPE_MTE2, PIPE_VECTOR, PIPE_MTE3, PIPE_SCALAR = 0, 1, 2, 3
 PIPE_NAMES = ["MTE2", "VECTOR", "MTE3", "SCALAR"]  # msprof's lane names
 N_PIPES = len(PIPE_NAMES)
 N_VEC = len(VEC_CLASSES)
+N_RATES = 2 * len(VEC_KINDS)  # cycles per repeat by kind and element size (tilesim.cost_params.vec_kind)
 QUEUE = 64  # instructions a core queues before it schedules them (5.5 KiB a core; 16 to 2048 cost the same)
 
 # The instruction log: LOG_FIELDS int64 per instruction (tilesim.device writes it; its comment says what each is).
@@ -40,7 +42,8 @@ F_ISSUED = 0  # when the scalar unit issued the last instruction
 F_FREE = 1  # N_PIPES words: when each pipe takes its next instruction
 F_BUSY = F_FREE + N_PIPES  # N_PIPES words: cycles each pipe was occupied
 F_SPAN = F_BUSY + N_PIPES  # the latest result so far
-F_RATE2 = F_SPAN + 1  # this phase's MTE2 rate (GB/s: bytes a ns)
+F_PATH = F_SPAN + 1  # N_PIPES words: the span's critical path, the cycles of it each pipe holds (its "blame")
+F_RATE2 = F_PATH + N_PIPES  # this phase's MTE2 rate (GB/s: bytes a ns)
 F_RATE3 = F_RATE2 + 1  # this phase's MTE3 rate
 F_LAT2 = F_RATE3 + 1  # the CostParams figures, fixed for a launch
 F_LAT3 = F_LAT2 + 1
@@ -48,23 +51,30 @@ F_BURST = F_LAT3 + 1
 F_GET_VALUE = F_BURST + 1
 F_ISSUE = F_GET_VALUE + 1
 F_CLOCK = F_ISSUE + 1
-F_REPEAT = F_CLOCK + 1  # N_VEC words: cycles per 256 B repeat, by vector class
-F_STARTUP = F_REPEAT + N_VEC  # N_VEC words: start-up delay, by vector class
+F_REPEAT = F_CLOCK + 1  # N_RATES words: cycles per 256 B repeat, by the instruction's vec_kind code
+F_STARTUP = F_REPEAT + N_RATES  # N_VEC words: start-up delay, by vector class
 F_DONE = F_STARTUP + N_VEC  # N_PIPES words: when each pipe's instructions so far are all done
 F_FLAGS = F_DONE + N_PIPES  # FLAGS words: when each (HardEvent, id) flag was set (tilesim.machine.sync)
 FLAGS = 16 * 8
-# Then the tables: the write end and the read end of each queue slot, the last write end of each GM tensor. Each
-# table starts with an entry for "none", which stays 0: an instruction without an operand reads and writes it
-# like any other, so that scheduling it takes no branch that depends on the instruction.
-F_TABLES = F_FLAGS + FLAGS
-SPAN_AND_BUSY = slice(F_BUSY, F_SPAN + 1)  # what a phase leaves: busy per pipe, then the span
+# The blame of a time: N_PIPES words, the cycles of the longest chain of instructions and waits that ends at it
+# which each pipe holds (the scalar unit's issue counts as SCALAR). Each time the schedule keeps has one.
+B_ISSUED = F_FLAGS + FLAGS  # the issue time's
+B_FREE = B_ISSUED + N_PIPES  # N_PIPES blames: each pipe's free time's
+B_DONE = B_FREE + N_PIPES * N_PIPES  # N_PIPES blames: each pipe's done time's
+B_FLAGS = B_DONE + N_PIPES * N_PIPES  # FLAGS blames
+# Then the tables: the write end and the read end of each queue slot, the last write end of each GM tensor, then
+# their blames in the same order. Each table starts with an entry for "none", which stays 0: an instruction
+# without an operand reads and writes it like any other.
+F_TABLES = B_FLAGS + FLAGS * N_PIPES
+PHASE_WORDS = 2 * N_PIPES + 1  # what a phase leaves (PHASE_RESULT): busy per pipe, the span, the span's path
+PHASE_RESULT = slice(F_BUSY, F_PATH + N_PIPES)
 SLOT_CACHE = 64  # refs whose queue slot a core remembers (a kernel's tiles reuse a few dozen UB addresses)
 
 
 @njit(cache=True, host=True)
 def state_words(n_slots, n_gm):
     """Words of a core's state with ``n_slots`` queue slots and ``n_gm`` GM tensors."""
-    return F_TABLES + 2 * (n_slots + 1) + n_gm + 1
+    return F_TABLES + (1 + N_PIPES) * (2 * (n_slots + 1) + n_gm + 1)
 
 
 def slot_bases(plan: np.ndarray) -> tuple[np.ndarray, int]:
@@ -81,13 +91,13 @@ def set_params(f: np.ndarray, p: CostParams) -> None:
     """Write ``p``'s figures into a core's state."""
     f[F_LAT2], f[F_LAT3], f[F_BURST] = p.mte2_latency_cycles, p.mte3_latency_cycles, p.mte_burst_cycles
     f[F_GET_VALUE], f[F_ISSUE], f[F_CLOCK] = p.get_value_cycles, p.scalar_issue_cycles, p.clock_ghz
-    f[F_REPEAT:F_REPEAT + N_VEC] = [p.vec_repeat_cycles[c] for c in VEC_CLASSES]
+    f[F_REPEAT:F_REPEAT + N_RATES] = [c for k in VEC_KINDS for c in p.vec_repeat_cycles[k]]
     f[F_STARTUP:F_STARTUP + N_VEC] = [p.vec_startup_cycles[c] for c in VEC_CLASSES]
 
 
 def reset(f: np.ndarray) -> None:
     """A new phase: the timelines and tables of the states ``f`` (one core's, or a row per core) back to zero."""
-    f[..., F_ISSUED:F_SPAN + 1] = 0.0
+    f[..., F_ISSUED:F_PATH + N_PIPES] = 0.0
     f[..., F_DONE:] = 0.0
 
 
@@ -172,6 +182,29 @@ def _gate(t, at, q, scalar, mte2, vector, mte3, free0, free1, free2, free3):
     return _later(at, t) if (q < 0 or scalar) else at, free0, free1, free2, free3
 
 
+@njit(cache=True, inline="always")
+def _blame(f, dst, src, pipe, cycles):
+    """The blame at ``dst``: the one at ``src``, ``cycles`` more on ``pipe``."""
+    for k in range(N_PIPES):
+        f[dst + k] = f[src + k] + (cycles if k == pipe else 0.0)
+
+
+@njit(cache=True, inline="always")
+def _put(f, dst, b0, b1, b2, b3):
+    f[dst] = b0
+    f[dst + 1] = b1
+    f[dst + 2] = b2
+    f[dst + 3] = b3
+
+
+@njit(cache=True, inline="always")
+def _blame_if(f, cond, dst, src):
+    """The blame at ``src`` to ``dst`` where ``cond`` (a time that moved to the one ``src`` is the blame of)."""
+    if cond:
+        for k in range(N_PIPES):
+            f[dst + k] = f[src + k]
+
+
 @njit(cache=True, host=True)
 def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, sync_column, start, free):
     """Schedule the first ``n`` instructions of ``log`` (rows in the log's layout) after those already on a core's
@@ -189,8 +222,8 @@ def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, sync_column, st
     written (RAW), the slot it writes has been written and read (WAW, WAR), and, for an MTE2 read of GM, this
     core's last MTE3 write of that tensor has landed. It holds its pipe for its occupancy (MTE: a latency, then its
     bytes at the phase's rate or its rows at their least time, whichever is longer; VECTOR: its repeats at its
-    class's cycles; SCALAR: a fixed cost) and its result comes a start-up later (vector instructions only). A scalar
-    access stalls issue until its value is there.
+    kind's cycles for its element size; SCALAR: a fixed cost) and its result comes a start-up later (vector
+    instructions only). A scalar access stalls issue until its value is there.
 
     The issue time, the pipes' free and busy times and the span are locals over the loop, and no branch depends on
     the instruction: every duration is worked out and the instruction's selected, and an absent operand reads and
@@ -204,27 +237,49 @@ def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, sync_column, st
     busy0, busy1, busy2, busy3 = f[F_BUSY], f[F_BUSY + 1], f[F_BUSY + 2], f[F_BUSY + 3]
     done0, done1, done2, done3 = f[F_DONE], f[F_DONE + 1], f[F_DONE + 2], f[F_DONE + 3]
     w_end, r_end, gm_w = F_TABLES + 1, F_TABLES + n_slots + 2, F_TABLES + 2 * n_slots + 3  # each past its "none"
+    # the blames of the tables' entries: past the tables, N_PIPES words an entry, in the same order
+    n_tab = 2 * (n_slots + 1) + n_gm + 1
+    bw_end, br_end, bgm_w = (F_TABLES + n_tab + N_PIPES * (w_end - F_TABLES),
+                             F_TABLES + n_tab + N_PIPES * (r_end - F_TABLES),
+                             F_TABLES + n_tab + N_PIPES * (gm_w - F_TABLES))
     times = start.size > 0
     for i in range(n):
         pipe, amount = log[i, L_PIPE], log[i, L_AMOUNT]
         vector, scalar, mte2, mte3 = pipe == PIPE_VECTOR, pipe == PIPE_SCALAR, pipe == PIPE_MTE2, pipe == PIPE_MTE3
+        p = min(max(pipe, 0), N_PIPES - 1)
         sync = log[i, L_CLASS] - sync_column
+        issued += issue
+        f[B_ISSUED + PIPE_SCALAR] += issue
         if sync >= 0:  # 0 PipeBarrier, 1 SetFlag, 2 WaitFlag: the key (L_GM_OFF) is the pipe or the flag
-            issued += issue
             key = log[i, L_GM_OFF]
             done_now = done0 if mte2 else done1 if vector else done2 if mte3 else done3
             if sync == 1:
                 f[F_FLAGS + key] = _later(done_now, issued)
+                _blame(f, B_FLAGS + N_PIPES * key, B_DONE + N_PIPES * p if done_now >= issued else B_ISSUED, 0, 0.0)
             else:
                 everything = sync == 0 and key < 0
-                t = f[F_FLAGS + key] if sync == 2 else _later(_later(done0, done1), _later(done2, done3)) \
-                    if everything else done_now
+                if sync == 2:
+                    t, src = f[F_FLAGS + key], B_FLAGS + N_PIPES * key
+                elif everything:
+                    t, src = done0, B_DONE
+                    for q, d in ((1, done1), (2, done2), (3, done3)):
+                        if d > t:
+                            t, src = d, B_DONE + N_PIPES * q
+                else:
+                    t, src = done_now, B_DONE + N_PIPES * p
+                was = (issued, free0, free1, free2, free3)
                 issued, free0, free1, free2, free3 = _gate(t, issued, -1 if everything else pipe, scalar, mte2,
                                                            vector, mte3, free0, free1, free2, free3)
+                _blame_if(f, issued != was[0], B_ISSUED, src)
+                _blame_if(f, free0 != was[1], B_FREE, src)
+                _blame_if(f, free1 != was[2], B_FREE + N_PIPES, src)
+                _blame_if(f, free2 != was[3], B_FREE + 2 * N_PIPES, src)
+                _blame_if(f, free3 != was[4], B_FREE + 3 * N_PIPES, src)
             if times:  # on its pipe, in order: not before the pipe's earlier instructions have left it
                 start[i] = free[i] = _later(issued, free0 if mte2 else free1 if vector else free2 if mte3 else free3)
             continue
         vcls = min(max(log[i, L_CLASS] - vec_column, 0), N_VEC - 1)
+        kind = min(max(log[i, L_BURSTS], 0), N_RATES - 1)  # a vector instruction's vec_kind code
         w = slot_of(plan, base, cache, n_slots, log[i, L_WRITE])
         r0 = slot_of(plan, base, cache, n_slots, log[i, L_READ0])
         r1 = slot_of(plan, base, cache, n_slots, log[i, L_READ1])
@@ -232,19 +287,38 @@ def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, sync_column, st
         g = g if 0 <= g < n_gm else -1
         mte = ((lat2 if mte2 else lat3)
                + _later(amount / (rate2 if mte2 else rate3) * clock, log[i, L_BURSTS] * burst))
-        occ = amount * f[F_REPEAT + vcls] if vector else get_value if scalar else mte
+        occ = amount * f[F_REPEAT + kind] if vector else get_value if scalar else mte
         lat = occ + (f[F_STARTUP + vcls] if vector else 0.0)
         g_read = g if mte2 else -1
         g_write = g if mte3 else -1
-        issued += issue
         free_now = free0 if mte2 else free1 if vector else free2 if mte3 else free3
-        t = _later(issued, free_now)
-        t = _later(t, f[w_end + r0])
-        t = _later(t, f[w_end + r1])
-        t = _later(t, _later(f[w_end + w], f[r_end + w]))
-        t = _later(t, f[gm_w + g_read])
+        # the start: the latest of what it waits for, and the blame of that one
+        t, src = issued, B_ISSUED
+        if free_now > t:
+            t, src = free_now, B_FREE + N_PIPES * p
+        x = f[w_end + r0]
+        if x > t:
+            t, src = x, bw_end + N_PIPES * r0
+        x = f[w_end + r1]
+        if x > t:
+            t, src = x, bw_end + N_PIPES * r1
+        x = f[w_end + w]
+        if x > t:
+            t, src = x, bw_end + N_PIPES * w
+        x = f[r_end + w]
+        if x > t:
+            t, src = x, br_end + N_PIPES * w
+        x = f[gm_w + g_read]
+        if x > t:
+            t, src = x, bgm_w + N_PIPES * g_read
         e = t + lat
         after = t + occ
+        # the blame of its result, held for the stores below (its own start's entry may be one of them)
+        b0 = f[src] + (lat if p == 0 else 0.0)
+        b1 = f[src + 1] + (lat if p == 1 else 0.0)
+        b2 = f[src + 2] + (lat if p == 2 else 0.0)
+        b3 = f[src + 3] + (lat if p == 3 else 0.0)
+        _blame(f, B_FREE + N_PIPES * p, src, p, occ)
         free0 = after if mte2 else free0
         free1 = after if vector else free1
         free2 = after if mte3 else free2
@@ -253,17 +327,48 @@ def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, sync_column, st
         busy1 += occ if vector else 0.0
         busy2 += occ if mte3 else 0.0
         busy3 += occ if scalar else 0.0
+        done_now = done0 if mte2 else done1 if vector else done2 if mte3 else done3
+        stores = 0  # where the result's blame goes: a bit per entry
+        if e >= done_now:
+            stores |= 1
         done0 = _later(done0, e) if mte2 else done0
         done1 = _later(done1, e) if vector else done1
         done2 = _later(done2, e) if mte3 else done2
         done3 = _later(done3, e) if scalar else done3
+        if r0 >= 0 and e >= f[r_end + r0]:
+            stores |= 2
         f[r_end + r0] = _later(f[r_end + r0], e if r0 >= 0 else 0.0)
+        if r1 >= 0 and e >= f[r_end + r1]:
+            stores |= 4
         f[r_end + r1] = _later(f[r_end + r1], e if r1 >= 0 else 0.0)
         f[w_end + w] = e if w >= 0 else 0.0
         f[r_end + w] = e if w >= 0 else 0.0
+        if w >= 0:
+            stores |= 8
         f[gm_w + g_write] = e if g_write >= 0 else 0.0
-        issued = e if scalar else issued
+        if g_write >= 0:
+            stores |= 16
+        if scalar:
+            issued = e
+            stores |= 32
+        if e >= span:
+            stores |= 64
         span = _later(span, e)
+        if stores & 1:
+            _put(f, B_DONE + N_PIPES * p, b0, b1, b2, b3)
+        if stores & 2:
+            _put(f, br_end + N_PIPES * r0, b0, b1, b2, b3)
+        if stores & 4:
+            _put(f, br_end + N_PIPES * r1, b0, b1, b2, b3)
+        if stores & 8:
+            _put(f, bw_end + N_PIPES * w, b0, b1, b2, b3)
+            _put(f, br_end + N_PIPES * w, b0, b1, b2, b3)
+        if stores & 16:
+            _put(f, bgm_w + N_PIPES * g_write, b0, b1, b2, b3)
+        if stores & 32:
+            _put(f, B_ISSUED, b0, b1, b2, b3)
+        if stores & 64:
+            _put(f, F_PATH, b0, b1, b2, b3)
         if times:
             start[i] = t
             free[i] = after

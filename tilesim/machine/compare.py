@@ -60,6 +60,7 @@ from ..device import (
 from ..intrinsics import address_as_pointer
 from ..jit import OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
+from ..vec_kinds import vec_kind
 from .convert import api_fault, bad_type, type_fault, type_index
 from .hazard import hz_access, hz_instruction, op_code
 from .tensor import LocalTensorType, core_of, ctx_words, plan_tensor
@@ -185,6 +186,7 @@ def _compare_one_impl(op, dst, a, b, s, m, repeat, as_, ar, bs, br):  # type: ig
     name = op_name(op)
     code, two = op_code(name), name == "Compare"
     cls = VEC_BINARY if two else VEC_SCALAR
+    kind = vec_kind(name, a.dtype.dt.size)
     nb = 256 // a.dtype.dt.size // 8
 
     def one(op, dst, a, b, s, m, repeat, as_, ar, bs, br):  # type: ignore[no-untyped-def]
@@ -199,7 +201,7 @@ def _compare_one_impl(op, dst, a, b, s, m, repeat, as_, ar, bs, br):  # type: ig
             return
         hz_instruction(core, PIPE_VECTOR, code, pd, repeat * nb, pa, a_span, pb, b_span)
         _compare_walk(op, dst, a, b, s, m, repeat, as_, ar, bs, br)
-        count_vector(core, cls, repeat * 256, pd, pa, pb)
+        count_vector(core, cls, kind, repeat * 256, pd, pa, pb)
     return one
 
 
@@ -378,6 +380,7 @@ def _sel_op(dst, sel, a, b, mode, args):  # type: ignore[no-untyped-def]
         return lambda dst, sel, a, b, mode, args: type_fault(dst.ctx, code_t)
     sz, st = t.size, t.storage
     per = 256 // sz
+    kind = vec_kind("Select", sz)
     if len(args) != 1 and (len(args) != 3 or not (isinstance(args[2], types.BaseNamedTuple)
                                                   and args[2].instance_class is BinaryRepeatParams)):
         return None
@@ -419,7 +422,7 @@ def _sel_op(dst, sel, a, b, mode, args):  # type: ignore[no-untyped-def]
         hz_access(core, PIPE_VECTOR, _SELECT, pm.buf, pm.addr, m_bytes, False, pm.gen >= 0)
         hz_instruction(core, PIPE_VECTOR, _SELECT, pd, d_span, pa, a_span, pb, b_span)
         _select_walk(dst, sel, a, b, m, lo, hi, repeat, ds, dr, as_, ar, bs, br, tail)
-        count_vector(core, VEC_BINARY, d_span if counted else repeat * 256, pd, pa, pb)
+        count_vector(core, VEC_BINARY, kind, d_span if counted else repeat * 256, pd, pa, pb)
     return select_
 
 

@@ -85,6 +85,7 @@ from ..device import (
 from ..intrinsics import address_as_pointer, f32_as_u32, u32_as_f32
 from ..jit import OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
+from ..vec_kinds import vec_kind
 from .dtypes import ALL
 from .hazard import INSTRUCTIONS, hz_instruction, op_code
 from .pipe import FAULT_API_TABLE, FAULT_CAST, FAULT_DTYPE, fault
@@ -149,6 +150,9 @@ def _ok_lanes(core, dst, src, n_dst, n_src, dst_lane, src_lane, step):
     return True
 
 
+_CAST_KIND = vec_kind("Cast", 4)  # a b16 <-> fp32 Cast's throughput
+
+
 @njit(cache=True)
 def _cast_to_f32(core, dst, src, n, kind):
     """Cast b16 (``kind``: fp16 or bf16 bits) to fp32, exactly. ``src`` may be the upper half of ``dst``'s
@@ -157,7 +161,7 @@ def _cast_to_f32(core, dst, src, n, kind):
         return
     d, s = u32(core, dst, n), u16(core, src, n)
     widen_bits(s, d, n, kind)
-    count_vector(core, VEC_CAST, 4 * n, dst, src, src)
+    count_vector(core, VEC_CAST, _CAST_KIND, 4 * n, dst, src, src)
 
 
 @njit(cache=True)
@@ -167,7 +171,7 @@ def _cast_from_f32(core, dst, src, n, kind, mode):
         return
     d, s = u16(core, dst, n), u32(core, src, n)
     narrow_bits(s, d, n, kind, mode)
-    count_vector(core, VEC_CAST, 4 * n, dst, src, src)
+    count_vector(core, VEC_CAST, _CAST_KIND, 4 * n, dst, src, src)
 
 
 @njit(cache=True)
@@ -421,6 +425,7 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
     dsz, ssz = d.size, sdt.size
     wide = max(dsz, ssz)
     per = 256 // wide
+    kind = vec_kind(name, wide)
     axpy = name == "Axpy"
     apart_only = axpy and dsz != ssz  # Axpy.md: half src with float dst does not support overlap
     # the pairs the count form casts in vector blocks (_cast_to_f32, _cast_from_f32: the kernels' casts, bit for bit)
@@ -454,7 +459,7 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
                 flow_lanes(core, pd, ps, n, dsz, ssz, 1)
             hz_instruction(core, PIPE_VECTOR, code, pd, n * dsz, ps, n * ssz, pd, n * dsz if axpy else 0)
             _flat(op, dst, src, s, m, n)
-            count_vector(core, cls, n * wide, pd, ps, pd if axpy else ps)
+            count_vector(core, cls, kind, n * wide, pd, ps, pd if axpy else ps)
         return count_form
     if len(args) != 3 or not (isinstance(args[2], types.BaseNamedTuple)
                               and args[2].instance_class is UnaryRepeatParams):
@@ -483,7 +488,7 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
             return
         hz_instruction(core, PIPE_VECTOR, code, pd, d_span, ps, s_span, pd, d_span if axpy else 0)
         _strided(op, dst, src, s, m, lo, hi, repeat, ds, dr, ss, sr, tail)
-        count_vector(core, cls, repeat * 256, pd, ps, pd if axpy else ps)
+        count_vector(core, cls, kind, repeat * 256, pd, ps, pd if axpy else ps)
     return level0
 
 

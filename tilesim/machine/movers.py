@@ -46,6 +46,7 @@ from ..intrinsics import (
 )
 from ..jit import njit
 from ..ub import BLOCK
+from ..vec_kinds import vec_kind
 
 # GM tensors at least this large are written with non-temporal stores: they outgrow the host's caches, so a
 # cached store would first read each line from memory (a third more traffic for a kernel's output) and evict the
@@ -218,6 +219,9 @@ def _add_b16(d, s, bf16):
             d[k] = np.uint16(fp16_nearest_bits(f32_as_u32(v), False))
 
 
+_UB_COPY = vec_kind("DataCopy", 1)  # a UB-to-UB DataCopy on the vector pipe: a copy's throughput
+
+
 @njit(cache=True)
 def ub_to_ub(core, dst, src, rows, row_b, src_pitch, dst_pitch):
     """DataCopy from UB to UB (``copy_ubuf_to_ubuf``, on the vector pipe): ``rows`` rows of ``row_b`` bytes (whole
@@ -231,7 +235,7 @@ def ub_to_ub(core, dst, src, rows, row_b, src_pitch, dst_pitch):
     for r in range(rows):  # the bytes' shadow state goes with them (a copy of padding is no use of it)
         flow1(core, at(dst, r * dst_pitch), at(src, r * src_pitch), row_b)
         copy_bytes(core.base + dst.addr + r * dst_pitch, core.base + src.addr + r * src_pitch, row_b)
-    count_vector(core, VEC_DUP, rows * row_b, dst, src, src)
+    count_vector(core, VEC_DUP, _UB_COPY, rows * row_b, dst, src, src)
 
 
 @njit(cache=True)

@@ -64,6 +64,7 @@ from ..intrinsics import address_as_pointer
 from ..jit import OVERLOAD_OPTIONS
 from ..schedule import PIPE_VECTOR
 from ..ub import PlanTensor
+from ..vec_kinds import vec_kind
 from .convert import apart, api_fault, bad_type, type_fault, type_index
 from .hazard import hz_access, hz_instruction, op_code
 from .tensor import core_of, plan_tensor
@@ -146,6 +147,7 @@ def _gather_one(dst, src, off, base, lo, hi, repeat, dr, tail):  # type: ignore[
 def _gather_one_impl(dst, src, off, base, lo, hi, repeat, dr, tail):  # type: ignore[no-untyped-def]
     sz = dst.dtype.dt.size
     per = 256 // sz
+    kind = vec_kind("Gather", sz)
 
     def one(dst, src, off, base, lo, hi, repeat, dr, tail):  # type: ignore[no-untyped-def]
         core = core_of(dst)
@@ -162,7 +164,7 @@ def _gather_one_impl(dst, src, off, base, lo, hi, repeat, dr, tail):  # type: ig
         _gathered(core, pd, d_span, ps, po, base, lo, hi, repeat, dr, tail, sz)
         hz_instruction(core, PIPE_VECTOR, _GATHER, pd, d_span, po, o_bytes, ps, 0)
         _gather_walk(dst, src, off, base, lo, hi, repeat, dr, tail)
-        count_vector(core, VEC_UNARY, repeat * 256, pd, ps, po)
+        count_vector(core, VEC_UNARY, kind, repeat * 256, pd, ps, po)
     return one
 
 
@@ -217,6 +219,7 @@ def _transpose(dst, src):  # type: ignore[no-untyped-def]
     if bad is not None:
         code = _TRANSPOSE * 100 + bad
         return lambda dst, src: type_fault(dst.ctx, code)
+    kind = vec_kind("Transpose", t.size)
 
     def transpose_(dst, src):  # type: ignore[no-untyped-def]
         core = core_of(dst)
@@ -237,7 +240,7 @@ def _transpose(dst, src):  # type: ignore[no-untyped-def]
             for i in range(16):
                 for j in range(16):
                     d[j * 16 + i] = x[i * 16 + j]
-        count_vector(core, VEC_UNARY, 512, pd, ps, ps)
+        count_vector(core, VEC_UNARY, kind, 512, pd, ps, ps)
     return transpose_
 
 
@@ -260,6 +263,7 @@ def _broadcast(dst, src, dst_shape, src_shape, axis, shared_tmp=None):  # type: 
         return lambda dst, src, dst_shape, src_shape, axis, shared_tmp=None: type_fault(dst.ctx, code)
     sz, st, ti = t.size, t.storage, type_index(t)
     two = len(dst_shape) == 2
+    kind = vec_kind("Broadcast", sz)
 
     def broadcast_(dst, src, dst_shape, src_shape, axis, shared_tmp=None):  # type: ignore[no-untyped-def]
         # dim 1: a column of dst_shape[0] one-element rows, each src[0] (axis 0)
@@ -297,5 +301,5 @@ def _broadcast(dst, src, dst_shape, src_shape, axis, shared_tmp=None):  # type: 
                 v = x[r]
                 for j in range(cols):
                     d[o + j] = v
-        count_vector(core, VEC_DUP, n, pd, ps, ps)
+        count_vector(core, VEC_DUP, kind, n, pd, ps, ps)
     return broadcast_

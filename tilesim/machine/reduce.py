@@ -99,6 +99,7 @@ from ..device import (
 from ..intrinsics import address_as_pointer, pair_tree_sum_f32
 from ..jit import OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
+from ..vec_kinds import vec_kind
 from .dtypes import ALL
 from .hazard import hz_access, hz_instruction, hz_level0, op_code
 from .pipe import FAULT_DTYPE, fault
@@ -498,6 +499,7 @@ def _repeat_op(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  #
     group = 2 if family == "Pair" else 32 // sz if family == "Block" else lanes
     whole, pair = family == "Whole", family == "Pair"
     code = op_code(name)
+    vkind = vec_kind(name, sz)
 
     def level0(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  # type: ignore[no-untyped-def]
         core = core_of(src)
@@ -518,7 +520,7 @@ def _repeat_op(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  #
             return
         hz_level0(core, code, pd, 1, 8, dst_bytes, ps, sb, sr, src_bytes, ps, 1, 8, 0, n)
         _walk(op, dst, src, lo, hi, n, sb, sr, tail, ds, o)
-        count_vector(core, VEC_REDUCE, n * 256, pd, ps, ps)
+        count_vector(core, VEC_REDUCE, vkind, n * 256, pd, ps, ps)
     return level0
 
 
@@ -542,6 +544,7 @@ def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
     per, epb = 256 // sz, 32 // sz
     is_sum = kind == "Sum"
     code = op_code(name)
+    vkind = vec_kind(name, sz)
     if len(args) <= (1 if is_sum else 2):
         def count_form(op, dst, src, work, args):  # type: ignore[no-untyped-def]
             n = np.int64(args[0])
@@ -564,7 +567,7 @@ def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
             value, r, lane, _ = _walk(op, dst, src, np.uint64(_ALL_ON), np.uint64(_ALL_ON), (n + per - 1) // per,
                                       np.int64(1), np.int64(8), n % per, np.int64(0), np.int64(0))
             _result(dst, value, r * per + lane, with_index)
-            count_vector(core, VEC_REDUCE, n * sz, pd, ps, ps)
+            count_vector(core, VEC_REDUCE, vkind, n * sz, pd, ps, ps)
         return count_form
     if len(args) not in (3, 4) or (is_sum and len(args) == 4) or isinstance(args[0], MarkerType):
         return None
@@ -600,7 +603,7 @@ def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
             value, r, lane, _ = _walk(op, dst, src, lo, hi, n, np.int64(1), sr, np.int64(0), np.int64(0),
                                       np.int64(0))
             _result(dst, value, r * sr * epb + lane, with_index)
-        count_vector(core, VEC_REDUCE, n * 256, pd, ps, ps)
+        count_vector(core, VEC_REDUCE, vkind, n * 256, pd, ps, ps)
     return level0
 
 
@@ -617,6 +620,7 @@ def _brcb_op(dst, src, repeat, params):  # type: ignore[no-untyped-def]
     st, sz = dt.storage, dt.size
     epb = 32 // sz
     code = op_code("Brcb")
+    vkind = vec_kind("Brcb", sz)
 
     def brcb_(dst, src, repeat, params):  # type: ignore[no-untyped-def]
         w = ctx_words(dst.ctx)
@@ -642,7 +646,7 @@ def _brcb_op(dst, src, repeat, params):  # type: ignore[no-untyped-def]
                 for e in range(epb):
                     d[e] = x
                 flow_lanes(core, at(pd, off), at(ps, (8 * i + j) * sz), epb, sz, sz, 0)
-        count_vector(core, VEC_DUP, n * 256, pd, ps, ps)
+        count_vector(core, VEC_DUP, vkind, n * 256, pd, ps, ps)
     return brcb_
 
 

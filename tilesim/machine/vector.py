@@ -52,6 +52,7 @@ from ..expf import exp_f32
 from ..intrinsics import address_as_pointer, f32_as_u32, fp16_nearest_bits, fp16_widen_bits, u32_as_f32
 from ..jit import OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
+from ..vec_kinds import vec_kind
 from .dtypes import ALL
 from .hazard import hz_instruction, hz_level0, op_code
 from .pipe import FAULT_DTYPE, fault
@@ -461,6 +462,7 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
     two = not isinstance(b, types.NoneType)
     has_src = not isinstance(a, types.NoneType)
     code = op_code(name)
+    kind = vec_kind(name, sz)
     if len(args) == 1:  # the count form
         def count_form(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
             n = np.int64(args[0])
@@ -484,13 +486,13 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
                     hz_instruction(core, PIPE_VECTOR, code, plan_tensor(dst), nb, plan_tensor(a), nb, plan_tensor(a),
                                    0)
                 _contiguous(op, dst, a, b, s, n)
-                count_vector(core, cls, nb, plan_tensor(dst), plan_tensor(a), plan_tensor(b if two else a))
+                count_vector(core, cls, kind, nb, plan_tensor(dst), plan_tensor(a), plan_tensor(b if two else a))
             else:
                 if not vec_out(core, plan_tensor(dst), nb):
                     return
                 hz_instruction(core, PIPE_VECTOR, code, plan_tensor(dst), nb, plan_tensor(dst), 0, plan_tensor(dst), 0)
                 _contiguous(op, dst, dst, None, s, n)
-                count_vector(core, cls, nb, plan_tensor(dst), plan_tensor(dst), plan_tensor(dst))
+                count_vector(core, cls, kind, nb, plan_tensor(dst), plan_tensor(dst), plan_tensor(dst))
         return count_form
     if len(args) != 3:
         return None
@@ -535,7 +537,7 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
         hz_level0(core, code, pd, ds, dr, d_end, plan_tensor(src), as_, ar, a_end, plan_tensor(b if two else src),
                   bs, br, b_end, repeat)
         _strided(op, dst, src, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tail)
-        count_vector(core, cls, repeat * 256, pd, plan_tensor(src), plan_tensor(b if two else src))
+        count_vector(core, cls, kind, repeat * 256, pd, plan_tensor(src), plan_tensor(b if two else src))
     return level0
 
 
