@@ -190,6 +190,12 @@ def _blame(f, dst, src, pipe, cycles):
 
 
 @njit(cache=True, inline="always")
+def _wait_for(t, src, x, x_src):
+    """The later of time ``t`` (its blame at ``src``) and time ``x`` (its blame at ``x_src``), with its blame."""
+    return (x, x_src) if x > t else (t, src)
+
+
+@njit(cache=True, inline="always")
 def _put(f, dst, b0, b1, b2, b3):
     f[dst] = b0
     f[dst + 1] = b1
@@ -293,24 +299,12 @@ def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, sync_column, st
         g_write = g if mte3 else -1
         free_now = free0 if mte2 else free1 if vector else free2 if mte3 else free3
         # the start: the latest of what it waits for, and the blame of that one
-        t, src = issued, B_ISSUED
-        if free_now > t:
-            t, src = free_now, B_FREE + N_PIPES * p
-        x = f[w_end + r0]
-        if x > t:
-            t, src = x, bw_end + N_PIPES * r0
-        x = f[w_end + r1]
-        if x > t:
-            t, src = x, bw_end + N_PIPES * r1
-        x = f[w_end + w]
-        if x > t:
-            t, src = x, bw_end + N_PIPES * w
-        x = f[r_end + w]
-        if x > t:
-            t, src = x, br_end + N_PIPES * w
-        x = f[gm_w + g_read]
-        if x > t:
-            t, src = x, bgm_w + N_PIPES * g_read
+        t, src = _wait_for(issued, B_ISSUED, free_now, B_FREE + N_PIPES * p)
+        t, src = _wait_for(t, src, f[w_end + r0], bw_end + N_PIPES * r0)
+        t, src = _wait_for(t, src, f[w_end + r1], bw_end + N_PIPES * r1)
+        t, src = _wait_for(t, src, f[w_end + w], bw_end + N_PIPES * w)
+        t, src = _wait_for(t, src, f[r_end + w], br_end + N_PIPES * w)
+        t, src = _wait_for(t, src, f[gm_w + g_read], bgm_w + N_PIPES * g_read)
         e = t + lat
         after = t + occ
         # the blame of its result, held for the stores below (its own start's entry may be one of them)
