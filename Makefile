@@ -29,7 +29,7 @@ demo: $(VENV)/.installed
 # tests go to one worker (they share kernels), so that two workers seldom compile the same kernel.
 XDIST := -n auto --maxprocesses 4 --dist loadfile
 
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test docs  # the site too: a broken reference in a docstring or a page fails the run
 	$(BIN)/python -m ruff check tilesim tiling kernels tests bench examples
 	$(BIN)/python -m pytest -q $(XDIST)
 	$(BIN)/python -m pytest -q $(XDIST) --tilesim-checks  # again, every launch checked: no false reports
