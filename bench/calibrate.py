@@ -31,15 +31,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import tilesim.kernels as kernels
+from tilesim.kernels.ops import DTYPES
+from tilesim.tiling.softmax import check_args as softmax_args
+from tilesim.tiling.swiglu import check_args as swiglu_args
 
-import kernels
-from kernels.ops import DTYPES
 from tilesim.cost import estimated, total_us
 from tilesim.cost_params import cost_params
 from tilesim.errors import AclnnError
 from tilesim.soc import get_soc
-from tiling.softmax import check_args as softmax_args
-from tiling.swiglu import check_args as swiglu_args
 
 SOC = "Ascend910B2"
 SOURCE = "hicann/cann-bench tasks/level2/{op}/cases.csv @ 0f40c15d: torch_npu on Ascend910B2, msprof kernel duration"

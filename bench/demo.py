@@ -9,8 +9,8 @@ halves, y_grad [8192, 4096]) and ``kernels.swiglu`` (its forward) on the same x,
 kernel on the A2 SoftMax API) on [4096, 4096] fp16, ``kernels.layer_norm_grad`` (the
 LayerNormGrad and LayerNormGradBeta APIs per UB tile of whole rows) on [4096, 4096] in fp32 and fp16 and
 ``kernels.nsa_compress_grad`` on input [8192, 32, 128] bf16 (TND, 4 sequences of 2048 tokens, blockSize 32, stride
-16: overlapping windows), with realistic inputs (the makers of ``kernels.ops``, which the explorer uses too), and
-prints, per run, the tiling the host chose, the UB plan's size, the bytes the data movers carried, the error of dx
+16: overlapping windows), with realistic inputs (the makers of ``tilesim.kernels.ops``, which the explorer uses too),
+and prints, per run, the tiling the host chose, the UB plan's size, the bytes the data movers carried, the error of dx
 (pd_x for the layer-norm backward, input_grad for NsaCompressGrad) against untiled float64 math under Ascend's
 precision standard, and the wall time on this CPU.
 
@@ -25,10 +25,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-
-import kernels
-import tilesim
-from kernels.ops import (
+import tilesim.kernels as kernels
+from tilesim.kernels.ops import (
     OPS,
     group_norm_backward_inputs,
     layer_norm_grad_inputs,
@@ -39,17 +37,19 @@ from kernels.ops import (
     swiglu_grad_inputs,
     swiglu_inputs,
 )
+from tilesim.tiling.layer_norm_grad import TMP_MODES
+from tilesim.tiling.rms_norm import MODE_NAMES
+
+import tilesim
 from tilesim.cost import estimated, total_us
 from tilesim.precision import compare
-from tiling.layer_norm_grad import TMP_MODES
-from tiling.rms_norm import MODE_NAMES
 
 REPEATS = 5
 SPLIT = {1: "split-N", 2: "split-D"}
 
 
 def case(op: str, inputs: dict[str, Any], label: str) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
-    """``op``'s API on ``inputs`` (the kernels.ops makers' dicts: the API's argument names): (call(out=None) ->
+    """``op``'s API on ``inputs`` (the tilesim.kernels.ops makers' dicts: the API's argument names): (call(out=None) ->
     outputs, golden of the first output, shape label). SwiGluGrad has one output; call wraps it in a tuple, as
     the other ops return theirs."""
     api = getattr(kernels, op)

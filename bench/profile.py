@@ -142,11 +142,12 @@ def by_kind(rows: list[tuple[float, str]]) -> dict[str, float]:
 
 
 def demo_case(op: str, dtype: str, shape: tuple[int, ...] | None = None) -> Any:
-    """The demo's case of ``op`` in ``dtype``, any dtype the op takes (``kernels.ops.OPS``): its maker on
+    """The demo's case of ``op`` in ``dtype``, any dtype the op takes (``tilesim.kernels.ops.OPS``): its maker on
     ``shape``, or on the demo's shape for the op (that of the dtype where the demo runs it, else of the op's first
     case: the demo runs SwiGluGrad in bf16 only)."""
+    from tilesim.kernels.ops import OPS
+
     from bench import demo
-    from kernels.ops import OPS
 
     cases = [(make, demo_shape, dt) for make, demo_shape, dt in demo.CASES if make.__name__ == f"{op}_case"]
     if not cases or dtype not in OPS[op].dtypes:

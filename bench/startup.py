@@ -44,14 +44,14 @@ T0_ENV = "TILESIM_STARTUP_T0"  # the parent's time.time() at launch, for the chi
 WARM_RUNS = 3
 WARM_TARGET_S = 1.5
 COLD_TARGET_S = 90.0
-WARM_WHAT = "fresh interpreter, import kernels, first rms_norm_grad on [8, 128] fp32, Numba cache warm"
+WARM_WHAT = "fresh interpreter, import tilesim.kernels, first rms_norm_grad on [8, 128] fp32, Numba cache warm"
 
 # The warm child: what a user's script does, and nothing else before the result.
 WARM_CODE = f"""
 import time
 t_start = time.perf_counter()
 import numpy as np
-import kernels
+import tilesim.kernels as kernels
 t_import = time.perf_counter()
 rng = np.random.default_rng(0)
 x = rng.uniform(-2.0, 2.0, (8, 128)).astype(np.float32)
@@ -110,8 +110,7 @@ def _cold_cases() -> list[tuple[str, Any]]:
     """(label, call) for every kernel variant the demo and tests use, on small inputs; built in the child."""
     import ml_dtypes
     import numpy as np
-
-    import kernels
+    import tilesim.kernels as kernels
 
     f32, bf16, fp16 = np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)
     names = {f32: "fp32", bf16: "bf16", fp16: "fp16"}
@@ -149,9 +148,9 @@ def _cold_cases() -> list[tuple[str, Any]]:
 
 
 def cold_child() -> None:
-    """The cold child's body (run with NUMBA_CACHE_DIR empty): import kernels, then each case twice, timed."""
+    """The cold child's body (run with NUMBA_CACHE_DIR empty): import tilesim.kernels, then each case twice, timed."""
     t_start = time.perf_counter()
-    import kernels  # noqa: F401
+    import tilesim.kernels as kernels  # noqa: F401
 
     import_s = time.perf_counter() - t_start
     cases = []

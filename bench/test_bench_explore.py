@@ -19,9 +19,9 @@ from __future__ import annotations
 import statistics
 
 import pytest
+from tilesim.kernels.ops import OPS
 
 from bench.demo import CASES
-from kernels.ops import OPS
 from tilesim.explore import Sweep, evaluate, explore
 
 GROUP = "explore"  # bench/conftest.py's EXPLORE_GROUP

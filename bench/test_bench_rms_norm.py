@@ -24,9 +24,9 @@ import functools
 import ml_dtypes
 import numpy as np
 import pytest
+import tilesim.kernels as kernels
 import torch
 
-import kernels
 from bench.record import kernel_traffic, pair_with_fast, record, remember_fast, torch_threads
 from bench.test_bench_rms_norm_grad import (  # noqa: F401  (collected here too)
     test_bandwidth_probe,

@@ -25,9 +25,9 @@ import ml_dtypes
 import numba
 import numpy as np
 import pytest
+import tilesim.kernels as kernels
 import torch
 
-import kernels
 from bench import untiled
 from bench.bandwidth import make_arrays, triad, triad_bytes
 from bench.instructions import PASS_LANES, vector_pass

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tilesim.kernels as kernels
 
-import kernels
 from bench.record import record
 from bench.test_bench_rms_norm_grad import op_bytes
 from tilesim.precision import compare

@@ -20,8 +20,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+import tilesim.kernels as kernels
 
-import kernels
 from bench.record import record
 from bench.test_bench_group_norm_backward import op_bytes as gn_bytes
 from bench.test_bench_layer_norm_grad import op_bytes as ln_bytes

@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+from tilesim.tiling.common import require
 
 import tilesim
 from tilesim import machine as asc  # AscendC::
@@ -18,7 +19,6 @@ from tilesim.launcher import kernel, launch
 from tilesim.opspec import Candidate, Inputs, OpSpec, collect, core_counts, match_tiling, uniform_inputs, with_tiles
 from tilesim.precision import compare
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tiling.common import require
 
 
 # --8<-- [start:tiling]

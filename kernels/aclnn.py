@@ -11,6 +11,24 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from tilesim.tiling.common import FP32, dtype_name, require, shape_of
+from tilesim.tiling.group_norm_backward import check_args as group_norm_backward_check_args
+from tilesim.tiling.group_norm_backward import group_norm_backward as group_norm_backward_tiling
+from tilesim.tiling.layer_norm_grad import layer_norm_grad as layer_norm_grad_tiling
+from tilesim.tiling.nsa_compress_grad import nsa_compress_grad as nsa_compress_grad_tiling
+from tilesim.tiling.rms_norm import check_args as rms_norm_check_args
+from tilesim.tiling.rms_norm import out_shapes as rms_norm_out_shapes
+from tilesim.tiling.rms_norm import rms_norm as rms_norm_tiling
+from tilesim.tiling.rms_norm import ub_plan as rms_norm_ub_plan
+from tilesim.tiling.rms_norm_grad import rms_norm_grad as rms_norm_grad_tiling
+from tilesim.tiling.rms_norm_grad import ub_plan as rms_norm_grad_ub_plan
+from tilesim.tiling.softmax import check_args as softmax_check_args
+from tilesim.tiling.softmax import softmax as softmax_tiling
+from tilesim.tiling.swiglu import check_args as swiglu_check_args
+from tilesim.tiling.swiglu import out_shape as swiglu_out_shape
+from tilesim.tiling.swiglu import swiglu as swiglu_tiling
+from tilesim.tiling.swiglu_grad import swiglu_grad as swiglu_grad_tiling
+from tilesim.tiling.swiglu_grad import ub_plan as swiglu_grad_ub_plan
 
 from tilesim.errors import (
     ACLNN_ERR_PARAM_INVALID,
@@ -22,24 +40,6 @@ from tilesim.errors import (
     tiling_error,
 )
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tiling.common import FP32, dtype_name, require, shape_of
-from tiling.group_norm_backward import check_args as group_norm_backward_check_args
-from tiling.group_norm_backward import group_norm_backward as group_norm_backward_tiling
-from tiling.layer_norm_grad import layer_norm_grad as layer_norm_grad_tiling
-from tiling.nsa_compress_grad import nsa_compress_grad as nsa_compress_grad_tiling
-from tiling.rms_norm import check_args as rms_norm_check_args
-from tiling.rms_norm import out_shapes as rms_norm_out_shapes
-from tiling.rms_norm import rms_norm as rms_norm_tiling
-from tiling.rms_norm import ub_plan as rms_norm_ub_plan
-from tiling.rms_norm_grad import rms_norm_grad as rms_norm_grad_tiling
-from tiling.rms_norm_grad import ub_plan as rms_norm_grad_ub_plan
-from tiling.softmax import check_args as softmax_check_args
-from tiling.softmax import softmax as softmax_tiling
-from tiling.swiglu import check_args as swiglu_check_args
-from tiling.swiglu import out_shape as swiglu_out_shape
-from tiling.swiglu import swiglu as swiglu_tiling
-from tiling.swiglu_grad import swiglu_grad as swiglu_grad_tiling
-from tiling.swiglu_grad import ub_plan as swiglu_grad_ub_plan
 
 from . import group_norm_backward as _group_norm_backward
 from . import layer_norm_grad as _layer_norm_grad

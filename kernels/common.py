@@ -7,11 +7,11 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+from tilesim.tiling.common import BF16, FP16, FP32, dtype_name
 
 from tilesim.cast import KIND_BF16, KIND_FP16
 from tilesim.errors import invalid
 from tilesim.launch import checks_enabled, copy_back, write_targets  # noqa: F401  (the ops' names for them)
-from tiling.common import BF16, FP16, FP32, dtype_name
 
 NUMPY_DTYPE = {FP32: np.dtype(np.float32), FP16: np.dtype(np.float16), BF16: np.dtype(ml_dtypes.bfloat16)}
 KIND = {FP32: 0, FP16: KIND_FP16, BF16: KIND_BF16}

@@ -63,17 +63,8 @@ from typing import Any
 
 import numpy as np
 from numba.extending import overload
-
-from tilesim import machine as asc  # AscendC::
-from tilesim.cast import KIND_BF16, KIND_FP16, b16_to_f32_bits
-from tilesim.errors import invalid
-from tilesim.intrinsics import u32_as_f32
-from tilesim.jit import OVERLOAD_OPTIONS, njit
-from tilesim.launch import RunReport, workspace
-from tilesim.launcher import kernel, launch
-from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tiling.common import dtype_name, shape_of
-from tiling.group_norm_backward import (
+from tilesim.tiling.common import dtype_name, shape_of
+from tilesim.tiling.group_norm_backward import (
     DETERMINISTIC_KEY,
     MODE_0,
     MODE_1,
@@ -86,7 +77,16 @@ from tiling.group_norm_backward import (
     check_args,
     check_tiling,
 )
-from tiling.group_norm_backward import group_norm_backward as make_tiling
+from tilesim.tiling.group_norm_backward import group_norm_backward as make_tiling
+
+from tilesim import machine as asc  # AscendC::
+from tilesim.cast import KIND_BF16, KIND_FP16, b16_to_f32_bits
+from tilesim.errors import invalid
+from tilesim.intrinsics import u32_as_f32
+from tilesim.jit import OVERLOAD_OPTIONS, njit
+from tilesim.launch import RunReport, workspace
+from tilesim.launcher import kernel, launch
+from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
 from .common import NUMPY_DTYPE, checks_default, output
 

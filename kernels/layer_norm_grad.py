@@ -30,6 +30,9 @@ from typing import Any
 
 import numpy as np
 from numba.extending import overload
+from tilesim.tiling.common import dtype_name, shape_of
+from tilesim.tiling.layer_norm_grad import LANES, LayerNormGradOpTiling, check_tiling
+from tilesim.tiling.layer_norm_grad import layer_norm_grad as make_tiling
 
 from tilesim import machine as asc  # AscendC::
 from tilesim.jit import OVERLOAD_OPTIONS, njit
@@ -39,9 +42,6 @@ from tilesim.normalization import layer_norm_grad as lng_api
 from tilesim.normalization import layer_norm_grad_beta as beta_api
 from tilesim.normalization import tmp_buffer
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tiling.common import dtype_name, shape_of
-from tiling.layer_norm_grad import LANES, LayerNormGradOpTiling, check_tiling
-from tiling.layer_norm_grad import layer_norm_grad as make_tiling
 
 from .common import output
 

@@ -19,6 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from tilesim.tiling.common import FP16, FP32, ITEMSIZE, dtype_name, require, shape_of
+from tilesim.tiling.layer_norm_grad_api import (
+    LayerNormGradBetaTiling,
+    get_layer_norm_grad_beta_max_min_tmp_size,
+    get_layer_norm_grad_beta_nd_tiling_info,
+)
 
 from tilesim import machine as asc  # AscendC::
 from tilesim.errors import invalid
@@ -26,12 +32,6 @@ from tilesim.launcher import kernel, launch
 from tilesim.normalization import layer_norm_grad_beta as lng_beta
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan
-from tiling.common import FP16, FP32, ITEMSIZE, dtype_name, require, shape_of
-from tiling.layer_norm_grad_api import (
-    LayerNormGradBetaTiling,
-    get_layer_norm_grad_beta_max_min_tmp_size,
-    get_layer_norm_grad_beta_nd_tiling_info,
-)
 
 from .common import output
 

@@ -46,6 +46,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from tilesim.tiling.common import dtype_name, shape_of
+from tilesim.tiling.nsa_compress_grad import SYS_WORKSPACE, UB_PRESERVE, NsaCompressGradTiling
+from tilesim.tiling.nsa_compress_grad import nsa_compress_grad as make_tiling
 
 from tilesim import machine as asc  # AscendC::
 from tilesim.errors import tiling_error
@@ -54,9 +57,6 @@ from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan, shared_plan
-from tiling.common import dtype_name, shape_of
-from tiling.nsa_compress_grad import SYS_WORKSPACE, UB_PRESERVE, NsaCompressGradTiling
-from tiling.nsa_compress_grad import nsa_compress_grad as make_tiling
 
 from .common import output
 from .rms_norm import _y_round_mode

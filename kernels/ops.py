@@ -27,6 +27,29 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+from tilesim.tiling.common import FP32, align_up, ceil_div, dtype_name
+from tilesim.tiling.group_norm_backward import EIGHT_BLOCK, MODE_2, MODE_3, MODE_5, UB_MODES, elements_per_block
+from tilesim.tiling.group_norm_backward import check_tiling as gn_check_tiling
+from tilesim.tiling.group_norm_backward import group_norm_backward as gn_tiling
+from tilesim.tiling.layer_norm_grad import TMP_MODES, plan_for
+from tilesim.tiling.layer_norm_grad import check_tiling as ln_check_tiling
+from tilesim.tiling.layer_norm_grad import layer_norm_grad as ln_tiling
+from tilesim.tiling.nsa_compress_grad import nsa_compress_grad as nsa_tiling
+from tilesim.tiling.rms_norm import MODE_MERGE_N, MODE_NAMES, MODE_SPLIT_D
+from tilesim.tiling.rms_norm import check_tiling as rms_norm_check_tiling
+from tilesim.tiling.rms_norm import rms_norm as rms_norm_tiling
+from tilesim.tiling.rms_norm_grad import SPLIT_D, SPLIT_N
+from tilesim.tiling.rms_norm_grad import check_tiling as rms_check_tiling
+from tilesim.tiling.rms_norm_grad import rms_norm_grad as rms_tiling
+from tilesim.tiling.rms_norm_grad import ub_plan as rms_ub_plan
+from tilesim.tiling.softmax import check_tiling as softmax_check_tiling
+from tilesim.tiling.softmax import softmax as softmax_tiling
+from tilesim.tiling.swiglu import check_tiling as swiglu_fwd_check_tiling
+from tilesim.tiling.swiglu import swiglu as swiglu_fwd_tiling
+from tilesim.tiling.swiglu_grad import BLOCK, L2_CACHE_LINE, MAX_BLOCK_COUNT
+from tilesim.tiling.swiglu_grad import check_tiling as swiglu_check_tiling
+from tilesim.tiling.swiglu_grad import swiglu_grad as swiglu_tiling
+from tilesim.tiling.swiglu_grad import ub_plan as swiglu_ub_plan
 
 from tilesim.errors import invalid
 from tilesim.opspec import (
@@ -42,29 +65,6 @@ from tilesim.opspec import (
     with_tiles,
 )
 from tilesim.soc import SocSpec, get_soc
-from tiling.common import FP32, align_up, ceil_div, dtype_name
-from tiling.group_norm_backward import EIGHT_BLOCK, MODE_2, MODE_3, MODE_5, UB_MODES, elements_per_block
-from tiling.group_norm_backward import check_tiling as gn_check_tiling
-from tiling.group_norm_backward import group_norm_backward as gn_tiling
-from tiling.layer_norm_grad import TMP_MODES, plan_for
-from tiling.layer_norm_grad import check_tiling as ln_check_tiling
-from tiling.layer_norm_grad import layer_norm_grad as ln_tiling
-from tiling.nsa_compress_grad import nsa_compress_grad as nsa_tiling
-from tiling.rms_norm import MODE_MERGE_N, MODE_NAMES, MODE_SPLIT_D
-from tiling.rms_norm import check_tiling as rms_norm_check_tiling
-from tiling.rms_norm import rms_norm as rms_norm_tiling
-from tiling.rms_norm_grad import SPLIT_D, SPLIT_N
-from tiling.rms_norm_grad import check_tiling as rms_check_tiling
-from tiling.rms_norm_grad import rms_norm_grad as rms_tiling
-from tiling.rms_norm_grad import ub_plan as rms_ub_plan
-from tiling.softmax import check_tiling as softmax_check_tiling
-from tiling.softmax import softmax as softmax_tiling
-from tiling.swiglu import check_tiling as swiglu_fwd_check_tiling
-from tiling.swiglu import swiglu as swiglu_fwd_tiling
-from tiling.swiglu_grad import BLOCK, L2_CACHE_LINE, MAX_BLOCK_COUNT
-from tiling.swiglu_grad import check_tiling as swiglu_check_tiling
-from tiling.swiglu_grad import swiglu_grad as swiglu_tiling
-from tiling.swiglu_grad import ub_plan as swiglu_ub_plan
 
 from . import reference
 from .group_norm_backward import group_norm_backward

@@ -55,15 +55,8 @@ from typing import Any
 
 import numpy as np
 from numba.extending import overload
-
-from tilesim import machine as asc  # AscendC::
-from tilesim.errors import tiling_error
-from tilesim.jit import OVERLOAD_OPTIONS, njit
-from tilesim.launch import RunReport, workspace
-from tilesim.launcher import kernel, launch
-from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tiling.common import FP32, dtype_name
-from tiling.rms_norm import (
+from tilesim.tiling.common import FP32, dtype_name
+from tilesim.tiling.rms_norm import (
     MODE_MERGE_N,
     MODE_NORMAL,
     MODE_SINGLE_ROW,
@@ -74,7 +67,14 @@ from tiling.rms_norm import (
     out_shapes,
     ub_plan,
 )
-from tiling.rms_norm import rms_norm as make_tiling
+from tilesim.tiling.rms_norm import rms_norm as make_tiling
+
+from tilesim import machine as asc  # AscendC::
+from tilesim.errors import tiling_error
+from tilesim.jit import OVERLOAD_OPTIONS, njit
+from tilesim.launch import RunReport, workspace
+from tilesim.launcher import kernel, launch
+from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
 from .common import output
 

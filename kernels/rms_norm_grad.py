@@ -57,15 +57,8 @@ from typing import Any
 
 import numpy as np
 from numba.extending import overload
-
-from tilesim import machine as asc  # AscendC::
-from tilesim.errors import tiling_error
-from tilesim.jit import OVERLOAD_OPTIONS, njit
-from tilesim.launch import RunReport, workspace
-from tilesim.launcher import kernel, launch
-from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tiling.common import FP32, dtype_name, shape_of
-from tiling.rms_norm_grad import (
+from tilesim.tiling.common import FP32, dtype_name, shape_of
+from tilesim.tiling.rms_norm_grad import (
     ROW_FACTOR_SPLIT_D,
     SMALL_D_THRESHOLD,
     SPLIT_N,
@@ -74,7 +67,14 @@ from tiling.rms_norm_grad import (
     check_tiling,
     ub_plan,
 )
-from tiling.rms_norm_grad import rms_norm_grad as make_tiling
+from tilesim.tiling.rms_norm_grad import rms_norm_grad as make_tiling
+
+from tilesim import machine as asc  # AscendC::
+from tilesim.errors import tiling_error
+from tilesim.jit import OVERLOAD_OPTIONS, njit
+from tilesim.launch import RunReport, workspace
+from tilesim.launcher import kernel, launch
+from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
 from .common import checks_default, output
 from .rms_norm import reduce_sum_half_interval, reduce_sum_multi_n

@@ -66,6 +66,9 @@ from collections import namedtuple
 from typing import Any
 
 import numpy as np
+from tilesim.tiling.common import dtype_name
+from tilesim.tiling.softmax import SoftmaxOpTiling, check_args, check_tiling
+from tilesim.tiling.softmax import softmax as make_tiling
 
 from tilesim import machine as asc  # AscendC::
 from tilesim.errors import tiling_error
@@ -73,9 +76,6 @@ from tilesim.jit import njit
 from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tiling.common import dtype_name
-from tiling.softmax import SoftmaxOpTiling, check_args, check_tiling
-from tiling.softmax import softmax as make_tiling
 
 from .common import output
 

@@ -31,6 +31,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from tilesim.tiling.common import FP32, dtype_name
+from tilesim.tiling.swiglu import SwiGluTiling, check_args, check_tiling, out_shape
+from tilesim.tiling.swiglu import swiglu as make_tiling
 
 from tilesim import machine as asc  # AscendC::
 from tilesim.errors import tiling_error
@@ -38,9 +41,6 @@ from tilesim.jit import njit
 from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tiling.common import FP32, dtype_name
-from tiling.swiglu import SwiGluTiling, check_args, check_tiling, out_shape
-from tiling.swiglu import swiglu as make_tiling
 
 from .common import output
 

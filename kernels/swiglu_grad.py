@@ -43,15 +43,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from tilesim.tiling.common import FP32, dtype_name, shape_of
+from tilesim.tiling.swiglu_grad import SwiGluGradTiling, check_tiling, ub_plan
+from tilesim.tiling.swiglu_grad import swiglu_grad as make_tiling
 
 from tilesim import machine as asc  # AscendC::
 from tilesim.jit import njit
 from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tiling.common import FP32, dtype_name, shape_of
-from tiling.swiglu_grad import SwiGluGradTiling, check_tiling, ub_plan
-from tiling.swiglu_grad import swiglu_grad as make_tiling
 
 from .common import output
 from .swiglu import copy_in_rows, copy_out_rows, tile_length, tile_param, total_tiles

@@ -8,9 +8,9 @@ from contextlib import contextmanager
 import ml_dtypes
 import numpy as np
 import pytest
+from tilesim.tiling.common import TensorMeta as Spec  # noqa: F401  (shape-only stand-ins: what a tiling reads of a tensor)
 
 from tilesim.launch import checks_enabled, force_checks
-from tiling.common import TensorMeta as Spec  # noqa: F401  (shape-only stand-ins: what a tiling reads of a tensor)
 
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 

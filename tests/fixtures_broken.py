@@ -32,6 +32,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from conftest import as_asked
+from tilesim.tiling.layer_norm_grad_api import (
+    LayerNormGradBetaTiling,
+    get_layer_norm_grad_beta_max_min_tmp_size,
+    get_layer_norm_grad_beta_nd_tiling_info,
+)
 
 from tilesim import machine as asc
 from tilesim.jit import njit
@@ -41,11 +46,6 @@ from tilesim.machine import VECCALC, HardEvent, TBuf, TPipe, float32, set_flag, 
 from tilesim.machine import data_copy as asc_data_copy
 from tilesim.normalization import layer_norm_grad_beta as api_beta
 from tilesim.soc import get_soc
-from tiling.layer_norm_grad_api import (
-    LayerNormGradBetaTiling,
-    get_layer_norm_grad_beta_max_min_tmp_size,
-    get_layer_norm_grad_beta_nd_tiling_info,
-)
 
 SOC = get_soc("Ascend910B1")
 TILE = 64  # fp32 elements of one tile: 256 B, a buffer of xbuf

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tilesim.kernels.ops import OPS
 
 import tilesim
-from kernels.ops import OPS
 from tilesim.device import COUNTER_NAMES
 from tilesim.errors import AclnnError
 from tilesim.soc import get_soc

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tilesim.kernels import aclnn
 
-from kernels import aclnn
 from tilesim import AclnnError
 
 

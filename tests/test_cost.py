@@ -9,12 +9,13 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import tilesim.kernels as kernels
+import tilesim.tiling as tiling
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tilesim.tiling.rms_norm_grad import SPLIT_D
 
-import kernels
 import tilesim
-import tiling
 from tilesim import launch
 from tilesim.cost import estimate, estimate_all, estimated
 from tilesim.cost_params import VEC_CLASSES, CostParams, cost_params
@@ -33,7 +34,6 @@ from tilesim.schedule import PIPE_MTE2, PIPE_MTE3, PIPE_NAMES, PIPE_SCALAR, PIPE
 from tilesim.trace import chrome_trace
 from tilesim.ub import UbPlan
 from tilesim.vec_kinds import KIND_OF, VEC_KINDS, vec_kind
-from tiling.rms_norm_grad import SPLIT_D
 
 # Round figures, so that schedules can be worked out by hand: 1 GHz (a cycle is a ns), 1 GB/s per MTE (a byte
 # is a cycle), no launch or SyncAll cost unless a test sets one.
@@ -354,8 +354,9 @@ def test_a_launch_scheduled_while_it_runs_matches_its_recorded_log(op, monkeypat
     once its kernel has run): the estimate made while the kernel runs is the log's replay, bit for bit (the same
     step, the same state, the same MTE rates from the fast run's counters as from the log)."""
     monkeypatch.setattr(launch, "_forced_checks", [False])  # a checked launch logs instead
+    from tilesim.kernels.ops import OPS
+
     from examples.add_tail import OPS as EXAMPLE
-    from kernels.ops import OPS
 
     spec = {**OPS, **EXAMPLE}[op]
     soc = tilesim.get_soc("Ascend910B1")

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import matplotlib
 import pytest
+from tilesim.kernels.ops import OPS
 
-from kernels.ops import OPS
 from tilesim.cli import main
 from tilesim.explore import TIMINGS, VERDICTS, ExploreResult, explore
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tilesim.kernels.ops import OPS, default_groups
 
 import tilesim
-from kernels.ops import OPS, default_groups
 from tilesim.opspec import core_counts, tile_sizes
 from tilesim.precision import Expected, compare, judge
 

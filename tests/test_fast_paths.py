@@ -26,10 +26,10 @@ import ml_dtypes
 import numba
 import numpy as np
 import pytest
+import tilesim.kernels as kernels
 from conftest import as_asked
 from numba import njit
 
-import kernels
 import tilesim
 from tilesim import machine as asc
 from tilesim.cast import narrow, widen
@@ -481,7 +481,7 @@ def test_repeated_ops_with_reused_buffers_match_fresh_ones():
 
 
 def test_write_targets_give_temporaries_to_checked_runs_and_to_outputs_over_inputs():
-    from kernels.common import copy_back, write_targets
+    from tilesim.kernels.common import copy_back, write_targets
 
     a, b, x = np.zeros((4, 8), np.float32), np.zeros(8, np.float16), np.ones((4, 8), np.float32)
     assert all(t is o for t, o in zip(write_targets((a, None, b), False, (x,)), (a, None, b), strict=True))
@@ -502,7 +502,7 @@ def test_write_targets_give_temporaries_to_checked_runs_and_to_outputs_over_inpu
 def test_write_targets_see_every_output_that_may_share_memory_with_an_input(case):
     """The cheap test (distinct arrays that own their memory share none) falls back to np.may_share_memory for
     everything else, so its answer is that of np.may_share_memory over every pair."""
-    from kernels.common import write_targets
+    from tilesim.kernels.common import write_targets
 
     raw = bytearray(256)
     base, other = np.zeros(64, np.float32), np.zeros(64, np.float32)
@@ -612,7 +612,7 @@ def test_cache_stamps_carry_the_machine_hash():
         h.update(str(p.relative_to(root)).encode())
         h.update(p.read_bytes())
     assert jit_cache.MACHINE_HASH == h.hexdigest()[:16]
-    for fn in (sys.modules["kernels.rms_norm_grad"]._split_n_compute, probe.fn):
+    for fn in (sys.modules["tilesim.kernels.rms_norm_grad"]._split_n_compute, probe.fn):
         stamp = fn._cache._cache_file._source_stamp
         assert isinstance(stamp, tuple) and stamp[-1] == jit_cache.MACHINE_HASH
 

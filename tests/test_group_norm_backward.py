@@ -7,15 +7,15 @@ import ml_dtypes
 import numba
 import numpy as np
 import pytest
+import tilesim.tiling as tiling
 import torch
+from tilesim.kernels import group_norm_backward
+from tilesim.kernels import reference as ref
+from tilesim.tiling.common import replace
+from tilesim.tiling.group_norm_backward import SYS_WORKSPACE
 
 import tilesim
-import tiling
-from kernels import group_norm_backward
-from kernels import reference as ref
 from tilesim.precision import THRESHOLD, compare
-from tiling.common import replace
-from tiling.group_norm_backward import SYS_WORKSPACE
 
 DT = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 EPS = 1e-5

@@ -7,12 +7,12 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+import tilesim.kernels as kernels
+import tilesim.tiling as tiling
+from tilesim.kernels import aclnn, reference
+from tilesim.tiling.common import replace
 
-import kernels
-import tiling
-from kernels import aclnn, reference
 from tilesim import AclnnError
-from tiling.common import replace
 
 F32, F16, BF16 = np.float32, np.float16, ml_dtypes.bfloat16
 N, C, HXW, G = 2, 8, 16, 2

@@ -24,15 +24,15 @@ import dataclasses
 import ml_dtypes
 import numpy as np
 import pytest
+import tilesim.tiling as tiling
+from tilesim.kernels import group_norm_backward
+from tilesim.kernels.group_norm_backward import execute
+from tilesim.tiling.common import replace
+from tilesim.tiling.group_norm_backward import SPLIT_COUNT, ub_plan
 
 import tilesim
-import tiling
-from kernels import group_norm_backward
-from kernels.group_norm_backward import execute
 from tilesim.device import COUNTER_NAMES
 from tilesim.launch import workspace
-from tiling.common import replace
-from tiling.group_norm_backward import SPLIT_COUNT, ub_plan
 
 DT = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 SYNCS = ["pipe_barriers", "set_flags", "wait_flags"]

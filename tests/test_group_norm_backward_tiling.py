@@ -9,12 +9,12 @@ import dataclasses
 import ml_dtypes
 import numpy as np
 import pytest
+import tilesim.tiling as tiling
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from tilesim.tiling.group_norm_backward import ub_plan
 
-import tiling
 from tilesim import AclnnError, get_soc
-from tiling.group_norm_backward import ub_plan
 
 MIB = 1024 * 1024
 DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}

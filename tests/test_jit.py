@@ -14,9 +14,9 @@ from pathlib import Path
 import llvmlite.binding as llvm
 import numpy as np
 import pytest
+import tilesim.kernels as kernels
 from numba.core.registry import CPUDispatcher, cpu_target
 
-import kernels
 import tilesim
 from tilesim.jit import PREFERS_512_BIT, DeviceDispatcher, njit
 

@@ -10,16 +10,16 @@ from __future__ import annotations
 import numba
 import numpy as np
 import pytest
+import tilesim.tiling as tiling
 import torch
 from bitwise import assert_bitwise, bits
+from tilesim.kernels import aclnn, layer_norm_grad
+from tilesim.kernels import reference as ref
+from tilesim.tiling.common import align_up, ceil_div
+from tilesim.tiling.layer_norm_grad import LANES, SYS_WORKSPACE, TMP
 
 import tilesim
-import tiling
-from kernels import aclnn, layer_norm_grad
-from kernels import reference as ref
 from tilesim.precision import compare
-from tiling.common import align_up, ceil_div
-from tiling.layer_norm_grad import LANES, SYS_WORKSPACE, TMP
 
 DT = {"float32": np.float32, "float16": np.float16}
 ISZ = {"float32": 4, "float16": 2}

@@ -18,20 +18,12 @@ from dataclasses import asdict, dataclass, fields
 import ml_dtypes
 import numpy as np
 import pytest
+import tilesim.kernels as kernels
 from conftest import as_asked
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import kernels
-from kernels.layer_norm_grad_beta import tmp_region
-from tilesim import AclnnError, CheckError, get_soc
-from tilesim.jit import njit
-from tilesim.launcher import kernel, launch
-from tilesim.machine import VECCALC, HardEvent, TBuf, TPipe, data_copy, set_flag, size_of, uint8, wait_flag
-from tilesim.normalization import layer_norm_grad, layer_norm_grad_beta
-from tilesim.precision import compare
-from tilesim.ub import UbPlan
-from tiling.layer_norm_grad_api import (
+from tilesim.kernels.layer_norm_grad_beta import tmp_region
+from tilesim.tiling.layer_norm_grad_api import (
     LayerNormGradBetaTiling,
     LayerNormGradTiling,
     chunk_fits,
@@ -41,6 +33,14 @@ from tiling.layer_norm_grad_api import (
     get_layer_norm_grad_nd_tiling_info,
     one_chunk_tiling,
 )
+
+from tilesim import AclnnError, CheckError, get_soc
+from tilesim.jit import njit
+from tilesim.launcher import kernel, launch
+from tilesim.machine import VECCALC, HardEvent, TBuf, TPipe, data_copy, set_flag, size_of, uint8, wait_flag
+from tilesim.normalization import layer_norm_grad, layer_norm_grad_beta
+from tilesim.precision import compare
+from tilesim.ub import UbPlan
 
 SOC = get_soc("Ascend910B1")
 F32, F16 = np.float32, np.float16

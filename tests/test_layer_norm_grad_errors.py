@@ -9,10 +9,10 @@ import re
 import ml_dtypes
 import numpy as np
 import pytest
+import tilesim.kernels as kernels
+import tilesim.tiling as tiling
+from tilesim.kernels import aclnn
 
-import kernels
-import tiling
-from kernels import aclnn
 from tilesim import AclnnError
 from tilesim.precision import compare
 

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 import pytest
+import tilesim.kernels as kernels
+import tilesim.tiling as tiling
 from conftest import as_asked
+from tilesim.tiling.rms_norm_grad import SYS_WORKSPACE
 
-import kernels
 import tilesim
-import tiling
 from tilesim import launcher
 from tilesim import machine as asc  # AscendC::
 from tilesim.jit import njit
@@ -29,7 +30,6 @@ from tilesim.launcher import kernel, launch
 from tilesim.precision import assert_close
 from tilesim.soc import MIB, get_soc, list_socs
 from tilesim.ub import BLOCK, UbPlan, align_up
-from tiling.rms_norm_grad import SYS_WORKSPACE
 
 SOC = get_soc("Ascend910B1")
 BF16 = np.dtype(ml_dtypes.bfloat16)

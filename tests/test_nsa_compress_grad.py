@@ -9,13 +9,13 @@ import ml_dtypes
 import numba
 import numpy as np
 import pytest
+import tilesim.tiling as tiling
 import torch
 from bitwise import assert_bitwise
+from tilesim.kernels import aclnn, nsa_compress_grad
+from tilesim.kernels import reference as ref
 
 import tilesim
-import tiling
-from kernels import aclnn, nsa_compress_grad
-from kernels import reference as ref
 from tilesim import AclnnError
 from tilesim.precision import compare
 
@@ -209,8 +209,8 @@ def test_block_size_equal_to_stride_kernel_path(rng):
     """The document (and so the op's checks) requires blockSize > stride, but the kernel has a path for
     blockSize = stride: no window overlaps another, dX is cast and written directly into the inputGrad zeroed in
     phase 0. Run that path with the launcher and a tiling for such a problem."""
-    from kernels.nsa_compress_grad import run
-    from tiling.nsa_compress_grad import seq_lengths, windows
+    from tilesim.kernels.nsa_compress_grad import run
+    from tilesim.tiling.nsa_compress_grad import seq_lengths, windows
 
     cum, n, d, bs = [0, 100, 164, 200], 4, 32, 32
     g, x, w = inputs(rng, cum, n, d, bs, bs, "float16")

@@ -10,12 +10,12 @@ import dataclasses
 import ml_dtypes
 import numpy as np
 import pytest
+import tilesim.tiling as tiling
+from tilesim.kernels.nsa_compress_grad import run, ub_plan
+from tilesim.tiling.nsa_compress_grad import UB_PRESERVE, seq_lengths, windows
 
 import tilesim
-import tiling
-from kernels.nsa_compress_grad import run, ub_plan
 from tilesim.device import COUNTER_NAMES
-from tiling.nsa_compress_grad import UB_PRESERVE, seq_lengths, windows
 
 SYNCS = ["pipe_barriers", "set_flags", "wait_flags"]
 

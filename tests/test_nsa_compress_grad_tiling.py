@@ -7,12 +7,12 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+import tilesim.tiling as tiling
 import torch
+from tilesim.kernels import reference as ref
+from tilesim.tiling.nsa_compress_grad import seq_lengths, windows
 
-import tiling
-from kernels import reference as ref
 from tilesim import AclnnError
-from tiling.nsa_compress_grad import seq_lengths, windows
 
 F16, BF16 = np.float16, ml_dtypes.bfloat16
 

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import ml_dtypes
 import numpy as np
 import pytest
+import tilesim.kernels as kernels
 
-import kernels
 from examples.add_tail import add_tail
 from tilesim.launch import checks_enabled, force_checks
 
@@ -26,7 +26,7 @@ HEADER = "tilesim: checked mode forced on every kernel launch*"
 
 USER_TESTS = """
 import numpy as np
-import kernels
+import tilesim.kernels as kernels
 import tilesim
 from examples.add_tail import add_tail
 

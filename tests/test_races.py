@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tilesim.kernels.ops import OPS
 
 import tilesim
-from kernels.ops import OPS
 from tilesim.device import (
     ATOMIC_BYTES,
     LOG_FIELDS,

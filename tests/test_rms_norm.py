@@ -19,15 +19,12 @@ import numpy as np
 import pytest
 import torch
 from bitwise import assert_bitwise
-
-import tilesim
-from kernels import reference as ref
-from kernels import rms_norm
-from kernels.ops import OPS
-from kernels.rms_norm import run as run_kernel
-from tilesim.precision import Expected, compare, judge
-from tiling.common import replace
-from tiling.rms_norm import (
+from tilesim.kernels import reference as ref
+from tilesim.kernels import rms_norm
+from tilesim.kernels.ops import OPS
+from tilesim.kernels.rms_norm import run as run_kernel
+from tilesim.tiling.common import replace
+from tilesim.tiling.rms_norm import (
     MODE_MERGE_N,
     MODE_NORMAL,
     MODE_SINGLE_ROW,
@@ -35,7 +32,10 @@ from tiling.rms_norm import (
     _split_d_ub_factor,
     ub_plan,
 )
-from tiling.rms_norm import rms_norm as make_tiling
+from tilesim.tiling.rms_norm import rms_norm as make_tiling
+
+import tilesim
+from tilesim.precision import Expected, compare, judge
 
 F32, F16, BF16 = np.float32, np.float16, ml_dtypes.bfloat16
 B1, B93 = "Ascend910B1", "Ascend910_9391"

@@ -8,10 +8,10 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+import tilesim.kernels as kernels
 from refusals import assert_refused
+from tilesim.kernels import aclnn
 
-import kernels
-from kernels import aclnn
 from tilesim import AclnnError
 
 F32, F16, BF16 = np.float32, np.float16, ml_dtypes.bfloat16
@@ -132,7 +132,7 @@ def test_a_tiling_for_an_empty_x_is_refused():
         kernels.rms_norm(a((0, 64)), a((64,)), tiling=kernels.aclnn.rms_norm_get_workspace_size(
             GOOD["x"], GOOD["gamma"], 1e-6, a((4, 64)), a((4, 1)))[2].tiling)
     assert e.value.status == 561002 and "empty" in e.value.message
-    from tiling.rms_norm import rms_norm as make_tiling
+    from tilesim.tiling.rms_norm import rms_norm as make_tiling
     with pytest.raises(AclnnError) as e:
         make_tiling(a((0, 64)), a((64,)))
     assert e.value.status == 561002 and "empty" in e.value.message

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tilesim.kernels as kernels
+import tilesim.tiling as tiling
 import torch
 from conftest import rms_inputs
 
-import kernels
-import tiling
 from tilesim import UbOverflowError, capture
 from tilesim.precision import assert_close
 
@@ -89,7 +89,7 @@ import hashlib, sys
 import numpy as np
 sys.path.insert(0, "tests")
 from conftest import rms_inputs
-import kernels
+import tilesim.kernels as kernels
 rng = np.random.default_rng(7)
 h = hashlib.sha256()
 for shape, det in (((3000, 300), True), ((200, 9000), True), ((3000, 300), False), ((200, 9000), False)):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+import tilesim.kernels as kernels
+from tilesim.kernels import aclnn
 
-import kernels
-from kernels import aclnn
 from tilesim import AclnnError
 
 F32, F16, BF16 = np.float32, np.float16, ml_dtypes.bfloat16
@@ -115,8 +115,8 @@ def test_chunked_deterministic_tiling_is_refused_not_run():
         def __init__(self, shape):
             self.shape, self.dtype = shape, np.dtype(np.float32)
 
-    from kernels.rms_norm_grad import check_supported
-    from tiling import rms_norm_grad as make
+    from tilesim.kernels.rms_norm_grad import check_supported
+    from tilesim.tiling import rms_norm_grad as make
 
     t = make(Spec((48, 2 ** 21)), Spec((48, 2 ** 21)), Spec((48,)), Spec((2 ** 21,)), deterministic=True)
     with pytest.raises(AclnnError) as e:

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from bitwise import assert_bitwise
 from conftest import rms_inputs
+from tilesim.kernels.rms_norm_grad import KERNELS, rms_norm_grad, run
+from tilesim.tiling.rms_norm_grad import SPLIT_N, ub_plan
+from tilesim.tiling.rms_norm_grad import rms_norm_grad as make_tiling
 
 import tilesim
-from kernels.rms_norm_grad import KERNELS, rms_norm_grad, run
 from tilesim.device import COUNTER_NAMES
-from tiling.rms_norm_grad import SPLIT_N, ub_plan
-from tiling.rms_norm_grad import rms_norm_grad as make_tiling
 
 SYNCS = ["pipe_barriers", "set_flags", "wait_flags"]
 

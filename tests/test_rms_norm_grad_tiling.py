@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tilesim.tiling as tiling
 from conftest import Spec
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tilesim.tiling.rms_norm_grad import check_tiling, ub_plan
 
-import tiling
 from tilesim import AclnnError, get_soc, list_socs
-from tiling.rms_norm_grad import check_tiling, ub_plan
 
 MIB = 1024 * 1024
 

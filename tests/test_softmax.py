@@ -16,24 +16,24 @@ import numpy as np
 import pytest
 import torch
 from bitwise import assert_bitwise, bits
-
-import tilesim
-from kernels import reference as ref
-from kernels import softmax
-from kernels.ops import OPS
-from kernels.softmax import kernel_tiling_func
-from kernels.softmax import run as run_kernel
-from tilesim.cast import CAST_ROUND, narrow
-from tilesim.expf import exp_values
-from tilesim.precision import Expected, compare, judge
-from tiling.common import align_up
-from tiling.softmax import (
+from tilesim.kernels import reference as ref
+from tilesim.kernels import softmax
+from tilesim.kernels.ops import OPS
+from tilesim.kernels.softmax import kernel_tiling_func
+from tilesim.kernels.softmax import run as run_kernel
+from tilesim.tiling.common import align_up
+from tilesim.tiling.softmax import (
     get_soft_max_max_tmp_size,
     get_soft_max_min_tmp_size,
     soft_max_tiling_func,
     ub_plan,
 )
-from tiling.softmax import softmax as make_tiling
+from tilesim.tiling.softmax import softmax as make_tiling
+
+import tilesim
+from tilesim.cast import CAST_ROUND, narrow
+from tilesim.expf import exp_values
+from tilesim.precision import Expected, compare, judge
 
 DT = {"float32": np.float32, "float16": np.float16}
 DTYPES = list(DT)

@@ -16,18 +16,18 @@ import numpy as np
 import pytest
 import torch
 from bitwise import assert_bitwise, bits
+from tilesim.kernels import reference as ref
+from tilesim.kernels import swiglu
+from tilesim.kernels.ops import OPS
+from tilesim.kernels.swiglu import run as run_kernel
+from tilesim.tiling.common import align_up, replace
+from tilesim.tiling.swiglu import max_tile_len, ub_plan
+from tilesim.tiling.swiglu import swiglu as make_tiling
 
 import tilesim
-from kernels import reference as ref
-from kernels import swiglu
-from kernels.ops import OPS
-from kernels.swiglu import run as run_kernel
 from tilesim import machine as asc
 from tilesim.expf import exp_values
 from tilesim.precision import Expected, compare, judge
-from tiling.common import align_up, replace
-from tiling.swiglu import max_tile_len, ub_plan
-from tiling.swiglu import swiglu as make_tiling
 
 DT = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 ISZ = {"float32": 4, "float16": 2, "bfloat16": 2}

@@ -8,16 +8,16 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+import tilesim.kernels as kernels
 from refusals import assert_refused
+from tilesim.kernels import aclnn
+from tilesim.tiling.common import replace
+from tilesim.tiling.swiglu import swiglu as make_tiling
+from tilesim.tiling.swiglu_grad import swiglu_grad as grad_tiling
 
-import kernels
-from kernels import aclnn
 from tilesim import AclnnError
 from tilesim import machine as asc
 from tilesim.precision import compare
-from tiling.common import replace
-from tiling.swiglu import swiglu as make_tiling
-from tiling.swiglu_grad import swiglu_grad as grad_tiling
 
 F32, F16, BF16 = np.float32, np.float16, ml_dtypes.bfloat16
 MIB = 1024 * 1024

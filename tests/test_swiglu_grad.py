@@ -14,16 +14,16 @@ import ml_dtypes
 import numba
 import numpy as np
 import pytest
+import tilesim.tiling as tiling
 import torch
 from bitwise import assert_bitwise, bits
+from tilesim.kernels import reference as ref
+from tilesim.kernels import swiglu_grad
+from tilesim.tiling.common import align_up, ceil_div, replace
 
 import tilesim
-import tiling
-from kernels import reference as ref
-from kernels import swiglu_grad
 from tilesim.expf import exp_values
 from tilesim.precision import compare
-from tiling.common import align_up, ceil_div, replace
 
 DT = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 ISZ = {"float32": 4, "float16": 2, "bfloat16": 2}

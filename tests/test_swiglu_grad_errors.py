@@ -7,11 +7,11 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+import tilesim.kernels as kernels
+import tilesim.tiling as tiling
 from refusals import assert_refused
+from tilesim.kernels import aclnn
 
-import kernels
-import tiling
-from kernels import aclnn
 from tilesim import AclnnError
 from tilesim.precision import compare
 

@@ -14,9 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from bitwise import assert_bitwise
-
-import tilesim
-from kernels.swiglu_grad import (
+from tilesim.kernels.swiglu_grad import (
     kernel_for,
     run,
     swiglu_grad,
@@ -24,9 +22,11 @@ from kernels.swiglu_grad import (
     swiglu_grad_b16_kernel_200,
     swiglu_grad_float_kernel,
 )
+from tilesim.tiling.swiglu_grad import swiglu_grad as make_tiling
+from tilesim.tiling.swiglu_grad import ub_plan
+
+import tilesim
 from tilesim.device import COUNTER_NAMES
-from tiling.swiglu_grad import swiglu_grad as make_tiling
-from tiling.swiglu_grad import ub_plan
 
 DT = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 SYNCS = ["pipe_barriers", "set_flags", "wait_flags"]

@@ -10,12 +10,12 @@ import dataclasses
 import ml_dtypes
 import numpy as np
 import pytest
+import tilesim.tiling as tiling
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from tilesim.tiling.swiglu_grad import check_tiling, ub_plan
 
-import tiling
 from tilesim import AclnnError
-from tiling.swiglu_grad import check_tiling, ub_plan
 
 MIB = 1024 * 1024
 DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
@@ -167,7 +167,7 @@ def check_dealing(t):
     (262144, "float32", 2, 5456), (262144, "float16", 1, 8736),
 ])
 def test_max_tile_len(ub, dtype, nb, want):
-    from tiling.swiglu_grad import max_tile_len
+    from tilesim.tiling.swiglu_grad import max_tile_len
 
     assert max_tile(ub, dtype, nb) == want  # the spec's figures
     assert max_tile_len(ub, dtype, nb) == want

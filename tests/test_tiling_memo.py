@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tilesim.tiling as tiling
+from tilesim.tiling.common import TensorMeta, remembered
 
-import tiling
 from tilesim.errors import AclnnError
-from tiling.common import TensorMeta, remembered
 
 
 def _counting(tensors: int = 1, by_value: tuple[int, ...] = ()):
@@ -76,7 +76,7 @@ def test_by_value_arguments_are_keyed_by_their_contents():
 
 
 def test_the_memo_forgets_its_oldest_entry_when_full(monkeypatch):
-    monkeypatch.setattr("tiling.common.MEMO_SIZE", 2)
+    monkeypatch.setattr("tilesim.tiling.common.MEMO_SIZE", 2)
     fn, calls = _counting(0)
     for v in (1, 2, 3, 1):
         fn(v)

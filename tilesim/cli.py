@@ -1,8 +1,8 @@
 """The ``tilesim`` command: ``explore`` an op's tilings, ``trace`` one run, list the ``ops``.
 
-Ops are found by module name, in modules that expose ``OPS: dict[str, OpSpec]``: the shipped five in
-``kernels.ops`` (imported only when a command runs, so tilesim itself never imports kernels), plus a user's own
-with ``--ops mypkg.myops`` (repeatable; the current directory is searched too, as ``python -m`` would).
+Ops are found by module name, in modules that expose ``OPS: dict[str, OpSpec]``: the shipped ones in
+``tilesim.kernels.ops`` (imported only when a command runs, so the machine never imports the kernels), plus a
+user's own with ``--ops mypkg.myops`` (repeatable; the current directory is searched too, as ``python -m`` would).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .opspec import OpSpec
 from .precision import compare
 from .soc import DEFAULT_SOC, get_soc
 
-DEFAULT_OPS = "kernels.ops"
+DEFAULT_OPS = "tilesim.kernels.ops"
 
 
 def parse_shape(text: str) -> tuple[int, ...]:

@@ -1,8 +1,9 @@
 """What the explorer, the trace command and the run report need to know about an op: an :class:`OpSpec`.
 
-The five shipped ops have theirs in ``kernels.ops``; a user's own kernel (a ``@kernel`` on :mod:`tilesim.machine`
-and a tiling dataclass) gets the same report, trace and sweep by building one. tilesim never imports an
-op: the command line finds the specs by module name (``kernels.ops`` by default, ``--ops mypkg.myops`` for more).
+The shipped ops have theirs in ``tilesim.kernels.ops``; a user's own kernel (a ``@kernel`` on
+:mod:`tilesim.machine` and a tiling dataclass) gets the same report, trace and sweep by building one. The machine
+never imports an op: the command line finds the specs by module name (``tilesim.kernels.ops`` by default,
+``--ops mypkg.myops`` for more).
 """
 
 from __future__ import annotations

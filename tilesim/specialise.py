@@ -13,7 +13,7 @@ from __future__ import annotations
 from numba.core import types
 from numba.core.dispatcher import Dispatcher
 
-PACKAGES = {"tilesim", "kernels"}  # top-level packages whose njit functions get plain-typed arguments
+PACKAGES = {"tilesim"}  # top-level packages whose njit functions get plain-typed arguments
 
 _numba_get_call_template = Dispatcher.get_call_template
 

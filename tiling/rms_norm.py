@@ -320,7 +320,7 @@ def check_tiling(t: Any, x: Any, gamma: Any, epsilon: float, soc: str | SocSpec)
     row_factor, ub_factor) give for these arguments, and its plan fits the UB (561002 naming the field)."""
     spec = get_soc(soc)
     if not isinstance(t, RmsNormTiling):
-        raise tiling_error("tiling", f"must be a tiling.rms_norm.RmsNormTiling, got {type(t).__name__}")
+        raise tiling_error("tiling", f"must be a tilesim.tiling.rms_norm.RmsNormTiling, got {type(t).__name__}")
     if not 1 <= t.block_dim <= spec.core_num_aiv:
         raise tiling_error("tiling.block_dim", f"{t.block_dim} must be in [1, {spec.core_num_aiv}]")
     return match_tiling(t, rms_norm, x, gamma, epsilon, soc=spec, core_num=t.block_dim, mode=t.tiling_key,

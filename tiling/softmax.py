@@ -360,7 +360,7 @@ def check_tiling(t: SoftmaxOpTiling, official: SoftmaxOpTiling, soc: str | SocSp
     included), with a UB plan that fits (561002 naming the field otherwise). Returns ``t``."""
     spec = get_soc(soc)
     if not isinstance(t, SoftmaxOpTiling):
-        raise tiling_error("tiling", f"must be a tiling.softmax.SoftmaxOpTiling, got {type(t).__name__}")
+        raise tiling_error("tiling", f"must be a tilesim.tiling.softmax.SoftmaxOpTiling, got {type(t).__name__}")
     for f in ("rows", "cols", "cols_align", "itemsize", "tiling_key", "workspace_size"):
         if getattr(t, f) != getattr(official, f):
             raise tiling_error(f"tiling.{f}", f"{getattr(t, f)} does not match x: {getattr(official, f)}")

@@ -189,7 +189,7 @@ def check_tiling(t: SwiGluTiling, official: SwiGluTiling, soc: str | SocSpec) ->
     with tiles DataCopy can move (SwiGluGrad's rules: the same TilingData and copies) and fit the UB (561002
     otherwise). Returns ``t``."""
     if not isinstance(t, SwiGluTiling):
-        raise tiling_error("tiling", f"must be a tiling.swiglu.SwiGluTiling, got {type(t).__name__}")
+        raise tiling_error("tiling", f"must be a tilesim.tiling.swiglu.SwiGluTiling, got {type(t).__name__}")
     if t.round_mode != official.round_mode:
         raise tiling_error("tiling.round_mode", f"{t.round_mode} does not match the kernel built for the SoC "
                                                 f"({official.round_mode})")
