@@ -29,7 +29,7 @@ PIPE_MTE2, PIPE_VECTOR, PIPE_MTE3, PIPE_SCALAR = 0, 1, 2, 3
 PIPE_NAMES = ["MTE2", "VECTOR", "MTE3", "SCALAR"]  # msprof's lane names
 N_PIPES = len(PIPE_NAMES)
 N_VEC = len(VEC_CLASSES)
-N_RATES = 2 * len(VEC_KINDS)  # cycles per repeat by kind and element size (tilesim.cost_params.vec_kind)
+N_RATES = 2 * len(VEC_KINDS)  # cycles per repeat by kind and element size (tilesim.vec_kinds.vec_kind)
 QUEUE = 64  # instructions a core queues before it schedules them (5.5 KiB a core; 16 to 2048 cost the same)
 
 # The instruction log: LOG_FIELDS int64 per instruction (tilesim.device writes it; its comment says what each is).
@@ -197,6 +197,7 @@ def _wait_for(t, src, x, x_src):
 
 @njit(cache=True, inline="always")
 def _put(f, dst, b0, b1, b2, b3):
+    """The blame ``b0..b3`` at ``dst``."""
     f[dst] = b0
     f[dst + 1] = b1
     f[dst + 2] = b2
@@ -231,10 +232,14 @@ def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, sync_column, st
     kind's cycles for its element size; SCALAR: a fixed cost) and its result comes a start-up later (vector
     instructions only). A scalar access stalls issue until its value is there.
 
-    The issue time, the pipes' free and busy times and the span are locals over the loop, and no branch depends on
-    the instruction: every duration is worked out and the instruction's selected, and an absent operand reads and
-    writes its table's entry for "none", which stays 0. About 11 ns an instruction on its own (this project's
-    2-core VM); queued inside a running kernel, about 22."""
+    Each time kept carries its blame (B_*): the wait that set an instruction's start passes its blame on, plus the
+    instruction's own occupancy (to its pipe's free time) or latency (to its result), so that the span's blame
+    (F_PATH) is its critical path by pipe, and adds up to the span.
+
+    The issue time, the pipes' free and busy times and the span are locals over the loop; every duration is worked
+    out and the instruction's selected, and an absent operand reads and writes its table's entry for "none", which
+    stays 0. About 40-50 ns an instruction replaying a recorded log on this project's 2-core VM, the blame half
+    again of what the schedule took without it."""
     lat2, lat3, burst, get_value, issue, clock = f[F_LAT2], f[F_LAT3], f[F_BURST], f[F_GET_VALUE], f[F_ISSUE], \
         f[F_CLOCK]
     rate2, rate3 = f[F_RATE2], f[F_RATE3]
