@@ -573,12 +573,13 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
         raise ValueError("tilesim.launch: GM arrays must be C-contiguous")
     flat = [a.reshape(-1).view(_BYTES) for a in arrays]
     ws = (workspace if workspace is not None else _NO_WORKSPACE).reshape(-1).view(_BYTES)
+    gm_bytes = (sum([a.nbytes for a in ins]), sum([a.nbytes for a in outs]))  # the cost model's L2: once a call
     t = fields(tiling)
 
     def run() -> _launch.RunReport:
         ln = _launch.prepare(op or k.name, spec, tiling, _plan(b"", (), spec.ub_size), block_dim, checked, names,
                              phase_local_ub=not k.sync_all,  # a fast launch: a UB per host thread
-                             gm_bytes=(sum(a.nbytes for a in ins), sum(a.nbytes for a in outs)))
+                             gm_bytes=gm_bytes)
         if checked:
             ln.err[:, hazard_col(spec.ub_size) + HZ_MANUAL_SYNC] = 0 if auto_sync else 1
         ctx = _contexts(block_dim)
