@@ -1,4 +1,5 @@
-"""Device kernels and their op API: numpy in, numpy out, run on the emulated AI Core."""
+"""Device kernels and their op API: numpy arrays or torch CPU tensors in, the same kind out, run on the emulated AI
+Core."""
 
 from . import aclnn, reference
 from .group_norm_backward import group_norm_backward

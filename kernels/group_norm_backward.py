@@ -82,6 +82,7 @@ from tilesim.tiling.group_norm_backward import group_norm_backward as make_tilin
 from tilesim import machine as asc  # AscendC::
 from tilesim.cast import KIND_BF16, KIND_FP16, b16_to_f32_bits
 from tilesim.errors import invalid
+from tilesim.interop import accepts_torch
 from tilesim.intrinsics import u32_as_f32
 from tilesim.jit import OVERLOAD_OPTIONS, njit
 from tilesim.launch import RunReport, workspace
@@ -1022,6 +1023,7 @@ def _decomposed_ops(dy3: np.ndarray, x3: np.ndarray, mean: np.ndarray, rstd: np.
     return dx, dgamma, dbeta
 
 
+@accepts_torch
 def group_norm_backward(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: Any, N: int, C: int,  # noqa: N803
                         HxW: int, group: int, output_mask: Any = (True, True, True), *,  # noqa: N803
                         soc: str | SocSpec = DEFAULT_SOC, tiling: GroupNormBackwardTiling | None = None,

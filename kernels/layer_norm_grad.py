@@ -35,6 +35,7 @@ from tilesim.tiling.layer_norm_grad import LANES, LayerNormGradOpTiling, check_t
 from tilesim.tiling.layer_norm_grad import layer_norm_grad as make_tiling
 
 from tilesim import machine as asc  # AscendC::
+from tilesim.interop import accepts_torch
 from tilesim.jit import OVERLOAD_OPTIONS, njit
 from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
@@ -282,6 +283,7 @@ def run(t: LayerNormGradOpTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, 
                   op="layer_norm_grad", gm_names=GM_NAMES, auto_sync=auto_sync)
 
 
+@accepts_torch
 def layer_norm_grad(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, *, epsilon: float = 1e-5,
                     soc: str | SocSpec = DEFAULT_SOC, tmp: str = "shared", is_reuse_source: bool = False,
                     tiling: LayerNormGradOpTiling | None = None, checks: bool | None = False,

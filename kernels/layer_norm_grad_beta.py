@@ -28,6 +28,7 @@ from tilesim.tiling.layer_norm_grad_api import (
 
 from tilesim import machine as asc  # AscendC::
 from tilesim.errors import invalid
+from tilesim.interop import accepts_torch
 from tilesim.launcher import kernel, launch
 from tilesim.normalization import layer_norm_grad_beta as lng_beta
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
@@ -120,6 +121,7 @@ def layer_norm_grad_beta_kernel(ctx, t, res_for_gamma, input_dy, output_pd_gamma
     pd_beta_que.free_tensor(pb)
 
 
+@accepts_torch
 def layer_norm_grad_beta(res_for_gamma: Any, dy: Any, *, soc: str | SocSpec = DEFAULT_SOC, tmp: str = "shared",
                          tmp_bytes: int | None = None, is_reuse_source: bool = False, checks: bool | None = False,
                          out: tuple[np.ndarray | None, np.ndarray | None] | None = None

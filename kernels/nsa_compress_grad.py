@@ -52,6 +52,7 @@ from tilesim.tiling.nsa_compress_grad import nsa_compress_grad as make_tiling
 
 from tilesim import machine as asc  # AscendC::
 from tilesim.errors import tiling_error
+from tilesim.interop import accepts_torch
 from tilesim.jit import njit
 from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
@@ -373,6 +374,7 @@ def run(t: NsaCompressGradTiling, spec: SocSpec, output_grad: np.ndarray, input:
                   auto_sync=auto_sync)
 
 
+@accepts_torch
 def nsa_compress_grad(output_grad: Any, input: Any, weight: Any, act_seq_len: Any,  # noqa: A002
                       compress_block_size: int, compress_stride: int, act_seq_len_type: int = 0,
                       layout: str = "TND", *, soc: str | SocSpec = DEFAULT_SOC,

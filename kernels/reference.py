@@ -3,7 +3,7 @@ rounding can do to each output (``<op>_bounds``: :class:`tilesim.precision.Error
 absolute values with every subtraction an addition, and the most roundings on a path to an element, a sum of n
 terms counting n − 1 whatever its order). Every shipped kernel computes in fp32 and rounds once to its output's
 dtype; the counts of products and casts beside the sums are generous, so that a result outside the bound is
-wrong, not unlucky."""
+wrong, not unlucky. The math takes torch CPU tensors too, and then returns tensors (:mod:`tilesim.interop`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tilesim.interop import accepts_torch
 from tilesim.precision import ErrorBound
 
 OPS_SLACK = 16  # roundings granted beside an output's sums: its products, casts, a reciprocal, a square root
@@ -21,6 +22,7 @@ def _f64(a: Any) -> np.ndarray:
     return np.asarray(a).astype(np.float64)
 
 
+@accepts_torch
 def rms_norm_grad(dy: Any, x: Any, rstd: Any, gamma: Any) -> tuple[np.ndarray, np.ndarray]:
     """``(dx, dgamma)`` in float64: xh = x * rstd, dx = rstd * (dy * g - xh * mean_D(dy * g * xh)),
     dgamma = sum_rows(dy * xh). Rows are the leading axes of x not covered by gamma."""
@@ -36,6 +38,7 @@ def rms_norm_grad(dy: Any, x: Any, rstd: Any, gamma: Any) -> tuple[np.ndarray, n
     return dx.reshape(np.shape(x)), dgamma.reshape(np.shape(gamma))
 
 
+@accepts_torch
 def rms_norm(x: Any, gamma: Any, epsilon: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
     """``(y, rstd)`` in float64: rstd = 1 / sqrt(mean(x²) + ε) over the last axes gamma covers, of x's leading axes
     with 1 for each of gamma's; y = x · rstd · gamma of x's shape."""
@@ -46,6 +49,7 @@ def rms_norm(x: Any, gamma: Any, epsilon: float = 1e-6) -> tuple[np.ndarray, np.
     return (x2 * r * g.reshape(1, -1)).reshape(np.shape(x)), r.reshape(lead + (1,) * np.ndim(gamma))
 
 
+@accepts_torch
 def group_norm_backward(dy: Any, x: Any, mean: Any, rstd: Any, gamma: Any, N: int, C: int, HxW: int,  # noqa: N803
                         group: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """GroupNorm backward in float64 with centred x̂ = (x − mean)·rstd and γ inside the group sums:
@@ -65,6 +69,7 @@ def group_norm_backward(dy: Any, x: Any, mean: Any, rstd: Any, gamma: Any, N: in
     return dx.reshape(np.shape(x)), sdyx.sum(0).reshape(C), sdy.sum(0).reshape(C)
 
 
+@accepts_torch
 def swiglu_grad(y_grad: Any, x: Any, dim: int = -1) -> np.ndarray:
     """The gradient of x for y = silu(A)·B in float64, A and B the first and second halves of x along ``dim``:
     ``dA = dy·B·σ(A)·(1 + A·(1 − σ(A)))``, ``dB = dy·A·σ(A)``, concatenated along ``dim``."""
@@ -74,12 +79,14 @@ def swiglu_grad(y_grad: Any, x: Any, dim: int = -1) -> np.ndarray:
     return np.concatenate([dy * b * s * (1.0 + a * (1.0 - s)), dy * a * s], axis=dim)
 
 
+@accepts_torch
 def swiglu(x: Any, dim: int = -1) -> np.ndarray:
     """y = silu(A)·B = A·σ(A)·B in float64, A and B the first and second halves of x along ``dim``."""
     a, b = np.split(_f64(x), 2, axis=dim)
     return a * (0.5 * (1.0 + np.tanh(0.5 * a))) * b  # σ without exp's overflow for large |A|
 
 
+@accepts_torch
 def softmax(x: Any, dim: int = -1) -> np.ndarray:
     """softmax along ``dim`` in float64, as the kernel forms it: ``exp(x − max) / Σ exp(x − max)`` (a row with a
     NaN, a +inf or only -inf is NaN throughout; a 0-d x is its own row)."""
@@ -93,6 +100,7 @@ def softmax(x: Any, dim: int = -1) -> np.ndarray:
         return e / np.sum(e, axis=dim, keepdims=True)
 
 
+@accepts_torch
 def layer_norm_grad(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any,
                     epsilon: float = 1e-5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Layer-norm backward over the last axis in float64, with the statistics as given: r = (variance + ε)^−½,
@@ -121,6 +129,7 @@ def _nsa_windows(act_seq_len: Any, block_size: int, stride: int) -> list[tuple[i
     return out
 
 
+@accepts_torch
 def nsa_compress(input: Any, weight: Any, act_seq_len: Any, compress_block_size: int,  # noqa: A002
                  compress_stride: int) -> np.ndarray:
     """NSA compress forward in float64: ``out[o_b + i, n, :] = Σ_j W[j, n]·input[start_b + i·stride + j, n, :]``
@@ -133,6 +142,7 @@ def nsa_compress(input: Any, weight: Any, act_seq_len: Any, compress_block_size:
     return out
 
 
+@accepts_torch
 def nsa_compress_grad(output_grad: Any, input: Any, weight: Any, act_seq_len: Any,  # noqa: A002
                       compress_block_size: int, compress_stride: int) -> tuple[np.ndarray, np.ndarray]:
     """The gradients of :func:`nsa_compress` in float64: input_grad sums W[j, n]·dout over every window covering a

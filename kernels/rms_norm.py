@@ -71,6 +71,7 @@ from tilesim.tiling.rms_norm import rms_norm as make_tiling
 
 from tilesim import machine as asc  # AscendC::
 from tilesim.errors import tiling_error
+from tilesim.interop import accepts_torch
 from tilesim.jit import OVERLOAD_OPTIONS, njit
 from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
@@ -864,6 +865,7 @@ def run(t: RmsNormTiling, spec: SocSpec, x: np.ndarray, gamma: np.ndarray, y: np
                   gm_names=GM_NAMES, auto_sync=auto_sync)
 
 
+@accepts_torch
 def rms_norm(x: Any, gamma: Any, *, epsilon: float = 1e-6, soc: str | SocSpec = DEFAULT_SOC,
              tiling: RmsNormTiling | None = None, checks: bool | None = False,
              out: tuple[np.ndarray | None, np.ndarray | None] | None = None) -> tuple[np.ndarray, np.ndarray]:

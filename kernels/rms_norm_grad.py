@@ -71,6 +71,7 @@ from tilesim.tiling.rms_norm_grad import rms_norm_grad as make_tiling
 
 from tilesim import machine as asc  # AscendC::
 from tilesim.errors import tiling_error
+from tilesim.interop import accepts_torch
 from tilesim.jit import OVERLOAD_OPTIONS, njit
 from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
@@ -656,6 +657,7 @@ def run(t: RmsNormGradTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, rstd
                   gm_names=GM_NAMES, auto_sync=auto_sync)
 
 
+@accepts_torch
 def rms_norm_grad(dy: Any, x: Any, rstd: Any, gamma: Any, *, soc: str | SocSpec = DEFAULT_SOC,
                   deterministic: bool = False, tiling: RmsNormGradTiling | None = None, checks: bool | None = False,
                   out: tuple[np.ndarray | None, np.ndarray | None] | None = None) -> tuple[np.ndarray, np.ndarray]:

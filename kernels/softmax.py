@@ -72,6 +72,7 @@ from tilesim.tiling.softmax import softmax as make_tiling
 
 from tilesim import machine as asc  # AscendC::
 from tilesim.errors import tiling_error
+from tilesim.interop import accepts_torch
 from tilesim.jit import njit
 from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
@@ -451,6 +452,7 @@ def run(t: SoftmaxOpTiling, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.
                   workspace=ws, op="softmax", gm_names=GM_NAMES, auto_sync=auto_sync)
 
 
+@accepts_torch
 def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: SoftmaxOpTiling | None = None,
             checks: bool | None = False, out: np.ndarray | None = None) -> np.ndarray:
     """aclnnSoftmax along ``dim`` (the last axis, or one whose elements are contiguous: see

@@ -37,6 +37,7 @@ from tilesim.tiling.swiglu import swiglu as make_tiling
 
 from tilesim import machine as asc  # AscendC::
 from tilesim.errors import tiling_error
+from tilesim.interop import accepts_torch
 from tilesim.jit import njit
 from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
@@ -222,6 +223,7 @@ def run(t: SwiGluTiling, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.nda
                   op="swiglu", gm_names=GM_NAMES, auto_sync=auto_sync)
 
 
+@accepts_torch
 def swiglu(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: SwiGluTiling | None = None,
            checks: bool | None = False, out: np.ndarray | None = None) -> np.ndarray:
     """aclnnSwiGlu: y = silu(A)·B (x's dtype, x's shape with the split axis halved), A and B the first and second

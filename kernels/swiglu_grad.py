@@ -48,6 +48,7 @@ from tilesim.tiling.swiglu_grad import SwiGluGradTiling, check_tiling, ub_plan
 from tilesim.tiling.swiglu_grad import swiglu_grad as make_tiling
 
 from tilesim import machine as asc  # AscendC::
+from tilesim.interop import accepts_torch
 from tilesim.jit import njit
 from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
@@ -282,6 +283,7 @@ def run(t: SwiGluGradTiling, spec: SocSpec, y_grad: np.ndarray, x: np.ndarray, o
                   auto_sync=auto_sync)
 
 
+@accepts_torch
 def swiglu_grad(y_grad: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC,
                 tiling: SwiGluGradTiling | None = None, checks: bool | None = False,
                 out: np.ndarray | None = None) -> np.ndarray:

@@ -29,9 +29,9 @@ from numba.core.dispatcher import Dispatcher
 # Host-side modules no kernel inlines: editing them (the cost model, the explorer, the command line, the launch's
 # host side) leaves the compiled kernels valid. Their own @njit helpers, called from the host, are covered by
 # Numba's stamp of their file. A new module is hashed until it is listed here.
-HOST_ONLY = frozenset({"__main__.py", "cli.py", "cost.py", "cost_params.py", "explore.py", "launch.py", "memo.py",
-                       "opspec.py", "precision.py", "pytest_plugin.py", "races.py", "soc.py", "trace.py", "ub.py",
-                       "violations.py"})
+HOST_ONLY = frozenset({"__main__.py", "cli.py", "cost.py", "cost_params.py", "explore.py", "interop.py", "launch.py",
+                       "memo.py", "opspec.py", "precision.py", "pytest_plugin.py", "races.py", "soc.py", "trace.py",
+                       "torch.py", "ub.py", "violations.py"})
 
 
 def _sources_hash() -> str:

@@ -24,6 +24,7 @@ from numba import types
 from numba.extending import overload
 
 from .cast import bf16_to_f32_bits, fp16_to_f32_bits, narrow, widen
+from .interop import accepts_torch
 from .intrinsics import u32_as_f32
 from .jit import OVERLOAD_OPTIONS, njit
 from .launch import host_threads, run_cores  # the launch's host threads
@@ -51,6 +52,7 @@ class Precision:
                 f"(< {10 * self.threshold:.3g}){strict}")
 
 
+@accepts_torch
 def compare(actual: np.ndarray, golden: np.ndarray, dtype: str | None = None) -> Precision:
     """Judge ``actual`` (the kernel's output) against float64 ``golden`` under the standard for ``dtype``
     (default: actual's dtype)."""
@@ -70,6 +72,7 @@ def compare(actual: np.ndarray, golden: np.ndarray, dtype: str | None = None) ->
     return Precision(dt, float(np.mean(rel)), float(np.max(rel)), float(np.max(strict)), THRESHOLD[dt])
 
 
+@accepts_torch
 def assert_close(actual: np.ndarray, golden: np.ndarray, dtype: str | None = None, what: str = "output") -> None:
     p = compare(actual, golden, dtype)
     assert p.ok, f"{what}: {p}"

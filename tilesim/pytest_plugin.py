@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from .interop import as_array
 from .launch import checks_enabled, force_checks
 from .precision import Precision, compare
 
@@ -86,7 +87,7 @@ def _worst(actual: np.ndarray, golden: np.ndarray) -> str:
 
 
 def _judge(actual: Any, golden: Any, dtype: str | None, what: str) -> tuple[Precision | None, str | None]:
-    a, g = np.asarray(actual), np.asarray(golden)
+    a, g = as_array(actual, what), as_array(golden, what)
     if a.shape != g.shape:
         return None, f"{what}: shape {list(a.shape)} but the golden's is {list(g.shape)}"
     p = compare(a, g, dtype)
@@ -125,10 +126,10 @@ def ascend_close() -> Callable[..., Precision | tuple[Precision, ...]]:
     precision standard against the float64 ``golden`` (:func:`tilesim.precision.compare`: MERE < T and
     MARE < 10 T, T = 2^-10 fp16, 2^-7 bf16, 2^-13 fp32; ``dtype`` picks T, default actual's dtype).
 
-    ``actual`` and ``golden`` may be tuples (an op's outputs and its reference's), judged pairwise; ``dtype`` and
-    ``what`` may then be sequences too. The failure message names each failing output with its MERE, MARE, the
-    thresholds and where its largest error is. Returns the :class:`tilesim.precision.Precision` (a tuple for
-    tuples)::
+    ``actual`` and ``golden`` are arrays or torch CPU tensors, or tuples of them (an op's outputs and its
+    reference's), judged pairwise; ``dtype`` and ``what`` may then be sequences too. The failure message names each
+    failing output with its MERE, MARE, the thresholds and where its largest error is. Returns the
+    :class:`tilesim.precision.Precision` (a tuple for tuples)::
 
         def test_dx(ascend_close):
             ascend_close(kernels.rms_norm_grad(dy, x, rstd, gamma), kernels.reference.rms_norm_grad(dy, x, rstd, gamma),

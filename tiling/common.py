@@ -30,7 +30,9 @@ _DTYPE_NAMES: dict[Any, str] = {}
 
 
 def dtype_name(t: Any) -> str:
-    """'float32', 'float16', 'bfloat16' (ml_dtypes), or whatever numpy calls the dtype."""
+    """'float32', 'float16', 'bfloat16' (ml_dtypes, or torch's), or whatever numpy calls the dtype: a torch
+    tensor's dtype is named as numpy names it (``torch.float32`` is 'float32'), so a tiling reads a tensor's
+    ``.shape`` and ``.dtype`` as an array's."""
     d = t.dtype
     try:
         return _DTYPE_NAMES[d]
@@ -39,7 +41,10 @@ def dtype_name(t: Any) -> str:
     try:
         name = np.dtype(d).name
     except TypeError:
-        return str(d)
+        name = str(d)
+        if not name.startswith("torch."):
+            return name
+        name = name.removeprefix("torch.")
     try:
         _DTYPE_NAMES[d] = name
     except TypeError:
