@@ -1,6 +1,7 @@
 """tilesim: the Ascend AI Core (vector core) execution model for tiled kernels, on the CPU, with Numba."""
 
 # isort: off
+from . import source_tree  # noqa: F401  (first: a checkout's kernels/ and tiling/ are tilesim's)
 from . import jit_cache  # noqa: F401  (first: njit caches are stamped when their functions are decorated)
 # isort: on
 from . import (

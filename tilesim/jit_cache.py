@@ -30,8 +30,8 @@ from numba.core.dispatcher import Dispatcher
 # host side) leaves the compiled kernels valid. Their own @njit helpers, called from the host, are covered by
 # Numba's stamp of their file. A new module is hashed until it is listed here.
 HOST_ONLY = frozenset({"__main__.py", "cli.py", "cost.py", "cost_params.py", "explore.py", "interop.py", "launch.py",
-                       "memo.py", "opspec.py", "precision.py", "pytest_plugin.py", "races.py", "soc.py", "trace.py",
-                       "torch.py", "ub.py", "violations.py"})
+                       "memo.py", "opspec.py", "precision.py", "pytest_plugin.py", "races.py", "soc.py",
+                       "source_tree.py", "trace.py", "torch.py", "ub.py", "violations.py"})
 
 
 def _sources_hash() -> str:
