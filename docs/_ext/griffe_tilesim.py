@@ -10,7 +10,7 @@ extension imports the modules of ``tilesim.machine`` and takes them from there:
 - the constants assigned by tuple unpacking (``VECIN, VECOUT, VECCALC = 1, 2, 3``), which griffe does not see:
   attributes with their values.
 
-It also turns the reST roles of tilesim's docstrings (``:class:`X```, ``:func:`~a.b```, ...) into links: an
+It also turns the reST roles of the docstrings of tilesim, kernels/ and tiling/ (``:class:`X```, ``:func:`~a.b```, ...) into links: an
 optional cross-reference (a link where the page set documents the target, plain code elsewhere) when the target
 exists, plain code and an INFO line ("tilesim docs: unresolved reference") when it names nothing in tilesim.
 And it makes the rest of the reST read as Markdown: a paragraph's closing ``::`` becomes ``:`` (the indented block
@@ -29,6 +29,9 @@ from typing import Any
 import griffe
 
 _log = logging.getLogger("mkdocs.plugins.tilesim_docs")
+# The packages whose docstrings are converted: tilesim, and the repository's kernels/ and tiling/ (installed as
+# tilesim.kernels and tilesim.tiling, read by griffe from the checkout under their directory names).
+_PACKAGES = ("tilesim", "kernels", "tiling")
 _ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|data|attr|exc|obj|const):`(~?)([\w.]+)(?:\(\))?`")
 _LITERAL_BLOCK = re.compile(r"(?<=\S)::$", re.MULTILINE)
 _CODE_SPAN = re.compile(r"(``.+?``|`[^`]+`)")
@@ -144,13 +147,29 @@ def _walk(obj: griffe.Object) -> Any:
 
 
 class TilesimDocs(griffe.Extension):
-    """Run-time members of ``tilesim.machine``, and tilesim's reST roles as links (see the module docstring)."""
+    """Run-time members of ``tilesim.machine``, and the reST roles of tilesim, kernels/ and tiling/ as links (see
+    the module docstring). A role in one package may name another (``kernels`` names ``tilesim.AclnnError`` and
+    ``tiling.softmax``), so the first of them to load loads the others, and the roles are converted once all three
+    are in the collection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._converted: set[str] = set()
 
     def on_package(self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
-        if pkg.name != "tilesim":
+        if pkg.name not in _PACKAGES:
             return
-        machine = pkg.members["machine"]
-        for module in [machine, *(m for m in machine.members.values() if not m.is_alias and m.is_module)]:
-            _from_runtime(module)
-        for obj in _walk(pkg):
-            _convert(loader.modules_collection, obj)
+        if pkg.name == "tilesim":
+            machine = pkg.members["machine"]
+            for module in [machine, *(m for m in machine.members.values() if not m.is_alias and m.is_module)]:
+                _from_runtime(module)
+        for name in _PACKAGES:
+            if name not in loader.modules_collection:
+                loader.load(name)  # its own on_package runs here
+        if not all(name in loader.modules_collection for name in _PACKAGES):
+            return
+        for name in _PACKAGES:
+            if name not in self._converted:
+                self._converted.add(name)
+                for obj in _walk(loader.modules_collection[name]):
+                    _convert(loader.modules_collection, obj)
