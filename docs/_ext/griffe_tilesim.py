@@ -10,9 +10,10 @@ extension imports the modules of ``tilesim.machine`` and takes them from there:
 - the constants assigned by tuple unpacking (``VECIN, VECOUT, VECCALC = 1, 2, 3``), which griffe does not see:
   attributes with their values.
 
-It also turns the reST roles of the docstrings of tilesim, kernels/ and tiling/ (``:class:`X```, ``:func:`~a.b```, ...) into links: an
-optional cross-reference (a link where the page set documents the target, plain code elsewhere) when the target
-exists, plain code and an INFO line ("tilesim docs: unresolved reference") when it names nothing in tilesim.
+It also turns the reST roles of the docstrings of tilesim, kernels/ and tiling/ (``:class:`X```,
+``:func:`~a.b```, ...) into links: an optional cross-reference (a link where the page set documents the target,
+plain code elsewhere) when the target exists, plain code and an INFO line ("tilesim docs: unresolved reference")
+when it names nothing in tilesim.
 And it makes the rest of the reST read as Markdown: a paragraph's closing ``::`` becomes ``:`` (the indented block
 after it is a code block in Markdown too), a ``<`` outside code is escaped (``SetFlag<event>`` would be an HTML
 tag), and a list that starts right under a paragraph line gets the blank line Markdown needs.

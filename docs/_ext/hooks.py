@@ -74,7 +74,8 @@ def _calibration_table() -> str:
     lines += ["", f"Measured: {_cell(result['source'])}; estimated on the emulated {result['soc']}, inputs "
                   f"{'warm in' if result['l2_warm'] else 'not in'} the L2 when a kernel starts. Cost figures fitted "
                   f"to these measurements (`CostParams.fitted`): {fitted}.", "",
-              "| op | cases run | not run | geometric mean of est/measured | min | max | Spearman | within 0.75–1.33 |",
+              "| op | cases run | not run | geometric mean of est/measured | min | max | Spearman "
+              "| within 0.75–1.33 |",
               "|---|---|---|---|---|---|---|---|"]
     for name, m in result["summary"].items():
         if m["cases"]:
