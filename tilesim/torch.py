@@ -3,16 +3,13 @@
 Each layer is an ``nn.Module`` that computes what its ``torch.nn`` namesake computes, with the math done by the
 shipped kernels on a chosen SoC, so that a model trained with it sees the NPU's kernels, roundings and tilings:
 
-======================  =============================================  ============================================
-layer                   forward                                        backward
-======================  =============================================  ============================================
-:class:`RMSNorm`        ``kernels.rms_norm`` (aclnnRmsNorm)            ``kernels.rms_norm_grad`` (aclnnRmsNormGrad)
-:class:`SwiGLU`         ``kernels.swiglu`` (aclnnSwiGlu)               ``kernels.swiglu_grad`` (aclnnSwiGluGrad)
-:class:`LayerNorm`      torch's ``layer_norm``                         ``kernels.layer_norm_grad`` (LayerNormGrad
-                                                                       and LayerNormGradBeta)
-:class:`GroupNorm`      torch's ``native_group_norm``                  ``kernels.group_norm_backward``
-                                                                       (aclnnGroupNormBackward)
-======================  =============================================  ============================================
+- :class:`RMSNorm`: forward ``kernels.rms_norm`` (aclnnRmsNorm), backward ``kernels.rms_norm_grad``
+  (aclnnRmsNormGrad) from the forward's rstd;
+- :class:`SwiGLU`: forward ``kernels.swiglu`` (aclnnSwiGlu), backward ``kernels.swiglu_grad`` (aclnnSwiGluGrad);
+- :class:`LayerNorm`: forward torch's ``layer_norm``, backward ``kernels.layer_norm_grad`` (the LayerNormGrad and
+  LayerNormGradBeta APIs);
+- :class:`GroupNorm`: forward torch's ``native_group_norm``, backward ``kernels.group_norm_backward``
+  (aclnnGroupNormBackward).
 
 The functional forms (:func:`rms_norm`, :func:`swiglu`, :func:`layer_norm`, :func:`group_norm`) are the autograd
 functions applied. Tensors cross into the kernels without copies (:mod:`tilesim.interop`); they must be on the CPU.
