@@ -143,7 +143,7 @@ OPS = {"add_tail": OpSpec(
     name="add_tail", dtypes=("fp32", "bf16", "fp16"), default_shape=(999, 1001), make_inputs=uniform_inputs("x", "y"),
     shape_help="any shape, x and y alike, computed flat (999 x 1001: a tail in every dtype)", candidates=candidates,
     run=lambda inputs, t, soc: (add_tail(**inputs, tiling=t, soc=soc),), reference=lambda i: (reference(**i),),
-    output_names=("z",), doc="z = (x + y) * alpha: the README's worked example of a kernel of your own.")}
+    output_names=("z",), doc="z = (x + y) * alpha: the worked example of a kernel of your own.")}
 # --8<-- [end:opspec]
 
 # --8<-- [start:main]

@@ -30,8 +30,8 @@ BiSheng's auto-sync off as well as on. The kernels:
 
 The atomic adds land in core order (:mod:`tilesim.machine.atomic`), as the cores' turns come: each add is one
 float addition into dgamma in GM. Split-D adds a core's tile once per 32-row batch, so for a core after core 0
-with more than 32 rows dgamma is (((d + b0) + b1) + ...) in core order, the NPU's order of adds (earlier tilesim
-summed a core's batches before adding them, an order the NPU cannot take: those bits changed).
+with more than 32 rows dgamma is (((d + b0) + b1) + ...) in core order, the NPU's order of adds (not a core's
+batches summed first and added once, an order the NPU cannot take).
 
 Every kernel has a SyncAll, so a launch runs its cores as coroutines on the host threads
 (:func:`tilesim.launch.run_synced`).

@@ -1,4 +1,4 @@
-"""The README's worked example of a kernel of your own (``examples/add_tail.py``): results against float64 math
+"""The documentation's worked example of a kernel of your own (``examples/add_tail.py``): results against float64 math
 at lengths with tails, over legal tilings (buffer_num 1 and 2, many cores and one), its refusals, checked mode,
 its OpSpec, and the module run as a script."""
 
@@ -174,7 +174,7 @@ def test_module_runs_as_a_script() -> None:
 
 
 def test_cli_explores_and_traces_the_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The README's two commands, in this process: every candidate passes, the report files are written, the
+    """The walk-through's two commands, in this process: every candidate passes, the report files are written, the
     trace has an event per stage and names the kernel's GM tensors."""
     from tilesim.cli import main
 
