@@ -41,11 +41,15 @@ def test_the_wheel_takes_no_top_level_name_but_tilesim_and_installs_beside_a_ker
     run_env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba")
     code = ("import kernels, numpy as np, tilesim, tilesim.kernels as k\n"
             "assert kernels.WHOSE == 'not tilesim', kernels.__file__\n"
-            f"assert tilesim.__file__.startswith({str(site)!r}) and k.__file__.startswith({str(site)!r})\n"
+            f"assert tilesim.__file__.startswith({str(site)!r})\n"
+            f"assert k.__file__ == {str(site / 'tilesim' / 'kernels' / '__init__.py')!r}, k.__file__\n"
             "x = np.linspace(-3, 3, 4 * 64, dtype=np.float32).reshape(4, 64)\n"
             "a, b = x[:, :32], x[:, 32:]\n"
             "y = k.swiglu(x)\n"
             "assert np.allclose(y, a / (1 + np.exp(-a)) * b, rtol=1e-5, atol=1e-6)\n"
+            "import torch, tilesim.torch\n"  # the torch extra's module, and a tensor through the same op
+            "yt = k.swiglu(torch.from_numpy(x))\n"
+            "assert isinstance(yt, torch.Tensor) and np.array_equal(yt.numpy(), y)\n"
             "print('ok')\n")
     out = subprocess.run([str(py), "-c", code], cwd=tmp_path, env=run_env, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
