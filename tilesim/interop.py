@@ -56,6 +56,27 @@ def to_torch(a: np.ndarray) -> Any:
     return torch.from_numpy(a)
 
 
+_PLAIN = frozenset({np.ndarray, int, float, bool, str, type(None)})  # what an op's arguments mostly are
+
+
+def _any_tensor(tensor: type, args: tuple[Any, ...], values: Any) -> bool:
+    # plain loops, the usual arguments passed over by their exact type: a call without tensors pays about a µs
+    for a in args:
+        if type(a) not in _PLAIN and isinstance(a, tensor):
+            return True
+    for v in values:
+        t = type(v)
+        if t in _PLAIN:
+            continue
+        if t is tuple or t is list:  # out=, or an op's tuple argument (a mask)
+            for o in v:
+                if type(o) not in _PLAIN and isinstance(o, tensor):
+                    return True
+        elif isinstance(v, tensor):
+            return True
+    return False
+
+
 def accepts_torch(op: F) -> F:
     """``op`` taking torch CPU tensors as well as numpy arrays: see the module. With a tensor in the call, every
     array the op returns is a tensor, but for an ``out=`` numpy array, which comes back as itself; an ``out=``
@@ -69,13 +90,12 @@ def accepts_torch(op: F) -> F:
         if torch is None:
             return op(*args, **kwargs)
         tensor = torch.Tensor
+        if not _any_tensor(tensor, args, kwargs.values()):
+            return op(*args, **kwargs)
         out = kwargs.get("out")
         outs = out if isinstance(out, (tuple, list)) else (out,)
-        if not (any(isinstance(a, tensor) for a in args) or any(isinstance(v, tensor) for v in kwargs.values())
-                or any(isinstance(o, tensor) for o in outs)):
-            return op(*args, **kwargs)
         args = tuple(to_numpy(a, names[i]) if isinstance(a, tensor) else a for i, a in enumerate(args))
-        kwargs = {k: to_numpy(v, k) if isinstance(v, tensor) else v for k, v in kwargs.items()}
+        kwargs = {k: to_numpy(v, k) if isinstance(v, tensor) and k != "out" else v for k, v in kwargs.items()}
         given: dict[int, Any] = {}  # id of an out= array -> the caller's tensor or array
         arrays = []
         for o in outs:
