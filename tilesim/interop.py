@@ -10,6 +10,7 @@ call as it was, and torch is never imported here: a process without torch pays o
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import sys
 from collections.abc import Callable
@@ -22,6 +23,11 @@ from tilesim.errors import invalid
 
 F = TypeVar("F", bound=Callable[..., Any])
 _BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _torch() -> Any:
+    """The torch module, imported (here only where a tensor exists, or a caller asked for one)."""
+    return sys.modules.get("torch") or importlib.import_module("torch")
 _I16 = np.dtype(np.int16)
 
 
@@ -29,14 +35,19 @@ def to_numpy(t: Any, name: str) -> np.ndarray:
     """A CPU tensor's memory as a numpy array of its shape, strides and dtype (no copy). Autograd is left out
     (``detach``): the kernels see values. A tensor on another device is refused (161002): tilesim runs on the host,
     and a silent copy to it would hide the transfer."""
-    import torch
-
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         raise invalid(name, f"a torch tensor must be on the CPU, got device {t.device}")
-    t = t.detach().resolve_conj().resolve_neg()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(_BF16)
-    return t.numpy()
+    if t.requires_grad:
+        t = t.detach()
+    torch = sys.modules["torch"]  # imported: here is one of its tensors
+    bf16 = t.dtype is torch.bfloat16
+    if bf16:
+        t = t.view(torch.int16)
+    try:
+        a = t.numpy()
+    except RuntimeError:  # a conjugate or negative view: numpy() wants the bits resolved
+        a = t.resolve_conj().resolve_neg().numpy()
+    return a.view(_BF16) if bf16 else a
 
 
 def as_array(a: Any, name: str = "array") -> np.ndarray:
@@ -49,8 +60,7 @@ def as_array(a: Any, name: str = "array") -> np.ndarray:
 
 def to_torch(a: np.ndarray) -> Any:
     """A numpy array's memory as a tensor (``torch.from_numpy``; ml_dtypes' bfloat16 through an int16 view)."""
-    import torch
-
+    torch = _torch()
     if a.dtype == _BF16:
         return torch.from_numpy(a.view(_I16)).view(torch.bfloat16)
     return torch.from_numpy(a)
@@ -59,22 +69,46 @@ def to_torch(a: np.ndarray) -> Any:
 _PLAIN = frozenset({np.ndarray, int, float, bool, str, type(None)})  # what an op's arguments mostly are
 
 
-def _any_tensor(tensor: type, args: tuple[Any, ...], values: Any) -> bool:
-    # plain loops, the usual arguments passed over by their exact type: a call without tensors pays about a µs
+def _any_tensor(tensor: type, args: tuple[Any, ...], values: Any, plain: frozenset[type] = _PLAIN) -> bool:
+    # the usual arguments passed over by their exact type, in plain loops: a call without tensors pays about a µs
     for a in args:
-        if type(a) not in _PLAIN and isinstance(a, tensor):
+        if type(a) not in plain and isinstance(a, tensor):
             return True
     for v in values:
-        t = type(v)
-        if t in _PLAIN:
+        if type(v) in plain:
             continue
-        if t is tuple or t is list:  # out=, or an op's tuple argument (a mask)
+        if type(v) is tuple or type(v) is list:  # out=, or an op's tuple argument (a mask)
             for o in v:
-                if type(o) not in _PLAIN and isinstance(o, tensor):
+                if type(o) not in plain and isinstance(o, tensor):
                     return True
         elif isinstance(v, tensor):
             return True
     return False
+
+
+def _outs(out: Any, tensor: type, given: dict[int, Any]) -> Any:
+    """``out=`` with its tensors as arrays; ``given`` learns which array is whose."""
+    many = isinstance(out, (tuple, list))
+    arrays = []
+    for o in out if many else (out,):
+        if isinstance(o, tensor):
+            if o.requires_grad:
+                raise invalid("out", "an out= tensor must not require grad: the write is not differentiable")
+            a = to_numpy(o, "out")
+            given[id(a)] = o
+            o = a
+        elif isinstance(o, np.ndarray):
+            given[id(o)] = o
+        arrays.append(o)
+    return tuple(arrays) if many else arrays[0]
+
+
+def _back(r: Any, given: dict[int, Any]) -> Any:
+    """A result as the caller passed it (an ``out=`` tensor or array), or as a tensor."""
+    if type(r) is not np.ndarray:
+        return r
+    mine = given.get(id(r))
+    return to_torch(r) if mine is None else mine
 
 
 def accepts_torch(op: F) -> F:
@@ -84,40 +118,25 @@ def accepts_torch(op: F) -> F:
     C-contiguous, as an ``out=`` array must."""
     names = list(inspect.signature(op).parameters)
 
+    modules = sys.modules
+
     @functools.wraps(op)
     def with_tensors(*args: Any, **kwargs: Any) -> Any:
-        torch = sys.modules.get("torch")
-        if torch is None:
+        torch = modules.get("torch")
+        if torch is None or not _any_tensor(torch.Tensor, args, kwargs.values()):
             return op(*args, **kwargs)
         tensor = torch.Tensor
-        if not _any_tensor(tensor, args, kwargs.values()):
-            return op(*args, **kwargs)
-        out = kwargs.get("out")
-        outs = out if isinstance(out, (tuple, list)) else (out,)
         args = tuple(to_numpy(a, names[i]) if isinstance(a, tensor) else a for i, a in enumerate(args))
-        kwargs = {k: to_numpy(v, k) if isinstance(v, tensor) and k != "out" else v for k, v in kwargs.items()}
         given: dict[int, Any] = {}  # id of an out= array -> the caller's tensor or array
-        arrays = []
-        for o in outs:
-            if isinstance(o, tensor):
-                if o.requires_grad:
-                    raise invalid("out", "an out= tensor must not require grad: the write is not differentiable")
-                a = to_numpy(o, "out")
-                given[id(a)] = o
-                o = a
-            elif isinstance(o, np.ndarray):
-                given[id(o)] = o
-            arrays.append(o)
-        if out is not None:
-            kwargs["out"] = tuple(arrays) if isinstance(out, (tuple, list)) else arrays[0]
+        for k, v in kwargs.items():
+            if k == "out":
+                kwargs[k] = _outs(v, tensor, given)
+            elif isinstance(v, tensor):
+                kwargs[k] = to_numpy(v, k)
         result = op(*args, **kwargs)
-
-        def back(r: Any) -> Any:
-            if isinstance(r, np.ndarray):
-                return given[id(r)] if id(r) in given else to_torch(r)
-            return r
-
-        return tuple(back(r) for r in result) if isinstance(result, tuple) else back(result)
+        if type(result) is tuple:
+            return tuple(_back(r, given) for r in result)
+        return _back(result, given)
 
     return with_tensors  # type: ignore[return-value]
 
