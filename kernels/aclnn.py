@@ -1,14 +1,17 @@
 """The two-phase aclnn form: ``<op>_get_workspace_size(...)`` returns ``(status, workspace_size, executor)``,
 then ``<op>(workspace, workspace_size, executor, stream)`` returns a status, as ``aclnn<Op>GetWorkspaceSize``
 and ``aclnn<Op>`` do, so host code prototyped here maps line by line to aclnn. Errors never raise: the status
-says what failed and :func:`get_recent_err_msg` (``aclGetRecentErrMsg``) says why.
+says what failed and :func:`get_recent_err_msg` (``aclGetRecentErrMsg``) says why. Tensors and outputs may be
+numpy arrays or torch CPU tensors (:mod:`tilesim.interop`: the outputs are written through views of their memory),
+the workspace a uint8 array or tensor.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from tilesim.tiling.common import FP32, dtype_name, require, shape_of
@@ -39,6 +42,7 @@ from tilesim.errors import (
     null_error,
     tiling_error,
 )
+from tilesim.interop import accepts_torch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
 from . import group_norm_backward as _group_norm_backward
@@ -74,6 +78,24 @@ def _fail(e: AclnnError) -> int:
     return e.status
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _tensors_as_arrays(get_workspace_size: F) -> F:
+    """A ``<op>_get_workspace_size`` taking torch CPU tensors (:func:`tilesim.interop.accepts_torch`); a tensor it
+    refuses (one off the CPU) is a status, as every error of this form is."""
+    with_tensors = accepts_torch(get_workspace_size)
+
+    @functools.wraps(get_workspace_size)
+    def call(*args: Any, **kwargs: Any) -> tuple[int, int, Executor | None]:
+        try:
+            return with_tensors(*args, **kwargs)
+        except AclnnError as e:
+            return _fail(e), 0, None
+
+    return call  # type: ignore[return-value]
+
+
 def _check_output(name: str, o: Any, shape: tuple[int, ...], dtype: str) -> np.ndarray:
     if o is None:
         raise null_error(name)
@@ -86,6 +108,7 @@ def _check_output(name: str, o: Any, shape: tuple[int, ...], dtype: str) -> np.n
     return o
 
 
+@_tensors_as_arrays
 def rms_norm_grad_get_workspace_size(dy: Any, x: Any, rstd: Any, gamma: Any, dx_out: Any, dgamma_out: Any, *,
                                      soc: str | SocSpec = DEFAULT_SOC,
                                      deterministic: bool = False) -> tuple[int, int, Executor | None]:
@@ -136,6 +159,7 @@ def rms_norm_grad(workspace: Any, workspace_size: int, executor: Executor | None
     return _execute("rms_norm_grad", workspace, workspace_size, executor)
 
 
+@_tensors_as_arrays
 def rms_norm_get_workspace_size(x: Any, gamma: Any, epsilon: float, y_out: Any, rstd_out: Any, *,
                                 soc: str | SocSpec = DEFAULT_SOC) -> tuple[int, int, Executor | None]:
     """aclnnRmsNormGetWorkspaceSize: ``(status, workspace_size, executor)``; the workspace is the tiling's 256 B +
@@ -169,6 +193,7 @@ def rms_norm(workspace: Any, workspace_size: int, executor: Executor | None, str
     return _execute("rms_norm", workspace, workspace_size, executor)
 
 
+@_tensors_as_arrays
 def group_norm_backward_get_workspace_size(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: Any, N: int,  # noqa: N803
                                            C: int, HxW: int, group: int, output_mask: Any, grad_input: Any,  # noqa: N803
                                            grad_gamma_out: Any, grad_beta_out: Any, *,
@@ -206,6 +231,7 @@ def group_norm_backward(workspace: Any, workspace_size: int, executor: Executor 
     return _execute("group_norm_backward", workspace, workspace_size, executor)
 
 
+@_tensors_as_arrays
 def swi_glu_grad_get_workspace_size(y_grad: Any, x: Any, dim: int, out: Any, *,
                                     soc: str | SocSpec = DEFAULT_SOC) -> tuple[int, int, Executor | None]:
     """aclnnSwiGluGradGetWorkspaceSize: ``(status, workspace_size, executor)``; the workspace is the tiling's
@@ -230,6 +256,7 @@ def swi_glu_grad(workspace: Any, workspace_size: int, executor: Executor | None,
     return _execute("swi_glu_grad", workspace, workspace_size, executor)
 
 
+@_tensors_as_arrays
 def swi_glu_get_workspace_size(x: Any, dim: int, out: Any, *,
                                soc: str | SocSpec = DEFAULT_SOC) -> tuple[int, int, Executor | None]:
     """aclnnSwiGluGetWorkspaceSize: ``(status, workspace_size, executor)``; the workspace is the tiling's 16 MiB,
@@ -257,6 +284,7 @@ def swi_glu(workspace: Any, workspace_size: int, executor: Executor | None, stre
     return _execute("swi_glu", workspace, workspace_size, executor)
 
 
+@_tensors_as_arrays
 def softmax_get_workspace_size(x: Any, dim: int, out: Any, *,
                                soc: str | SocSpec = DEFAULT_SOC) -> tuple[int, int, Executor | None]:
     """aclnnSoftmaxGetWorkspaceSize (``self`` is ``x``): ``(status, workspace_size, executor)``, checked in
@@ -287,6 +315,7 @@ def softmax(workspace: Any, workspace_size: int, executor: Executor | None, stre
     return _execute("softmax", workspace, workspace_size, executor)
 
 
+@_tensors_as_arrays
 def layer_norm_grad_get_workspace_size(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, epsilon: float,
                                       pd_x: Any, pd_gamma: Any, pd_beta: Any, *, soc: str | SocSpec = DEFAULT_SOC,
                                       tmp: str = "shared",
@@ -315,6 +344,7 @@ def layer_norm_grad(workspace: Any, workspace_size: int, executor: Executor | No
     return _execute("layer_norm_grad", workspace, workspace_size, executor)
 
 
+@_tensors_as_arrays
 def nsa_compress_grad_get_workspace_size(output_grad: Any, input: Any, weight: Any,  # noqa: A002
                                         act_seq_len: Any, compress_block_size: int, compress_stride: int,
                                         act_seq_len_type: int, layout: str, input_grad: Any, weight_grad: Any, *,

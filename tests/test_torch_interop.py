@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from tilesim.kernels import ops, reference
+from tilesim.kernels import aclnn, ops, reference
 
 import tilesim
 from tilesim import kernels, tiling
@@ -119,3 +119,20 @@ def test_reference_and_the_standard_take_tensors(ascend_close) -> None:  # type:
     assert isinstance(golden, torch.Tensor) and golden.dtype == torch.float64
     assert compare(dx, golden).ok
     ascend_close(dx, golden)
+
+
+def test_the_aclnn_form_writes_output_tensors() -> None:
+    inputs = tensors(ops.rms_norm_grad_inputs((8, 96), "bf16"))
+    dx, dgamma = torch.zeros(8, 96, dtype=torch.bfloat16), torch.zeros(96)
+    status, size, executor = aclnn.rms_norm_grad_get_workspace_size(*inputs.values(), dx, dgamma)
+    assert status == tilesim.ACLNN_SUCCESS, aclnn.get_recent_err_msg()
+    assert aclnn.rms_norm_grad(torch.empty(size, dtype=torch.uint8), size, executor) == tilesim.ACLNN_SUCCESS
+    want = kernels.rms_norm_grad(**inputs)
+    assert bits(dx) == bits(want[0]) and bits(dgamma) == bits(want[1])
+
+
+def test_the_aclnn_form_refuses_a_tensor_off_the_cpu_with_a_status() -> None:
+    x = torch.empty(8, 128, device="meta")
+    status, size, executor = aclnn.swi_glu_get_workspace_size(x, -1, torch.empty(8, 64))
+    assert (status, size, executor) == (tilesim.ACLNN_ERR_PARAM_INVALID, 0, None)
+    assert aclnn.get_recent_err_msg() == "x: a torch tensor must be on the CPU, got device meta"
