@@ -203,27 +203,34 @@ def calibrate(cases: tuple[Case, ...] = CASES, soc: str = SOC, l2_warm: bool = F
             "summary": {**{op: summary([r for r in rows if r["op"] == op]) for op in ops}, "all": summary(rows)}}
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("<", "&lt;")
+
+
 def table(result: dict[str, Any]) -> str:
-    """The result as text: a line per case, then the summaries."""
-    lines = [f"{'op':8} {'case':>4} {'shape':24} {'dtype':5} {'dim':>3} {'est µs':>9} {'meas µs':>9} {'ratio':>6}  "
-             "bottleneck"]
+    """The result as a Markdown table (a row per case), then the figures fitted and the summaries: what this
+    command prints, and what the documentation's cost-model page shows of ``bench/calibration.json``."""
+    lines = ["| op | case | x | dtype | dim | measured µs | estimated µs | est/measured | bottleneck | note |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
-        shape = "x".join(map(str, r["shape"]))
+        shape = ", ".join(map(str, r["shape"]))
         if r["est_us"] is None:
-            lines.append(f"{r['op']:8} {r['case']:>4} {shape:24} {r['dtype']:5} {r['dim']:>3} {'-':>9} "
-                         f"{r['measured_us']:9.2f} {'-':>6}  not run: {r['why']}")
+            est, ratio, bottleneck, note = "–", "", "", f"not run: {r['why'].split('] ', 1)[-1]}"
         else:
-            note = f" ({r['note']})" if r["note"] else ""
-            lines.append(f"{r['op']:8} {r['case']:>4} {shape:24} {r['dtype']:5} {r['dim']:>3} {r['est_us']:9.2f} "
-                         f"{r['measured_us']:9.2f} {r['ratio']:6.2f}  {r['bottleneck']}{note}")
-    fitted = ", ".join(f"{f} {v}" for f, v in result["fitted"].items())
-    lines.append(f"figures fitted to these measurements (tilesim.cost_params): {fitted or 'none'}; inputs "
-                 f"{'warm in' if result['l2_warm'] else 'not in'} the L2 when a kernel starts")
-    for name, s in result["summary"].items():
-        if s["cases"]:
-            lines.append(f"{name}: {s['cases']} cases ({s['not_run']} not run): geomean {s['geomean']:.3f}, min "
-                         f"{s['min']:.2f}, max {s['max']:.2f}, Spearman {s['spearman']}, "
-                         f"{s['within_0.75_1.33']} within 0.75-1.33")
+            est, ratio, bottleneck, note = f"{r['est_us']:.2f}", f"{r['ratio']:.2f}", r["bottleneck"], r["note"]
+        lines.append(f"| {r['op']} | {r['case']} | {shape} | {r['dtype']} | {r['dim']} | {r['measured_us']:.2f} | "
+                     f"{est} | {ratio} | {bottleneck} | {_cell(note)} |")
+    fitted = ", ".join(f"`{f}` {v}" for f, v in result["fitted"].items()) or "none"
+    lines += ["", f"Measured: {_cell(result['source'])}; estimated on the emulated {result['soc']}, inputs "
+                  f"{'warm in' if result['l2_warm'] else 'not in'} the L2 when a kernel starts. Cost figures fitted "
+                  f"to these measurements (`CostParams.fitted`): {fitted}.", "",
+              "| op | cases run | not run | geometric mean of est/measured | min | max | Spearman "
+              "| within 0.75–1.33 |",
+              "|---|---|---|---|---|---|---|---|"]
+    for name, m in result["summary"].items():
+        if m["cases"]:
+            lines.append(f"| {name} | {m['cases']} | {m['not_run']} | {m['geomean']:.3f} | {m['min']:.2f} | "
+                         f"{m['max']:.2f} | {m['spearman']} | {m['within_0.75_1.33']} |")
     return "\n".join(lines)
 
 

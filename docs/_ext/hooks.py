@@ -4,16 +4,17 @@ calibration table as ``bench/calibration.json`` holds it.
 reference/machine.md lists the programming model by topic, one ``::: identifier`` per name. A name added to
 ``tilesim.machine.__all__``, or a method or attribute added with Numba's ``overload_method`` /
 ``overload_attribute`` in ``tilesim/machine/*.py``, that the page does not list is a warning, which fails
-``mkdocs build --strict``. Read from the sources with ``ast``: nothing is imported.
+``mkdocs build --strict``. Read from the sources with ``ast``: nothing of tilesim's is imported for it.
 
 A line ``<!-- calibration table -->`` in a page becomes the table ``python -m bench.calibrate`` wrote to
 ``bench/calibration.json`` (which ``tests/test_calibration.py`` recomputes), so the page shows the committed table,
-never a copy of it; a missing or unreadable file is a warning.
+never a copy of it, in the command's own format; a missing or unreadable file is a warning.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import logging
 from pathlib import Path
@@ -52,43 +53,17 @@ def _device_methods() -> list[str]:
     return found
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("<", "&lt;")
-
-
 def _calibration_table() -> str:
-    """bench/calibration.json as Markdown: a row per case, then the figures fitted and the summaries."""
-    result = json.loads(_CALIBRATION.read_text())
-    lines = ["| op | case | x | dtype | dim | measured µs | estimated µs | est/measured | bottleneck | note |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        shape = ", ".join(map(str, r["shape"]))
-        if r["est_us"] is None:
-            why = r["why"].split("] ", 1)[-1]
-            est, ratio, bottleneck, note = "–", "", "", f"not run: {why}"
-        else:
-            est, ratio, bottleneck, note = f"{r['est_us']:.2f}", f"{r['ratio']:.2f}", r["bottleneck"], r["note"]
-        lines.append(f"| {r['op']} | {r['case']} | {shape} | {r['dtype']} | {r['dim']} | {r['measured_us']:.2f} | "
-                     f"{est} | {ratio} | {bottleneck} | {_cell(note)} |")
-    fitted = ", ".join(f"`{f}` {v}" for f, v in result["fitted"].items()) or "none"
-    lines += ["", f"Measured: {_cell(result['source'])}; estimated on the emulated {result['soc']}, inputs "
-                  f"{'warm in' if result['l2_warm'] else 'not in'} the L2 when a kernel starts. Cost figures fitted "
-                  f"to these measurements (`CostParams.fitted`): {fitted}.", "",
-              "| op | cases run | not run | geometric mean of est/measured | min | max | Spearman "
-              "| within 0.75–1.33 |",
-              "|---|---|---|---|---|---|---|---|"]
-    for name, m in result["summary"].items():
-        if m["cases"]:
-            lines.append(f"| {name} | {m['cases']} | {m['not_run']} | {m['geomean']:.3f} | {m['min']:.2f} | "
-                         f"{m['max']:.2f} | {m['spearman']} | {m['within_0.75_1.33']} |")
-    return "\n".join(lines)
+    """bench/calibration.json as ``python -m bench.calibrate`` prints it (``bench.calibrate.table``; ``make docs``
+    runs mkdocs in the checkout's root, where ``bench`` imports)."""
+    return importlib.import_module("bench.calibrate").table(json.loads(_CALIBRATION.read_text()))
 
 
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
     if _CALIBRATION_MARK in markdown:
         try:
             table = _calibration_table()
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, ImportError, ValueError, KeyError, TypeError) as e:
             _log.warning("%s: cannot show %s: %s", page.file.src_uri, _CALIBRATION, e)
         else:
             markdown = markdown.replace(_CALIBRATION_MARK, table)
