@@ -77,39 +77,40 @@ def page_aligned(shape: int | tuple[int, ...], dtype: Any, fill: Any = None) -> 
 
 class _ThreadState(threading.local):
     """What each host thread keeps: the launch under way, the serial choice of :func:`host_threads`, the sinks and
-    the log flag of :func:`capture`, its reused buffers. The class attributes are every thread's defaults: a
-    missing attribute of a plain threading.local costs an AttributeError (about a microsecond) per look-up."""
+    the log flag of :func:`capture`, its reused buffers and UB arenas. A launch runs on the thread that calls it
+    and owns what that thread keeps while it runs, so that launches from several Python threads at once share
+    nothing they write. The class attributes are every thread's defaults: a missing attribute of a plain
+    threading.local costs an AttributeError (about a microsecond) per look-up."""
 
     launch: Launch | None = None
     serial = False
     sinks: list[list[RunReport]] = []  # never mutated: capture assigns a new list
     log = False
     pool: dict[str, np.ndarray] | None = None
+    arenas: dict[int, np.ndarray] | None = None  # by UB size: see arena
+    ub_views: dict[tuple[int, int, int, int], np.ndarray] | None = None  # the pool threads' UBs: see _thread_ub
     schedule: deque[RunReport] | None = None  # inside :func:`scheduled`: the fast reports of the launches to come
     l2_warm = False  # inside :func:`scheduled`: the inputs are in the L2 from the previous run of the call
 
 
 _local = _ThreadState()
-_arenas: dict[int, np.ndarray] = {}
-_ub_views: dict[tuple[int, int, int, int], np.ndarray] = {}  # host threads' UBs: see _thread_ub
 _lock = threading.Lock()
 
 
 def arena(soc: SocSpec, block_dim: int) -> np.ndarray:
-    """The per-core UB arenas, ``[block_dim, ub_size]`` uint8, kept across launches like the real UB (in a fast
-    launch with :attr:`Launch.phase_local_ub`, row k·(rows // threads) is host thread k's UB instead). A guard
-    row follows the last one, so that a fast-mode kernel overrunning its UB (what checked mode reports) corrupts
-    emulated memory, as on the NPU, rather than the host process's."""
-    a = _arenas.get(soc.ub_size)
-    if a is not None and a.shape[0] >= block_dim + 1:  # the usual case, without the lock
-        return a
-    with _lock:
-        a = _arenas.get(soc.ub_size)
-        if a is None or a.shape[0] < block_dim + 1:
-            _ub_views.clear()  # they keep the old arena alive
-            a = page_aligned((max(block_dim, soc.core_num_aiv) + 1, soc.ub_size), np.uint8, _POISON)
-            _arenas[soc.ub_size] = a
-        return a
+    """The calling thread's per-core UB arenas, ``[block_dim, ub_size]`` uint8, kept across its launches like the
+    real UB (in a fast launch with :attr:`Launch.phase_local_ub`, row k·(rows // threads) is host thread k's UB
+    instead). A guard row follows the last one, so that a fast-mode kernel overrunning its UB (what checked mode
+    reports) corrupts emulated memory, as on the NPU, rather than the host process's."""
+    arenas = _local.arenas
+    if arenas is None:
+        arenas = _local.arenas = {}
+    a = arenas.get(soc.ub_size)
+    if a is None or a.shape[0] < block_dim + 1:
+        _local.ub_views = None  # they keep the old arena alive
+        a = page_aligned((max(block_dim, soc.core_num_aiv) + 1, soc.ub_size), np.uint8, _POISON)
+        arenas[soc.ub_size] = a
+    return a
 
 
 @dataclass
@@ -451,10 +452,13 @@ def _thread_ub(args: tuple[Any, ...], k: int, n: int) -> tuple[Any, ...]:
         return args
     a = launch.arena
     key = (id(a), launch.block_dim, k, n)  # a cached view keeps its arena, so the id is not reused meanwhile
-    view = _ub_views.get(key)
+    views = _local.ub_views
+    if views is None:
+        views = _local.ub_views = {}
+    view = views.get(key)
     if view is None:  # as_strided costs more than a small core's work; two rows at least: a (1, ub) view would
         # be C-contiguous, to Numba another array type and so another compile of the kernel
-        view = _ub_views[key] = np.lib.stride_tricks.as_strided(a[k * (a.shape[0] // n)],
+        view = views[key] = np.lib.stride_tricks.as_strided(a[k * (a.shape[0] // n)],
                                                                  (max(launch.block_dim, 2), a.shape[1]), (0, 1))
     for i, x in enumerate(args):  # the arena comes early: this is a microsecond cheaper than rebuilding all
         if x is a:
