@@ -16,7 +16,7 @@ import numpy as np
 from numba import carray, types
 from numba.extending import overload
 
-from .intrinsics import address_as_pointer, copy_bytes
+from .intrinsics import address_as_pointer, atomic_load, copy_bytes
 from .jit import OVERLOAD_OPTIONS, njit
 from .schedule import (
     L_AMOUNT,
@@ -44,11 +44,12 @@ from .schedule import (
 from .ub import PlanTensor
 
 # A core: its index, the block's core count, checked mode, and where its memory lies: the UB (``base``, ``ub_size``
-# bytes), the UB plan's rows (offset, slot bytes, slots), its counter row and its err row, as addresses and sizes.
+# bytes), the UB plan's rows (offset, slot bytes, slots), its counter row and its err row, as addresses and sizes;
+# and the address of its launch's stop word (Ctrl-C: :mod:`tilesim.interrupt`).
 # Addresses, not arrays: every instruction takes the core, and Numba passes a namedtuple of arrays as some forty
 # scalars plus a reference count per array, which cost more than a small instruction's own work.
 Core = namedtuple("Core", ["idx", "block_num", "checks", "base", "ub_size", "plan_at", "plan_rows", "cnt_at",
-                           "cnt_size", "err_at", "err_size"])
+                           "cnt_size", "err_at", "err_size", "stop_at"])
 # A GM tensor: its tag (for reports), the address and size in bytes of the host array's memory, and its element
 # size. Bytes rather than typed elements, so that one compiled kernel serves every dtype, as one binary does on the
 # NPU. The host array must outlive the tensor (the launch keeps its arguments alive).
@@ -327,6 +328,16 @@ def schedule_queue(row_at, plan):
 
 
 NO_TENSOR = PlanTensor(-1, 0, -1)
+STOPPED = "tilesim: the launch was interrupted"  # what a core raises when its launch's stop word is set
+
+
+@njit(cache=True, inline="always")
+def stop_if_asked(core):
+    """Raise (:data:`STOPPED`) when the core's launch has been asked to stop (Ctrl-C, :mod:`tilesim.interrupt`):
+    every instruction issued reads the word, in both builds, so that a launch stops within an instruction."""
+    if atomic_load(core.stop_at) != 0:
+        raise RuntimeError(STOPPED)
+
 
 
 @njit(cache=True)
@@ -334,6 +345,7 @@ def count_vector(core, cls, kind, nbytes, dst, a, b):
     """A vector instruction of class ``cls`` and kind ``kind`` (:func:`tilesim.vec_kinds.vec_kind`: its
     throughput) over ``nbytes`` of UB: its 256 B repeats, written ``dst``, read ``a`` and ``b`` (pass ``dst``
     again where it has fewer sources)."""
+    stop_if_asked(core)
     n = repeats(nbytes)
     counters_of(core)[cls] += n
     _log(core, PIPE_VECTOR, cls, n, kind, _ref(dst), _ref(a), _ref(b), -1, 0, 0, 0)
@@ -344,6 +356,7 @@ def count_sync(core, pipe, cls, key):
     """A sync on pipe ``pipe`` (tilesim.schedule's number) of class ``cls`` (PIPE_BARRIERS, SET_FLAGS or
     WAIT_FLAGS): ``key`` the barrier's pipe (-1: PIPE_ALL) or the flag's ``event * 8 + id``, in the log's
     L_GM_OFF (its L_GM stays -1: no GM access)."""
+    stop_if_asked(core)
     counters_of(core)[cls] += 1
     _log(core, pipe, cls, 0, 0, -1, -1, -1, -1, key, 0, 0)
 
@@ -351,6 +364,7 @@ def count_sync(core, pipe, cls, key):
 @njit(cache=True)
 def count_scalar(core, t, write):
     """GetValue (``write`` False) or SetValue of one element of UB tensor ``t``."""
+    stop_if_asked(core)
     counters_of(core)[SCALAR_ACCESS] += 1
     r = _ref(t)
     _log(core, PIPE_SCALAR, SCALAR_ACCESS, 1, 1, r if write else -1, -1 if write else r, -1, -1, 0, 0, 0)
@@ -361,6 +375,7 @@ def count_gm_scalar(core, g, i, write=False):
     """GlobalTensor.GetValue(i) (or SetValue, ``write``): a scalar access of element ``i`` of GM tensor ``g``. Its
     log class is the direction it moves data in (MTE2_BYTES: a read, MTE3_BYTES: a write), which the race check
     between cores reads."""
+    stop_if_asked(core)
     counters_of(core)[SCALAR_ACCESS] += 1
     _log(core, PIPE_SCALAR, MTE3_BYTES if write else MTE2_BYTES, 1, 1, -1, -1, -1, g.tag, i * g.isz, g.isz, g.isz)
 
@@ -369,6 +384,7 @@ def count_gm_scalar(core, g, i, write=False):
 def count_mte2(core, dst, g, off, rows, row_len, stride, pad_bytes):
     """A GM-to-UB transfer from GM tensor ``g`` into ``dst``: ``rows`` rows of ``row_len`` elements from element
     ``off``, ``stride`` elements from one row's start to the next; ``pad_bytes`` of DataCopyPad's zero fill."""
+    stop_if_asked(core)
     isz = g.isz
     nbytes = rows * row_len * isz
     c = counters_of(core)
@@ -382,6 +398,7 @@ def count_mte2(core, dst, g, off, rows, row_len, stride, pad_bytes):
 def count_mte3(core, g, src, off, rows, row_len, stride, atomic):
     """A UB-to-GM transfer from ``src`` (NO_TENSOR for InitOutput) into GM tensor ``g``, rows as for
     :func:`count_mte2`; ``atomic`` for SetAtomicAdd copies."""
+    stop_if_asked(core)
     isz = g.isz
     nbytes = rows * row_len * isz
     c = counters_of(core)

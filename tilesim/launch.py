@@ -13,7 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +21,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from . import schedule, violations
+from . import interrupt, schedule, violations
 from .coroutines import STACK_BYTES, run_coroutines
 from .cost_params import CostParams, cost_params
 from .device import (
@@ -53,7 +53,7 @@ from .intrinsics import UCONTEXT_BYTES, store_fence
 from .jit import njit
 from .machine import waits
 from .machine.atomic import DONE
-from .machine.tensor import X_ARRIVED
+from .machine.tensor import X_ARRIVED, X_STOP_AT
 from .soc import SocSpec
 from .ub import UbPlan
 
@@ -131,6 +131,7 @@ class Launch:
     # is reported as a read of UB never written.
     phase_local_ub: bool = False
     gm_bytes: tuple[int, int] = (0, 0)  # bytes of the GM inputs and of the outputs (the cost model's L2)
+    stop_at: int = 0  # the address of its stop word (tilesim.interrupt), which the launcher gives the cores
     arena: np.ndarray = field(init=False)
     plan_array: np.ndarray = field(init=False)
     counters: np.ndarray = field(init=False)
@@ -299,7 +300,16 @@ def _next_fast_report(op: str, block_dim: int) -> RunReport:
 
 def prepare(op: str, soc: SocSpec, tiling: Any, plan: UbPlan, block_dim: int, checks: bool,
             gm_names: list[str], phase_local_ub: bool = False, gm_bytes: tuple[int, int] = (0, 0)) -> Launch:
-    return Launch(op, soc, tiling, plan, block_dim, checks, gm_names, phase_local_ub, gm_bytes)
+    """A launch about to run on this thread (its records made, its stop word taken): :func:`finish` ends it, and
+    :func:`abandon` one that raised."""
+    return Launch(op, soc, tiling, plan, block_dim, checks, gm_names, phase_local_ub, gm_bytes,
+                  interrupt.stop_word())
+
+
+def abandon(launch: Launch) -> None:
+    """A launch that raised: no longer this thread's launch under way (its records are dropped)."""
+    if _local.launch is launch:
+        _local.launch = None
 
 
 _forced_checks = [False]
@@ -347,9 +357,27 @@ def run_cores(cores: Callable[..., None], block_dim: int, *args: Any) -> None:
     try:
         _run_fenced(cores, cuts[0], cuts[1], *_thread_ub(args, 0, n))
     finally:
-        for f in futures:
-            f.result()
+        _join(futures, _local.launch.stop_at if _local.launch is not None else 0)
     _end_phase()
+
+
+def _join(futures: list[Future[Any]], stop_at: int) -> None:
+    """Wait until every one of a launch's pool threads (``futures``) has ended, whatever KeyboardInterrupts come
+    meanwhile: each asks the launch's cores to stop (its stop word at ``stop_at``), and the first is raised once
+    all have, so that nothing of the launch writes after the interrupt reaches the caller. Then the first
+    exception a pool thread raised, as ``Future.result`` raises it."""
+    caught: KeyboardInterrupt | None = None
+    pending: Any = futures
+    while pending:
+        try:
+            pending = wait(pending).not_done
+        except KeyboardInterrupt as e:
+            caught = caught or e
+            interrupt.request(stop_at)
+    if caught is not None:
+        raise caught
+    for f in futures:
+        f.result()
 
 
 def _thread_count(block_dim: int) -> int:
@@ -427,12 +455,15 @@ def run_synced(entry: int, block_dim: int, bar: np.ndarray, contexts: np.ndarray
                     stuck = (g, np.flatnonzero(contexts[:block_dim, X_ARRIVED] >= DONE).tolist())
                     waits.give_up(at)
             rung = waits.listen(at, rung, 100_000)  # asleep till a core arrives or ends (a timeout: Ctrl-C)
+    except KeyboardInterrupt:
+        interrupt.request(int(contexts[0, X_STOP_AT]))  # the cores stop within an instruction
+        waits.give_up(at)
+        raise
     except BaseException:
         waits.give_up(at)
         raise
     finally:
-        for f in futures:
-            f.result()
+        _join(futures, int(contexts[0, X_STOP_AT]))
     failed = [int(c) for j in jobs for c in j[j[:, waits.J_STATE] == waits.FAILED, waits.J_CORE]]
     if stuck is not None:
         raise SyncAllMismatch(f"cores {stuck[1]} ended without reaching SyncAll number {stuck[0] + 1}, where the "

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from numba import cfunc, types
 
+from . import interrupt
 from . import launch as _launch
 from .device import CHECKED_BUILD, FAST_BUILD, HZ_MANUAL_SYNC, checks_field, hazard_col
 from .errors import UbOverflowError
@@ -71,6 +72,7 @@ from .machine.tensor import (
     X_POOL,
     X_STACK,
     X_STACK_ROWS,
+    X_STOP_AT,
     X_SYNC_AT,
     X_SYNC_GEN,
     X_UB_SIZE,
@@ -429,6 +431,7 @@ def _core_loop(k: Kernel, t: Any, elems: tuple[dtypes.DType, ...]) -> Any:
 import importlib
 
 import numpy as np
+from tilesim.interrupt import keep_handler
 from tilesim.jit import njit
 from tilesim.launcher import enter_core, exit_core
 from tilesim.machine.dtypes import by_name
@@ -441,6 +444,8 @@ kernel = importlib.import_module({k.py_func.__module__!r}).{k.py_func.__qualname
 @njit(cache=True, nogil=True{"" if k.sync_all else ", host=True"})
 def cores(first, last, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, alog, order, t{", " + gm if gm else ""}):
     {"v = t" + chr(10) + "    t = " + expr if nested else "t = Tiling(*t)"}
+    if first == 0:  # the calling thread (core 0's coroutine in a SyncAll launch): Ctrl-C's handler in place
+        keep_handler(ctx)
     for i in range(first, last):
         kc = enter_core(order[i], block_dim, arena, cnt, err, checks, ctx, ws, sync_at, alog, first)
         kernel(kc, t{", " + tensors if tensors else ""})
@@ -549,6 +554,25 @@ def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec) -> None:
             raise KernelError(f"{k.name}, core {c}, {name}: {text}")
 
 
+def _check_args(k: Kernel, block_dim: Any, outputs: Any, gm: tuple[Any, ...], names: list[str]) -> None:
+    """What :func:`launch` refuses before it builds anything: a ValueError that names the argument and the rule."""
+    if isinstance(block_dim, bool) or not isinstance(block_dim, (int, np.integer)) or block_dim < 1:
+        raise ValueError(f"tilesim.launch of {k.name}: block_dim must be a positive integer (the cores to run), "
+                         f"got {block_dim!r}")
+    if isinstance(outputs, bool) or not isinstance(outputs, (int, np.integer)) or not 0 <= outputs <= len(gm):
+        raise ValueError(f"tilesim.launch of {k.name}: outputs must be an integer from 0 to the {len(gm)} GM arrays, "
+                         f"got {outputs!r}")
+    for i, a in enumerate(gm):
+        name = names[i] if i < len(names) else f"GM array {i}"
+        if not isinstance(a, np.ndarray):
+            raise ValueError(f"tilesim.launch of {k.name}: {name} must be a numpy array, got {type(a).__name__}")
+        if not a.flags.c_contiguous:
+            raise ValueError(f"tilesim.launch of {k.name}: {name} must be C-contiguous")
+        if i >= len(gm) - outputs and not a.flags.writeable:
+            raise ValueError(f"tilesim.launch of {k.name}: {name} is an output and must be writeable (it is "
+                             f"read-only)")
+
+
 def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int = 1,
            soc: str | SocSpec = DEFAULT_SOC, checks: bool | None = False, workspace: np.ndarray | None = None,
            op: str | None = None, gm_names: list[str] | None = None, auto_sync: bool = True) -> _launch.RunReport:
@@ -565,12 +589,11 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
     syncs with PIPE_S (:mod:`tilesim.machine.sync`)."""
     spec = get_soc(soc)
     checked = _launch.checks_enabled(checks)
-    cores, fields = _core_loop(k, tiling, tuple(dtypes.dtype_of(a.dtype) for a in gm))
     names = gm_names or k.gm_params[:len(gm)]
+    _check_args(k, block_dim, outputs, gm, names)
+    cores, fields = _core_loop(k, tiling, tuple(dtypes.dtype_of(a.dtype) for a in gm))
     ins, outs = gm[:len(gm) - outputs], gm[len(gm) - outputs:]
     arrays = [*ins, *_launch.write_targets(outs, checked, ins)]
-    if not all(a.flags.c_contiguous for a in arrays):
-        raise ValueError("tilesim.launch: GM arrays must be C-contiguous")
     flat = [a.reshape(-1).view(_BYTES) for a in arrays]
     ws = (workspace if workspace is not None else _NO_WORKSPACE).reshape(-1).view(_BYTES)
     gm_bytes = (sum([a.nbytes for a in ins]), sum([a.nbytes for a in outs]))  # the cost model's L2: once a call
@@ -587,6 +610,7 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
         ctx[:, X_ARRIVED] = 0  # before any core starts: a core's first atomic add or phase waits on the others'
         ctx[:, X_FAULT] = 0  # words (a launch given up leaves its cores' faults)
         ctx[:, X_CORO] = 0
+        ctx[:, X_STOP_AT] = ln.stop_at
         try:
             threads = _launch.host_threads(*arrays)
             with threads:
@@ -600,10 +624,17 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
                 else:
                     _launch.run_cores(cores, block_dim, block_dim, ln.arena, ln.counters, ln.err, ln.core_checks,
                                       ctx, ws, 0, alog, _launch.interleaved(block_dim), t, *flat)
-        except _launch.SyncAllMismatch as e:
-            raise KernelError(f"{k.name}: {e}") from None
-        except Exception:
-            _raise_fault(ctx, k, spec)  # a fault the kernel recorded, else the exception as it is
+        except BaseException as e:
+            _launch.abandon(ln)
+            if interrupt.requested(ln.stop_at):  # Ctrl-C: the cores stopped; the caller gets the KeyboardInterrupt
+                ctx[:, X_FAULT] = 0
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                raise KeyboardInterrupt from None
+            if isinstance(e, _launch.SyncAllMismatch):
+                raise KernelError(f"{k.name}: {e}") from None
+            if isinstance(e, Exception):
+                _raise_fault(ctx, k, spec)  # a fault the kernel recorded, else the exception as it is
             raise
         ln.plan = _plan_of(ctx[0], k.buffer_names, spec)  # the plan the kernel placed
         ln.plan_array = ln.plan.as_array()

@@ -62,7 +62,8 @@ X_WAITERS = X_ALOG_USED + 1  # threads asleep until X_ARRIVED advances (tilesim.
 X_STACK = X_WAITERS + 1  # PopStackBuffer: 1 + the plan row it placed last (0: none)
 X_STACK_ROWS = X_STACK + 1  # the plan rows PopStackBuffer placed, a bit each (for reports)
 X_CORO = X_STACK_ROWS + 1  # a SyncAll launch's core, a coroutine: its job record (tilesim.coroutines); else 0
-CTX_WORDS = X_CORO + 1
+X_STOP_AT = X_CORO + 1  # the address of the launch's stop word (tilesim.interrupt), which every instruction reads
+CTX_WORDS = X_STOP_AT + 1
 FREE, ALLOCATED, ENQUEUED, DEQUEUED = 0, 1, 2, 3  # a queue slot's state
 _GET_VALUE, _SET_VALUE = op_code("GetValue"), op_code("SetValue")
 
@@ -133,7 +134,7 @@ def core_of(x):
     """The :class:`tilesim.device.Core` of a context, tensor or queue: what the machine's internals take."""
     w = ctx_words(x.ctx)
     return Core(w[X_IDX], w[X_BLOCK_NUM], x.checks, w[X_BASE], w[X_UB_SIZE], w[X_PLAN_AT], w[X_PLAN_ROWS],
-                w[X_CNT_AT], w[X_CNT_SIZE], w[X_ERR_AT], w[X_ERR_SIZE])
+                w[X_CNT_AT], w[X_CNT_SIZE], w[X_ERR_AT], w[X_ERR_SIZE], w[X_STOP_AT])
 
 
 @njit(cache=True, inline="always")
