@@ -188,3 +188,31 @@ def test_cli_explores_and_traces_the_example(tmp_path: Path, capsys: pytest.Capt
     assert "z: pass" in capsys.readouterr().out
     names = {e["name"] for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"] if e["ph"] == "X"}
     assert {"CopyIn x, y", "Compute", "CopyOut z"} <= names
+
+
+def test_launch_refuses_what_it_cannot_run_before_it_writes(tmp_path: Path) -> None:
+    from examples.add_tail import add_tail_kernel
+    from tilesim.launcher import launch
+
+    x, y = inputs(1000, "fp32")
+    t = tiling(x)
+    z = np.full_like(x, 7.0)
+
+    def refused(*gm: object, match: str, **kw: object) -> None:
+        with pytest.raises(ValueError, match=match):
+            launch(add_tail_kernel, t, *gm, **{"block_dim": t.block_dim, **kw})
+
+    for block_dim in (0, -1, 2.0, True, None):
+        refused(x, y, z, block_dim=block_dim, match="block_dim must be a positive integer")
+    refused(x, y, z, outputs=4, match="outputs must be an integer from 0 to the 3 GM arrays")
+    refused(x, list(y), z, match="y must be a numpy array, got list")
+    refused(x, y, np.zeros(2000, np.float32)[::2], match="z must be C-contiguous")
+    frozen = z.copy()
+    frozen.flags.writeable = False
+    refused(x, y, frozen, match="z is an output and must be writeable")
+    z.tofile(tmp_path / "z.bin")
+    mapped = np.memmap(tmp_path / "z.bin", np.float32, mode="r", shape=z.shape)  # writing it would be a SIGSEGV
+    refused(x, y, mapped, match="z is an output and must be writeable")
+    assert (z == 7.0).all() and (mapped == 7.0).all()
+    launch(add_tail_kernel, t, x, y, z, block_dim=t.block_dim)  # and the next launch is right
+    check(z, x, y)

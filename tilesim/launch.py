@@ -706,9 +706,10 @@ def _attach_log(rep: RunReport, launch: Launch, keep: bool) -> None:
     if need > launch.log_room:
         key = _room_key(launch)
         if key is not None:
-            _log_room[key] = need
-            while len(_log_room) > LOG_ROOMS_KEPT:
-                del _log_room[next(iter(_log_room))]
+            with _lock:  # launches on other threads may be trimming it too
+                _log_room[key] = need
+                while len(_log_room) > LOG_ROOMS_KEPT:
+                    del _log_room[next(iter(_log_room))]
         rep.log_needed = need
         return
     body = launch.counters[:, REC_AT:].reshape(launch.block_dim, launch.log_room, LOG_FIELDS)
