@@ -229,11 +229,14 @@ class Sweep:
         return self._expected
 
     def candidates(self, soc: str) -> list[Candidate]:
+        """The op's candidate tilings on ``soc`` for these inputs (``OpSpec.candidates``), listed once."""
         if soc not in self._candidates:
             self._candidates[soc] = list(self.spec.candidates(self.inputs, get_soc(soc)))
         return self._candidates[soc]
 
     def run(self, job: Job) -> Row:
+        """The row of one job: its candidate run, timed, estimated and judged (:func:`evaluate`). A job planned with
+        other params than the candidate has here is a RuntimeError: candidates must be deterministic."""
         cands = self.candidates(job.soc)
         cand = cands[job.cand]
         if tuple(cand.params.items()) != job.params:
@@ -344,15 +347,19 @@ class ExploreResult:
     seconds: float = 0.0  # the sweep's wall time
 
     def of(self, soc: str) -> list[Row]:
+        """The rows of ``soc``, in their rank order."""
         return [r for r in self.rows if r["soc"] == soc]
 
     def best(self, soc: str) -> Row | None:
+        """The fastest row of ``soc`` that passes, or None."""
         return next((r for r in self.of(soc) if r["best"]), None)
 
     def official(self, soc: str) -> Row | None:
+        """The row of the op's official tiling on ``soc``, or None (it has none, or it was not run)."""
         return next((r for r in self.of(soc) if r["official"]), None)
 
     def having(self, verdict: str) -> list[Row]:
+        """The rows of every SoC with the verdict ``verdict`` (one of :data:`VERDICTS`)."""
         return [r for r in self.rows if r["verdict"] == verdict]
 
     @property
@@ -376,6 +383,7 @@ class ExploreResult:
         return head + list(rest)
 
     def title(self) -> str:
+        """The sweep in a few words: the op, the shape and the dtype."""
         return f"{self.op} {list(self.shape)} {self.dtype}"
 
     def table(self, timings: bool = True, top: int | None = None) -> str:
@@ -421,6 +429,8 @@ class ExploreResult:
             ["soc", "tilings", "pass", "best", "best_us", "official", "official_us", "official/best"], rows)
 
     def to_json(self) -> dict[str, Any]:
+        """The sweep as JSON-ready data: what was swept, per SoC its best and official rows, any error and the
+        count of each verdict, then every row."""
         summary = {soc: {"best": self.best(soc), "official": self.official(soc), "error": self.soc_errors.get(soc),
                          "verdicts": {v: sum(r["verdict"] == v for r in self.of(soc)) for v in VERDICTS}}
                    for soc in self.socs}
@@ -429,11 +439,13 @@ class ExploreResult:
                 "summary": summary, "rows": self.rows}
 
     def write_json(self, path: str | Path) -> Path:
+        """Write :meth:`to_json` to ``path`` (NaN refused: every figure is finite or None); returns the path."""
         path = Path(path)
         path.write_text(json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n")
         return path
 
     def write_csv(self, path: str | Path) -> Path:
+        """Write the rows to ``path`` as CSV, one column per key of :attr:`columns`; returns the path."""
         path = Path(path)
         cols = self.columns
         with path.open("w", newline="") as f:

@@ -298,6 +298,8 @@ def _next_fast_report(op: str, block_dim: int) -> RunReport:
 
 def prepare(op: str, soc: SocSpec, tiling: Any, plan: UbPlan, block_dim: int, checks: bool,
             gm_names: list[str], phase_local_ub: bool = False, gm_bytes: tuple[int, int] = (0, 0)) -> Launch:
+    """The host side of one launch of ``op`` on ``block_dim`` cores of ``soc``: its arenas, counters and
+    records allocated (:class:`Launch`)."""
     return Launch(op, soc, tiling, plan, block_dim, checks, gm_names, phase_local_ub, gm_bytes)
 
 
