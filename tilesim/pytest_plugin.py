@@ -1,6 +1,8 @@
 """The pytest plugin: run a user's tests with every kernel in checked mode, and judge outputs against untiled math.
 
-Installing tilesim registers it (entry point ``pytest11``), so any project's pytest has:
+Installing tilesim registers it (entry point ``pytest11``); pytest itself comes with the ``pytest`` extra
+(``pip install "tilesim[pytest]"``: pytest alone) or the ``test`` extra (tilesim's own test suite's). Any project's
+pytest then has:
 - ``pytest --tilesim-checks`` (or ``tilesim_checks = true`` in the ini file): for the whole session
   :func:`tilesim.launch.force_checks` is on, so every op call that decides with
   :func:`tilesim.launch.checks_enabled` (the shipped ops, and a kernel of your own written like
