@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from .cost import Estimate, estimate_all, estimated, total_us
+from .errors import AclnnError
 from .launch import capture, recorded
 from .opspec import Candidate, Inputs, OpSpec
 from .precision import Expected, Judgement, judge
@@ -58,7 +59,11 @@ def load_ops(modules: Iterable[str]) -> dict[str, tuple[str, OpSpec]]:
     worker process finds it there again). A name two modules define differently is an error."""
     found: dict[str, tuple[str, OpSpec]] = {}
     for module in modules:
-        ops = getattr(importlib.import_module(module), "OPS", None)
+        try:
+            imported = importlib.import_module(module)
+        except ImportError as e:  # the module named, whatever it failed to import
+            raise ImportError(f"cannot import the ops module {module}: {e}") from e
+        ops = getattr(imported, "OPS", None)
         if not isinstance(ops, dict):
             raise ValueError(f"module {module} has no OPS dict of OpSpecs")
         for name, spec in ops.items():
@@ -66,6 +71,19 @@ def load_ops(modules: Iterable[str]) -> dict[str, tuple[str, OpSpec]]:
                 raise ValueError(f"op {name!r} is defined in both {found[name][0]} and {module}")
             found[name] = (module, spec)
     return found
+
+
+def make_inputs(spec: OpSpec, shape: Sequence[int], dtype: str, seed: int = 0) -> Inputs:
+    """The op's inputs (``spec.make_inputs``). A shape its maker cannot read (a wrong rank, say) is a ValueError
+    that names the op, the shape and the op's own shape notation (``shape_help``); an AclnnError, the op's own
+    refusal, is raised as it is."""
+    try:
+        return spec.make_inputs(tuple(shape), dtype, seed)
+    except AclnnError:
+        raise
+    except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError) as e:
+        raise ValueError(f"{spec.name}: no inputs of shape {list(shape)} {dtype} ({e}); its shape: "
+                         f"{spec.shape_help}") from e
 
 
 def run_recorded(spec: OpSpec, inputs: Inputs, tiling: Any, soc: SocSpec,
@@ -215,7 +233,7 @@ class Sweep:
 
     def __init__(self, spec: OpSpec, shape: tuple[int, ...], dtype: str, seed: int) -> None:
         self.spec = spec
-        self.inputs = spec.make_inputs(shape, dtype, seed)
+        self.inputs = make_inputs(spec, shape, dtype, seed)
         self._expected: list[Expected] | None = None
         self._candidates: dict[str, list[Candidate]] = {}
 
