@@ -14,9 +14,8 @@ fails the page's test with the page, the block's line and the traceback. The con
 - ``<!-- docs-test: skip: <why> -->`` on the line before a block: the block is a fragment by intent (device code out
   of its kernel, a test body with ``...`` in it) and is not run; the reason is required.
 
-Blocks of other languages (shell commands, printed output) are not run. Shapes on the pages are the realistic ones
-they show, so a page costs what its code costs: the pages together run in well under a minute with the kernels'
-Numba cache warm (the suite's other tests fill it).
+Blocks of other languages (shell commands, printed output) are not run. A page runs its code as shown, so its shapes
+are the ones a user would start from, not the largest the ops take: a token batch, not a training step's.
 """
 
 from __future__ import annotations
