@@ -276,12 +276,21 @@ def test_cli_unknown_op_names_the_known_ones(capsys) -> None:
     (["explore", "group_norm_backward", "--shape", "1,8,4,1"], "its shape: [N, C, HxW]"),
     (["trace", "nsa_compress_grad", "--shape", "1,1"], "its shape: input [T, N, D]"),
     (["ops", "--ops", "no_such_ops_module"], "cannot import the ops module no_such_ops_module"),
+    (["explore", "swiglu", "--soc", ","], "--soc: name one SoC or more"),
 ])
 def test_cli_bad_arguments_are_usage_errors(argv: list[str], message: str, capsys) -> None:
     with pytest.raises(SystemExit) as e:
         main(argv)
     err = capsys.readouterr().err
     assert e.value.code == 2 and message in err and "Traceback" not in err
+
+
+def test_cli_scheduler_without_dask_names_the_extra(monkeypatch, capsys) -> None:
+    monkeypatch.setitem(sys.modules, "dask.distributed", None)  # what an environment without dask imports
+    with pytest.raises(SystemExit) as e:
+        main(["explore", "swiglu", "--scheduler", "tcp://127.0.0.1:8786", "--quiet"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and 'the dask extra (pip install "tilesim[dask]")' in err and "Traceback" not in err
 
 
 def test_cli_explore_of_a_shape_no_tiling_takes_says_why(tmp_path: Path, capsys) -> None:

@@ -133,6 +133,13 @@ def _explore(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.workers < 1:
         parser.error("--workers: 1 or more")
     socs = [s for s in args.soc.split(",") if s]
+    if not socs:
+        parser.error("--soc: name one SoC or more, comma-separated")
+    if args.scheduler is not None:
+        try:
+            import dask.distributed  # noqa: F401
+        except ImportError:
+            parser.error('--scheduler: needs dask.distributed, the dask extra (pip install "tilesim[dask]")')
     out = args.out or Path("tilesim-explore") / _label(spec, shape, dtype)
     _writable(parser, out, [out / f"explore.{ext}" for ext in ("csv", "json", "png")])
     result = explore(spec, shape, dtype, socs, workers=args.workers, scheduler=args.scheduler,
