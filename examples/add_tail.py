@@ -9,12 +9,11 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from tilesim.tiling.common import require
 
 import tilesim
 from tilesim import machine as asc  # AscendC::
 from tilesim.cost import estimate
-from tilesim.errors import invalid, tiling_error
+from tilesim.errors import invalid, null_error, tiling_error
 from tilesim.launcher import kernel, launch
 from tilesim.opspec import Candidate, Inputs, OpSpec, collect, core_counts, match_tiling, uniform_inputs, with_tiles
 from tilesim.precision import compare
@@ -111,7 +110,8 @@ def add_tail_kernel(ctx, t, x, y, z):
 def add_tail(x: np.ndarray, y: np.ndarray, *, alpha: float = 0.5, soc: str | SocSpec = DEFAULT_SOC,
              tiling: AddTailTiling | None = None, checks: bool = False, out: np.ndarray | None = None) -> np.ndarray:
     """z = (x + y) · alpha by the kernel. Errors raise tilesim.AclnnError; nothing is written on error."""
-    require(x=x, y=y)
+    if x is None or y is None:  # a required input missing: 161001, as aclnn's nullptr check
+        raise null_error("x" if x is None else "y")
     t = add_tail_tiling(x, soc=soc, alpha=alpha) if tiling is None else match_tiling(  # a hand-made one: checked
         tiling, add_tail_tiling, x, soc=soc, core_num=tiling.block_dim, tile_len=tiling.tile_len,
         buffer_num=tiling.buffer_num, alpha=alpha)

@@ -97,12 +97,12 @@ MAX_LEN = 128  # ReduceSum_template folds from 128 repeats down
 FLOAT_PER_BLOCK = 8
 DX_EPS = 1e-5  # the decomposition's eps (GradInputProcess)
 
-# Init_Unified_Buffer's queues and TBufs (the T TBufs None in the float kernel).
 Buffers = namedtuple("Buffers", ["in_queue_dy", "in_queue_x", "in_queue_gamma", "out_queue_dgamma", "out_queue_dbeta",
                                  "temp_queue_hxw", "in_temp_x", "in_temp_dy", "in_tbuf_dy_t", "in_tbuf_x_t",
                                  "in_tbuf_gamma_t", "out_tbuf_dgamma_t", "out_tbuf_dbeta_t"])
-# The GM tensors: the op's, and the two halves of the user workspace (dgamma's, dbeta's), float.
+Buffers.__doc__ = "Init_Unified_Buffer's queues and TBufs (the T TBufs None in the float kernel)."
 Gm = namedtuple("Gm", ["dy", "mean", "rstd", "x", "gamma", "dx", "dgamma", "dbeta", "dgamma_ws", "dbeta_ws"])
+Gm.__doc__ = "The GM tensors: the op's, and the two halves of the user workspace (dgamma's, dbeta's), float."
 
 
 # ---------------------------------------------------------------------------------------------------------------

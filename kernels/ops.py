@@ -329,6 +329,7 @@ def swiglu_grad_candidates(inputs: Inputs, soc: SocSpec) -> list[Candidate]:
 
 
 def swiglu_grad_params(t: Any) -> dict[str, Any]:
+    """The explorer's columns of a SwiGluGrad tiling: block_dim, buffer_num and the base tile (rows x columns)."""
     return {"block_dim": t.block_dim, "buffer_num": t.buffer_num, "tile": f"{t.base_row_len}x{t.base_col_len}"}
 
 
@@ -426,6 +427,7 @@ def softmax_candidates(inputs: Inputs, soc: SocSpec) -> list[Candidate]:
 
 
 def softmax_params(t: Any) -> dict[str, Any]:
+    """The explorer's columns of a Softmax tiling: block_dim, buffer_num and the tile (rows x columns)."""
     return {"block_dim": t.block_dim, "buffer_num": t.buffer_num, "tile": f"{t.tile_rows}x{t.cols}"}
 
 

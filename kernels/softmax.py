@@ -93,9 +93,9 @@ FULL = np.uint64(0xFFFFFFFFFFFFFFFF)
 ONLY_VALUE = int(asc.ReduceOrder.ORDER_ONLY_VALUE)
 PH = asc.MASK_PLACEHOLDER
 
-# The API's tiling inside the kernel (the fields SoftMaxNDImpl reads)
 ApiTiling = namedtuple("ApiTiling", ["src_m", "src_k", "split_m", "split_k", "split_size", "reduce_m", "reduce_k",
                                      "reduce_size", "range_m", "tail_m", "tail_split_size"])
+ApiTiling.__doc__ = "The SoftMax API's tiling inside the kernel (the fields SoftMaxNDImpl reads)."
 
 
 @njit(cache=True, inline="always")

@@ -4,6 +4,7 @@ its OpSpec, and the module run as a script."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import subprocess
@@ -216,3 +217,29 @@ def test_launch_refuses_what_it_cannot_run_before_it_writes(tmp_path: Path) -> N
     assert (z == 7.0).all() and (mapped == 7.0).all()
     launch(add_tail_kernel, t, x, y, z, block_dim=t.block_dim)  # and the next launch is right
     check(z, x, y)
+
+
+def _documented() -> set[str]:
+    """The identifiers the site's pages document (their ``::: identifier`` lines), under their import names
+    (the pages name the repository's kernels/ and tiling/ as griffe reads them: ``kernels.``, ``tiling.``)."""
+    names = set()
+    for page in (ROOT / "docs").rglob("*.md"):
+        for line in page.read_text().splitlines():
+            if line.startswith(":::"):
+                ident = line[3:].strip()
+                names.add("tilesim." + ident if ident.split(".")[0] in ("kernels", "tiling") else ident)
+    return names
+
+
+def test_example_uses_only_documented_names() -> None:
+    """What the example imports from tilesim is on the site: a name of a documented module, or the module
+    itself, so that a user who copies it finds every helper it calls described."""
+    documented = _documented()
+    tree = ast.parse((ROOT / "examples" / "add_tail.py").read_text())
+    imported = [f"{node.module}.{a.name}" for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tilesim"
+                for a in node.names]
+    assert len(imported) > 10
+    undocumented = [n for n in imported if n not in documented and not any(d.startswith(n + ".") for d in documented)
+                    and "tilesim." + n.rsplit(".", 1)[1] not in documented]
+    assert not undocumented, f"examples/add_tail.py imports names no page documents: {undocumented}"

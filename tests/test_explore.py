@@ -269,11 +269,78 @@ def test_cli_unknown_op_names_the_known_ones(capsys) -> None:
     (["explore", "rms_norm_grad", "--shape", "256x1024"], "comma-separated"),
     (["explore", "layer_norm_grad", "--dtype", "bf16"], "fp32, fp16"),
     (["explore", "rms_norm_grad", "--soc", "Ascend999"], "unknown SoC"),
+    (["trace", "rms_norm_grad", "--shape", "8,-1"], "sizes of 0 or more"),
+    (["trace", "rms_norm_grad", "--soc", "Ascend999"], "unknown SoC"),
+    (["trace", "swiglu", "--shape", "4,7"], "odd size 7"),
+    # a shape of the wrong rank: the op's shape notation, not an unpacking error alone
+    (["explore", "group_norm_backward", "--shape", "1,8,4,1"], "its shape: [N, C, HxW]"),
+    (["trace", "nsa_compress_grad", "--shape", "1,1"], "its shape: input [T, N, D]"),
+    (["ops", "--ops", "no_such_ops_module"], "cannot import the ops module no_such_ops_module"),
+    (["explore", "swiglu", "--soc", ","], "--soc: name one SoC or more"),
 ])
 def test_cli_bad_arguments_are_usage_errors(argv: list[str], message: str, capsys) -> None:
     with pytest.raises(SystemExit) as e:
         main(argv)
-    assert e.value.code == 2 and message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and "Traceback" not in err
+
+
+def test_cli_scheduler_without_dask_names_the_extra(monkeypatch, capsys) -> None:
+    monkeypatch.setitem(sys.modules, "dask.distributed", None)  # what an environment without dask imports
+    with pytest.raises(SystemExit) as e:
+        main(["explore", "swiglu", "--scheduler", "tcp://127.0.0.1:8786", "--quiet"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and 'the dask extra (pip install "tilesim[dask]")' in err and "Traceback" not in err
+
+
+def test_cli_explore_of_a_shape_no_tiling_takes_says_why(tmp_path: Path, capsys) -> None:
+    """No SoC takes the inputs: a usage error with the op's reason, as trace gives it, and nothing written."""
+    with pytest.raises(SystemExit) as e:
+        main(["explore", "swiglu", "--shape", "4,7", "--soc", "Ascend910B1,Ascend310P3", "--quiet",
+              "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert "no tilings on Ascend910B1, Ascend310P3: AclnnError: [161002] x: shape [4, 7]" in err and "odd" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_explore_names_why_a_soc_has_no_tilings(tmp_path: Path, capsys) -> None:
+    """One SoC of two takes the inputs: its rows are written, and the other's reason is on stderr too."""
+    assert main(["explore", "swiglu", "--shape", "4,8", "--dtype", "bf16", "--soc", "Ascend910B1,Ascend310P3",
+                 "--quiet", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "!! no tilings on Ascend310P3: AclnnError: [161002] x: dtype bfloat16 not supported on Ascend310P3" in err
+    assert (tmp_path / "explore.json").is_file()
+
+
+@pytest.mark.parametrize("command", ["explore", "trace"])
+@pytest.mark.parametrize("where", ["under a file", "a directory", "an unwritable directory"])
+def test_cli_unwritable_out_is_a_usage_error_before_any_run(command: str, where: str, tmp_path: Path, capsys,
+                                                            monkeypatch) -> None:
+    """An --out the command cannot write stops it at once, with a message and exit status 2: no sweep or run
+    first, no traceback."""
+    import tilesim.cli as cli
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("ran before checking --out")
+
+    monkeypatch.setattr(cli, "explore", no_run)
+    monkeypatch.setattr(cli, "make_inputs", no_run)
+    (tmp_path / "file").write_text("")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "explore.json").mkdir()  # explore writes explore.json there
+    out = {"under a file": tmp_path / "file" / "x", "a directory": tmp_path / "dir",
+           "an unwritable directory": Path("/proc/tilesim-test/x")}[where]
+    if command == "trace" and where == "a directory":
+        message = "Is a directory"
+    elif where == "under a file":
+        message = "is not a directory"
+    else:
+        message = "cannot write"
+    with pytest.raises(SystemExit) as e:
+        main([command, "swiglu", "--shape", "4,8", "--out", str(out)] + (["--quiet"] if command == "explore" else []))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"--out {out}" in err and message in err and "Traceback" not in err
 
 
 def test_python_dash_m_tilesim_runs_the_command() -> None:

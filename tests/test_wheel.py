@@ -23,6 +23,10 @@ def test_the_wheel_takes_no_top_level_name_but_tilesim_and_installs_beside_a_ker
     assert meta.startswith("tilesim-") and meta.endswith(".dist-info")
     for f in ("tilesim/machine/__init__.py", "tilesim/kernels/swiglu.py", "tilesim/tiling/swiglu.py"):
         assert f in files
+    # the pytest extra the plugin's page names: pytest, and nothing heavier
+    metadata = zipfile.ZipFile(wheel).read(f"{meta}/METADATA").decode()
+    assert [line.split(":", 1)[1].strip() for line in metadata.splitlines()
+            if line.startswith("Requires-Dist:") and 'extra == "pytest"' in line] == ['pytest>=8; extra == "pytest"']
 
     env = tmp_path / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)

@@ -139,6 +139,7 @@ def f32_bits_to_fp16_nearest(u, away):
 
 @njit(cache=True, host=True)
 def bf16_to_f32_bits(h):
+    """bf16 bits to fp32 bits, exactly (:func:`tilesim.intrinsics.bf16_widen_bits`)."""
     return bf16_widen_bits(h)
 
 
@@ -150,6 +151,7 @@ def fp16_to_f32_bits(h):
 
 @njit(cache=True, host=True)
 def b16_to_f32_bits(h, kind):
+    """16-bit float bits of the format ``kind`` (KIND_BF16 or KIND_FP16) to fp32 bits, exactly."""
     if kind == KIND_BF16:
         return bf16_to_f32_bits(h)
     return fp16_to_f32_bits(h)
@@ -157,6 +159,8 @@ def b16_to_f32_bits(h, kind):
 
 @njit(cache=True, host=True)
 def f32_bits_to_b16(u, kind, mode):
+    """fp32 bits to the bits of the 16-bit format ``kind`` (KIND_BF16 or KIND_FP16), rounded by the
+    RoundMode ``mode`` (CAST_NONE narrows as CAST_RINT)."""
     if mode == CAST_RINT or mode == CAST_NONE or mode == CAST_ROUND:
         if kind == KIND_BF16:
             return f32_bits_to_bf16_nearest(u, mode == CAST_ROUND)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from .explore import explore, load_ops, run_recorded
+from .explore import explore, load_ops, make_inputs, run_recorded
 from .opspec import OpSpec
 from .precision import compare
 from .soc import DEFAULT_SOC, get_soc
@@ -54,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
                                     "against the untiled math (pass, imprecise: fails Ascend's standard within "
                                     "fp32 rounding, WRONG: beyond it), rank them by estimated NPU time; print a "
                                     "table, write CSV, JSON and a PNG. Exit status 1 when a tiling is wrong or "
-                                    "failed to run.")
+                                    "failed to run, 2 for a usage error (a shape the op takes no tiling of, an "
+                                    "--out that cannot be written: checked before the sweep).")
     _op_args(ex, many_socs=True)
     ex.add_argument("--workers", type=int, default=1, help="local worker processes (default 1: this one)")
     ex.add_argument("--scheduler", metavar="ADDRESS", help="run the sweep on this Dask scheduler (dask.distributed)")
@@ -102,20 +104,58 @@ def _label(spec: OpSpec, shape: tuple[int, ...], dtype: str) -> str:
     return f"{spec.name}-{'x'.join(map(str, shape))}-{dtype}"
 
 
+def _writable(parser: argparse.ArgumentParser, out: Path, files: Sequence[Path]) -> None:
+    """A usage error unless the command can write ``files`` (all in one directory, made when they are written):
+    checked before any work, so that an unwritable ``--out`` costs no sweep. The nearest existing directory must
+    take a new entry (tried, not judged from permission bits, which root and read-only mounts make misleading),
+    and a file that exists must open for writing."""
+    d = files[0].parent
+    while not d.exists() and d != d.parent:
+        d = d.parent
+    if not d.is_dir():
+        parser.error(f"--out {out}: {d} is not a directory")
+    try:
+        with tempfile.TemporaryDirectory(dir=d):
+            pass
+    except OSError as e:
+        parser.error(f"--out {out}: cannot write in {d}: {e.strerror or e}")
+    for f in files:
+        try:
+            if f.exists():
+                with f.open("ab"):
+                    pass
+        except OSError as e:
+            parser.error(f"--out {out}: cannot write {f}: {e.strerror or e}")
+
+
 def _explore(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     module, spec, shape, dtype = _resolve(parser, args)
     if args.workers < 1:
         parser.error("--workers: 1 or more")
     socs = [s for s in args.soc.split(",") if s]
+    if not socs:
+        parser.error("--soc: name one SoC or more, comma-separated")
+    if args.scheduler is not None:
+        try:
+            import dask.distributed  # noqa: F401
+        except ImportError:
+            parser.error('--scheduler: needs dask.distributed, the dask extra (pip install "tilesim[dask]")')
+    out = args.out or Path("tilesim-explore") / _label(spec, shape, dtype)
+    _writable(parser, out, [out / f"explore.{ext}" for ext in ("csv", "json", "png")])
     result = explore(spec, shape, dtype, socs, workers=args.workers, scheduler=args.scheduler,
                      progress=not args.quiet, seed=args.seed, module=module)
+    if len(result.soc_errors) == len(result.socs):  # no SoC takes the inputs: nothing ran, as trace says
+        reasons: dict[str, list[str]] = {}
+        for soc, why in result.soc_errors.items():
+            reasons.setdefault(why, []).append(soc)
+        parser.error("; ".join(f"no tilings on {', '.join(on)}: {why}" for why, on in reasons.items()))
     print(result.table(top=args.top))
-    paths = result.write(args.out or Path("tilesim-explore") / _label(spec, shape, dtype))
+    paths = result.write(out)
     print(f"{len(result.rows)} tilings in {result.seconds:.1f} s; wrote {', '.join(map(str, paths))}")
     if result.failures:
         print(f"!! {len(result.failures)} tilings are wrong or failed to run", file=sys.stderr)
-    if result.soc_errors:
-        print(f"!! no tilings on {', '.join(result.soc_errors)}", file=sys.stderr)
+    for soc, why in result.soc_errors.items():
+        print(f"!! no tilings on {soc}: {why}", file=sys.stderr)
     return 0 if result.ok else 1
 
 
@@ -124,7 +164,9 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
     _, spec, shape, dtype = _resolve(parser, args)
     soc = get_soc(args.soc)
-    inputs = spec.make_inputs(shape, dtype, args.seed)
+    out = args.out or Path(f"{_label(spec, shape, dtype)}-{soc.name}.trace.json")
+    _writable(parser, out, [out])
+    inputs = make_inputs(spec, shape, dtype, args.seed)
     cands = list(spec.candidates(inputs, soc))
     if args.candidate is None:
         k = next(i for i, c in enumerate(cands) if c.official)
@@ -134,7 +176,6 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"--candidate {args.candidate}: {spec.name} has candidates 0..{len(cands) - 1} here")
     cand = cands[k]
     outputs, estimates = run_recorded(spec, inputs, cand.tiling, soc, stages=True)
-    out = args.out or Path(f"{_label(spec, shape, dtype)}-{soc.name}.trace.json")
     write_trace(out, estimates)
     print(f"{spec.name} {list(shape)} {dtype} on {soc.name}, candidate {k}"
           f"{' (official)' if cand.official else ''}: {cand.params}")
@@ -158,11 +199,15 @@ def _list(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a command; the exit status: 0, 1 when a tiling is wrong or failed to run (explore) or an output fails
-    the standard (trace), 2 for a usage error."""
+    the standard (trace), 2 for a usage error: an unknown op, dtype or SoC, a shape the op takes no tiling of (on
+    any SoC asked for), an ``--out`` that cannot be written (checked before any run), each with its message and
+    no traceback."""
     parser = _parser()
     args = parser.parse_args(argv)
     command = {"explore": _explore, "trace": _trace, "ops": _list}[args.command]
     try:
         return command(parser, args)
     except ValueError as e:  # AclnnError is one: an input, shape or SoC the op refuses
+        parser.error(str(e))
+    except OSError as e:  # a file the command cannot write after all (the --out checks come first)
         parser.error(str(e))

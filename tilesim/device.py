@@ -43,17 +43,17 @@ from .schedule import (
 )
 from .ub import PlanTensor
 
-# A core: its index, the block's core count, checked mode, and where its memory lies: the UB (``base``, ``ub_size``
-# bytes), the UB plan's rows (offset, slot bytes, slots), its counter row and its err row, as addresses and sizes;
-# and the address of its launch's stop word (Ctrl-C: :mod:`tilesim.interrupt`).
 # Addresses, not arrays: every instruction takes the core, and Numba passes a namedtuple of arrays as some forty
 # scalars plus a reference count per array, which cost more than a small instruction's own work.
 Core = namedtuple("Core", ["idx", "block_num", "checks", "base", "ub_size", "plan_at", "plan_rows", "cnt_at",
                            "cnt_size", "err_at", "err_size", "stop_at"])
-# A GM tensor: its tag (for reports), the address and size in bytes of the host array's memory, and its element
-# size. Bytes rather than typed elements, so that one compiled kernel serves every dtype, as one binary does on the
-# NPU. The host array must outlive the tensor (the launch keeps its arguments alive).
+Core.__doc__ = """A core: its index, the block's core count, checked mode (:func:`checks_field`), and where its memory
+lies: the UB (``base``, ``ub_size`` bytes), the UB plan's rows (offset, slot bytes, slots), its counter row and its
+err row, as addresses and sizes; and the address of its launch's stop word (Ctrl-C: :mod:`tilesim.interrupt`)."""
+# Bytes rather than typed elements, so that one compiled kernel serves every dtype, as one binary does on the NPU.
 GlobalTensor = namedtuple("GlobalTensor", ["tag", "addr", "nbytes", "isz"])
+GlobalTensor.__doc__ = """A GM tensor: its tag (for reports), the address and size in bytes of the host array's memory,
+and its element size. The host array must outlive the tensor (the launch keeps its arguments alive)."""
 
 # Counter columns.
 MTE2_BYTES = 0  # GM to UB, bytes read from GM
@@ -219,6 +219,8 @@ def recorded_only(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def checks_field(checks):  # type: ignore[no-untyped-def]
+    """Core.checks of a launch with checks ``checks``: the host's value; in compiled code None for the fast
+    build, the launch's flag for the checked build (:func:`checks_field_typed`)."""
     return checks
 
 
@@ -410,7 +412,7 @@ def count_mte3(core, g, src, off, rows, row_len, stride, atomic):
          row_len * isz, stride * isz)
 
 
-# at and f32 are called from many places. They are plain functions, not inline="always": Numba inlines at the
+# at is called from many places. It is a plain function, not inline="always": Numba inlines at the
 # level of its own IR, translating the callee's bytecode again at every call site, while LLVM inlines a plain
 # function this small anyway once its code is linked into the caller (measured on the primitives the programming
 # model replaced: every kernel's cold compile 116 s inlined against 93 s, the kernels as fast either way).
@@ -549,6 +551,8 @@ def flow2(core, dst, a, b, nbytes):
 
 @njit(cache=True, inline="always")
 def lane_state(sh, o, size):
+    """The shadow state of one lane of ``size`` bytes at ``sh[o]``: its bytes' states mixed
+    (:func:`mix_state`)."""
     v = sh[o]
     for j in range(1, size):
         v = mix_state(v, sh[o + j])
@@ -646,6 +650,8 @@ def _ub_check(core, t, nbytes):
 
 @njit(cache=True, inline="always")
 def shadow_of(core):
+    """Checked mode's UB shadow of the core: one byte per UB byte (UNWRITTEN, WRITTEN or CLOBBERED), an array
+    over its err row."""
     return carray(address_as_pointer(core.err_at + SHADOW_COL * 8, np.uint8), core.ub_size)
 
 
@@ -719,21 +725,19 @@ def ub_view(core, addr, n, dtype):
     return carray(address_as_pointer(core.base + addr, dtype), n)
 
 
-@njit(cache=True)
-def f32(core, t, n):
-    return ub_view(core, t.addr, n, np.float32)
-
-
 @njit(cache=True, inline="always")
 def u16(core, t, n):
+    """The first ``n`` elements of the LocalTensor ``t`` as uint16 bits (:func:`ub_view`)."""
     return ub_view(core, t.addr, n, np.uint16)
 
 
 @njit(cache=True, inline="always")
 def u32(core, t, n):
+    """The first ``n`` elements of the LocalTensor ``t`` as uint32 bits (:func:`ub_view`)."""
     return ub_view(core, t.addr, n, np.uint32)
 
 
 @njit(cache=True, inline="always")
 def repeats(nbytes):
+    """The 256 B repeats ``nbytes`` bytes take, the last one partial."""
     return (nbytes + 255) // 256

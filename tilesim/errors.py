@@ -52,12 +52,21 @@ class CheckError(AclnnError):
 
 
 def null_error(param: str) -> AclnnError:
+    """The error of a required argument given as None: status 161001 (ACLNN_ERR_PARAM_NULLPTR), naming
+    ``param``."""
     return AclnnError(ACLNN_ERR_PARAM_NULLPTR, f"{param} must not be None (nullptr)")
 
 
 def invalid(param: str, rule: str) -> AclnnError:
+    """The error of an invalid input: status 161002 (ACLNN_ERR_PARAM_INVALID), its ``.message``
+    ``"<param>: <rule>"``. An op function raises it for what its aclnn API refuses in GetWorkspaceSize: a dtype,
+    a shape, a value outside its range. Returned, not raised: ``raise invalid("x", "must not be empty")``."""
     return AclnnError(ACLNN_ERR_PARAM_INVALID, f"{param}: {rule}")
 
 
 def tiling_error(param: str, rule: str) -> AclnnError:
+    """The error of a tiling the kernel cannot run: status 561002 (ACLNN_ERR_INNER_TILING_ERROR), its
+    ``.message`` ``"<param>: <rule>"``. A tiling function raises it for a free choice it refuses (a core count, a tile
+    size, a buffer count) or an input its tiling cannot split. Returned, not raised:
+    ``raise tiling_error("buffer_num", "must be 1 or 2")``."""
     return AclnnError(ACLNN_ERR_INNER_TILING_ERROR, f"{param}: {rule}")

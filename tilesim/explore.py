@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from .cost import Estimate, estimate_all, estimated, total_us
+from .errors import AclnnError
 from .launch import capture, recorded
 from .opspec import Candidate, Inputs, OpSpec
 from .precision import Expected, Judgement, judge
@@ -58,7 +59,11 @@ def load_ops(modules: Iterable[str]) -> dict[str, tuple[str, OpSpec]]:
     worker process finds it there again). A name two modules define differently is an error."""
     found: dict[str, tuple[str, OpSpec]] = {}
     for module in modules:
-        ops = getattr(importlib.import_module(module), "OPS", None)
+        try:
+            imported = importlib.import_module(module)
+        except ImportError as e:  # the module named, whatever it failed to import
+            raise ImportError(f"cannot import the ops module {module}: {e}") from e
+        ops = getattr(imported, "OPS", None)
         if not isinstance(ops, dict):
             raise ValueError(f"module {module} has no OPS dict of OpSpecs")
         for name, spec in ops.items():
@@ -66,6 +71,19 @@ def load_ops(modules: Iterable[str]) -> dict[str, tuple[str, OpSpec]]:
                 raise ValueError(f"op {name!r} is defined in both {found[name][0]} and {module}")
             found[name] = (module, spec)
     return found
+
+
+def make_inputs(spec: OpSpec, shape: Sequence[int], dtype: str, seed: int = 0) -> Inputs:
+    """The op's inputs (``spec.make_inputs``). A shape its maker cannot read (a wrong rank, say) is a ValueError
+    that names the op, the shape and the op's own shape notation (``shape_help``); an AclnnError, the op's own
+    refusal, is raised as it is."""
+    try:
+        return spec.make_inputs(tuple(shape), dtype, seed)
+    except AclnnError:
+        raise
+    except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError) as e:
+        raise ValueError(f"{spec.name}: no inputs of shape {list(shape)} {dtype} ({e}); its shape: "
+                         f"{spec.shape_help}") from e
 
 
 def run_recorded(spec: OpSpec, inputs: Inputs, tiling: Any, soc: SocSpec,
@@ -215,7 +233,7 @@ class Sweep:
 
     def __init__(self, spec: OpSpec, shape: tuple[int, ...], dtype: str, seed: int) -> None:
         self.spec = spec
-        self.inputs = spec.make_inputs(shape, dtype, seed)
+        self.inputs = make_inputs(spec, shape, dtype, seed)
         self._expected: list[Expected] | None = None
         self._candidates: dict[str, list[Candidate]] = {}
 
@@ -229,11 +247,14 @@ class Sweep:
         return self._expected
 
     def candidates(self, soc: str) -> list[Candidate]:
+        """The op's candidate tilings on ``soc`` for these inputs (``OpSpec.candidates``), listed once."""
         if soc not in self._candidates:
             self._candidates[soc] = list(self.spec.candidates(self.inputs, get_soc(soc)))
         return self._candidates[soc]
 
     def run(self, job: Job) -> Row:
+        """The row of one job: its candidate run, timed, estimated and judged (:func:`evaluate`). A job planned with
+        other params than the candidate has here is a RuntimeError: candidates must be deterministic."""
         cands = self.candidates(job.soc)
         cand = cands[job.cand]
         if tuple(cand.params.items()) != job.params:
@@ -344,15 +365,19 @@ class ExploreResult:
     seconds: float = 0.0  # the sweep's wall time
 
     def of(self, soc: str) -> list[Row]:
+        """The rows of ``soc``, in their rank order."""
         return [r for r in self.rows if r["soc"] == soc]
 
     def best(self, soc: str) -> Row | None:
+        """The fastest row of ``soc`` that passes, or None."""
         return next((r for r in self.of(soc) if r["best"]), None)
 
     def official(self, soc: str) -> Row | None:
+        """The row of the op's official tiling on ``soc``, or None (it has none, or it was not run)."""
         return next((r for r in self.of(soc) if r["official"]), None)
 
     def having(self, verdict: str) -> list[Row]:
+        """The rows of every SoC with the verdict ``verdict`` (one of :data:`VERDICTS`)."""
         return [r for r in self.rows if r["verdict"] == verdict]
 
     @property
@@ -376,6 +401,7 @@ class ExploreResult:
         return head + list(rest)
 
     def title(self) -> str:
+        """The sweep in a few words: the op, the shape and the dtype."""
         return f"{self.op} {list(self.shape)} {self.dtype}"
 
     def table(self, timings: bool = True, top: int | None = None) -> str:
@@ -421,6 +447,8 @@ class ExploreResult:
             ["soc", "tilings", "pass", "best", "best_us", "official", "official_us", "official/best"], rows)
 
     def to_json(self) -> dict[str, Any]:
+        """The sweep as JSON-ready data: what was swept, per SoC its best and official rows, any error and the
+        count of each verdict, then every row."""
         summary = {soc: {"best": self.best(soc), "official": self.official(soc), "error": self.soc_errors.get(soc),
                          "verdicts": {v: sum(r["verdict"] == v for r in self.of(soc)) for v in VERDICTS}}
                    for soc in self.socs}
@@ -429,11 +457,13 @@ class ExploreResult:
                 "summary": summary, "rows": self.rows}
 
     def write_json(self, path: str | Path) -> Path:
+        """Write :meth:`to_json` to ``path`` (NaN refused: every figure is finite or None); returns the path."""
         path = Path(path)
         path.write_text(json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n")
         return path
 
     def write_csv(self, path: str | Path) -> Path:
+        """Write the rows to ``path`` as CSV, one column per key of :attr:`columns`; returns the path."""
         path = Path(path)
         cols = self.columns
         with path.open("w", newline="") as f:

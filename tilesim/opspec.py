@@ -21,6 +21,7 @@ from .precision import ErrorBound
 from .soc import SocSpec
 
 Inputs = dict[str, Any]
+"""An op's inputs by name, as ``OpSpec.make_inputs`` makes them and ``run`` and ``reference`` take them."""
 DTYPES = {"fp32": np.dtype(np.float32), "bf16": np.dtype(ml_dtypes.bfloat16), "fp16": np.dtype(np.float16)}
 
 

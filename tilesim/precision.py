@@ -35,6 +35,8 @@ SMALL_VALUE = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": 2.0 ** -
 
 @dataclass(frozen=True)
 class Precision:
+    """A verdict of Ascend's precision standard on one output (:func:`compare`): MERE and MARE, MARE with the
+    standard's 1e-7 floor, and the threshold T of ``dtype``; ``str()`` gives the verdict in one line."""
     dtype: str
     mere: float
     mare: float
@@ -43,6 +45,7 @@ class Precision:
 
     @property
     def ok(self) -> bool:
+        """Whether the output passes: MERE < T and MARE < 10 T."""
         return self.mere < self.threshold and self.mare < 10 * self.threshold
 
     def __str__(self) -> str:
@@ -74,8 +77,12 @@ def compare(actual: np.ndarray, golden: np.ndarray, dtype: str | None = None) ->
 
 @accepts_torch
 def assert_close(actual: np.ndarray, golden: np.ndarray, dtype: str | None = None, what: str = "output") -> None:
+    """Assert that ``actual`` passes Ascend's precision standard against float64 ``golden`` (:func:`compare`, the
+    standard for ``dtype``, default actual's dtype); the AssertionError's message names ``what`` and gives the
+    verdict (MERE, MARE and their thresholds). Takes numpy arrays or torch tensors."""
     p = compare(actual, golden, dtype)
-    assert p.ok, f"{what}: {p}"
+    if not p.ok:  # not an assert statement: python -O would strip it
+        raise AssertionError(f"{what}: {p}")
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """The pytest plugin: run a user's tests with every kernel in checked mode, and judge outputs against untiled math.
 
-Installing tilesim registers it (entry point ``pytest11``), so any project's pytest has:
+Installing tilesim registers it (entry point ``pytest11``); pytest itself comes with the ``pytest`` extra
+(``pip install "tilesim[pytest]"``: pytest alone) or the ``test`` extra (tilesim's own test suite's). Any project's
+pytest then has:
 - ``pytest --tilesim-checks`` (or ``tilesim_checks = true`` in the ini file): for the whole session
   :func:`tilesim.launch.force_checks` is on, so every op call that decides with
   :func:`tilesim.launch.checks_enabled` (the shipped ops, and a kernel of your own written like
@@ -29,6 +31,7 @@ _PREVIOUS = pytest.StashKey[bool]()  # the force flag before this session set it
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """pytest hook: the ``--tilesim-checks`` option and the ``tilesim_checks`` ini setting."""
     group = parser.getgroup("tilesim")
     group.addoption("--tilesim-checks", action="store_true", default=False,
                     help="run every tilesim op in checked mode, whatever checks= its caller passes (ops that "
@@ -42,18 +45,22 @@ def _requested(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """pytest hook: with ``--tilesim-checks`` (or the ini setting), force checked mode for the session, keeping
+    the flag it found."""
     if _requested(config):
         config.stash[_PREVIOUS] = checks_enabled(False)  # True only when forced
         force_checks(True)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    """pytest hook: give the force flag back the value the session found."""
     if _PREVIOUS in config.stash:  # restore, so a pytest run inside a test (pytester) leaves its caller as it was
         force_checks(config.stash[_PREVIOUS])
         del config.stash[_PREVIOUS]
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
+    """pytest hook: a header line when the session forces checked mode."""
     if _requested(config):
         return "tilesim: checked mode forced on every kernel launch (--tilesim-checks)"
     return None

@@ -15,6 +15,8 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True)
 class SocSpec:
+    """One SoC's figures, as its ``platform_config`` ini gives them: the core counts, the UB and L2 sizes, the
+    32 B block, the 256 B repeat and the largest repeat count (:func:`get_soc` looks one up by name)."""
     name: str
     short_soc: str  # Short_SoC_version of the ini: Ascend910B, Ascend910_93, Ascend310P, Ascend910
     arch: int  # __CCE_AICORE__: 220 (910B/910_93), 200 (310P), 100 (910 training series)
@@ -48,6 +50,7 @@ class SocSpec:
 
     @property
     def supports_bf16(self) -> bool:
+        """True on the parts whose ops take bfloat16 (arch 220: 910B and 910_93), False on 310P and 910."""
         return self.arch == 220
 
 
@@ -95,4 +98,5 @@ def get_soc(name: str | SocSpec = DEFAULT_SOC) -> SocSpec:
 
 
 def list_socs() -> list[str]:
+    """The names :func:`get_soc` knows, sorted."""
     return sorted(_SOCS)

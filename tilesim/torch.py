@@ -39,6 +39,7 @@ class RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, weight: Tensor, eps: float, soc: Soc, checks: bool | None) -> Tensor:
+        """y by aclnnRmsNorm's kernel; saves x, the kernel's rstd and weight for the backward."""
         y, rstd = kernels.rms_norm(x, weight, epsilon=eps, soc=soc, checks=checks)
         ctx.save_for_backward(x, rstd, weight)
         ctx.soc, ctx.checks = soc, checks
@@ -46,6 +47,8 @@ class RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
+        """dx and dweight by aclnnRmsNormGrad's kernel (dweight in weight's dtype), None for what needs no
+        gradient."""
         x, rstd, weight = ctx.saved_tensors
         dx, dweight = kernels.rms_norm_grad(dy, x, rstd, weight, soc=ctx.soc, checks=ctx.checks)
         need = ctx.needs_input_grad
@@ -58,12 +61,14 @@ class SwiGLUFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, dim: int, soc: Soc, checks: bool | None) -> Tensor:
+        """y by aclnnSwiGlu's kernel; saves x for the backward."""
         ctx.save_for_backward(x)
         ctx.dim, ctx.soc, ctx.checks = dim, soc, checks
         return kernels.swiglu(x, dim, soc=soc, checks=checks)
 
     @staticmethod
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
+        """dx by aclnnSwiGluGrad's kernel."""
         (x,) = ctx.saved_tensors
         return kernels.swiglu_grad(dy, x, ctx.dim, soc=ctx.soc, checks=ctx.checks), None, None, None
 
@@ -76,6 +81,8 @@ class LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, eps: float, soc: Soc,
                 checks: bool | None) -> Tensor:
+        """y by torch's layer_norm; checks the backward's rules first and saves x, the variance and mean in x's
+        dtype and weight."""
         x32 = x.float()
         var, mean = torch.var_mean(x32, dim=-1, correction=0)
         var, mean = var.to(x.dtype), mean.to(x.dtype)
@@ -86,6 +93,8 @@ class LayerNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
+        """dx, dweight and dbias by the LayerNormGrad and LayerNormGradBeta kernel, None for what needs no
+        gradient."""
         x, var, mean, weight = ctx.saved_tensors
         dx, dweight, dbias = kernels.layer_norm_grad(dy, x, var, mean, weight, epsilon=ctx.eps, soc=ctx.soc,
                                                      checks=ctx.checks)
@@ -101,6 +110,7 @@ class GroupNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, groups: int, weight: Tensor | None, bias: Tensor | None, eps: float, soc: Soc,
                 checks: bool | None) -> Tensor:
+        """y by torch's native_group_norm; saves x, its mean and rstd in x's dtype and weight for the backward."""
         n, c = x.shape[0], x.shape[1]
         hxw = math.prod(x.shape[2:])
         y, mean, rstd = torch.native_group_norm(x, weight, bias, n, c, hxw, groups, eps)
@@ -111,6 +121,8 @@ class GroupNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
+        """dx, dweight and dbias by aclnnGroupNormBackward's kernel, computing only those a gradient is needed
+        of (its output mask)."""
         x, mean, rstd, weight = ctx.saved_tensors
         n, c, hxw, groups = ctx.shape
         mask = (ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[2],
@@ -165,9 +177,11 @@ class RMSNorm(nn.Module):
             self.register_buffer("weight", ones)
 
     def forward(self, x: Tensor) -> Tensor:
+        """The layer applied to x (:func:`rms_norm`)."""
         return rms_norm(x, self.weight, self.eps, soc=self.soc, checks=self.checks)
 
     def extra_repr(self) -> str:
+        """The shape, eps and SoC in the module's repr."""
         return f"{self.normalized_shape}, eps={self.eps}, soc={self.soc!r}"
 
 
@@ -180,9 +194,11 @@ class SwiGLU(nn.Module):
         self.dim, self.soc, self.checks = dim, soc, checks
 
     def forward(self, x: Tensor) -> Tensor:
+        """The layer applied to x (:func:`swiglu`)."""
         return swiglu(x, self.dim, soc=self.soc, checks=self.checks)
 
     def extra_repr(self) -> str:
+        """The dim and SoC in the module's repr."""
         return f"dim={self.dim}, soc={self.soc!r}"
 
 
@@ -197,6 +213,7 @@ class LayerNorm(nn.LayerNorm):
         self.soc, self.checks = soc, checks
 
     def forward(self, x: Tensor) -> Tensor:
+        """The layer applied to x (:func:`layer_norm`)."""
         return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps, soc=self.soc,
                           checks=self.checks)
 
@@ -210,6 +227,7 @@ class GroupNorm(nn.GroupNorm):
         self.soc, self.checks = soc, checks
 
     def forward(self, x: Tensor) -> Tensor:
+        """The layer applied to x (:func:`group_norm`)."""
         return group_norm(x, self.num_groups, self.weight, self.bias, self.eps, soc=self.soc, checks=self.checks)
 
 

@@ -22,17 +22,22 @@ from .memo import by_identity
 
 BLOCK = 32
 
-# ``gen``: the allocation the queue buffer was taken for (AllocTensor's count of that queue), so that checked mode
-# can tell a tensor used after its buffer went to a later allocation; -1 for a tensor not tracked.
 PlanTensor = namedtuple("PlanTensor", ["buf", "addr", "gen"], defaults=(-1,))
+PlanTensor.__doc__ = """A LocalTensor's place in the UB: the plan row (buffer) that owns it, its byte address in the
+core's arena, and ``gen``, the allocation the queue buffer was taken for (AllocTensor's count of that queue), so
+that checked mode can tell a tensor used after its buffer went to a later allocation; -1 for a tensor not
+tracked."""
 
 
 def align_up(n: int, a: int) -> int:
+    """``n`` rounded up to a multiple of ``a``."""
     return (n + a - 1) // a * a
 
 
 @dataclass
 class UbBuffer:
+    """One buffer of a UB plan (an InitBuffer): its name, its offset in the UB, one slot's bytes (rounded up to
+    32 B) and its slots (``buffer_num``)."""
     name: str
     offset: int
     nbytes: int  # one slot, rounded up to 32 B
@@ -41,6 +46,7 @@ class UbBuffer:
 
     @property
     def total(self) -> int:
+        """The buffer's bytes: its slots times a slot's."""
         return self.nbytes * self.buffer_num
 
 
@@ -107,6 +113,8 @@ class UbPlan:
         return max(self.capacity - self.used, 0)
 
     def check(self) -> UbPlan:
+        """Raise :class:`tilesim.UbOverflowError` when the plan does not fit ``capacity``, naming every buffer with its
+        slots, bytes and offset; returns the plan."""
         if self.used > self.capacity:
             rows = "; ".join(f"{b.name} {b.buffer_num} x {b.nbytes} B = {b.total} B at {b.offset}"
                              for b in self.buffers if b.nbytes)
@@ -125,9 +133,12 @@ class UbPlan:
         return a
 
     def names(self) -> list[str]:
+        """The buffers' names, by index."""
         return [b.name for b in self.buffers]
 
     def table(self) -> str:
+        """The plan as the run report prints it: a line per buffer of nonzero size (offset, slot bytes, slots, total),
+        then the bytes used of the capacity."""
         lines = [f"  {'buffer':<14}{'offset':>8}{'slot B':>9}{'slots':>6}{'total B':>9}"]
         lines += [f"  {b.name:<14}{b.offset:>8}{b.nbytes:>9}{b.buffer_num:>6}{b.total:>9}" for b in self.buffers
                   if b.nbytes]

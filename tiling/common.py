@@ -19,10 +19,12 @@ U32 = 0xFFFFFFFF
 
 
 def ceil_div(a: int, b: int) -> int:
+    """``a / b`` rounded up, in integers (CeilDiv)."""
     return (a + b - 1) // b
 
 
 def align_up(a: int, b: int) -> int:
+    """``a`` rounded up to a multiple of ``b`` (AlignUp)."""
     return ceil_div(a, b) * b
 
 
@@ -53,10 +55,12 @@ def dtype_name(t: Any) -> str:
 
 
 def shape_of(t: Any) -> tuple[int, ...]:
+    """A tensor's shape as a tuple of ints (an array's, a torch tensor's or a :class:`TensorMeta`'s)."""
     return tuple(map(int, t.shape))
 
 
 def numel(shape: tuple[int, ...]) -> int:
+    """The element count of ``shape`` (1 for a scalar's empty shape)."""
     n = 1
     for s in shape:
         n *= s

@@ -77,13 +77,16 @@ class LayerNormGradOpTiling:
 
     @property
     def dtype(self) -> str:
+        """The inputs' dtype name: 'float32' or 'float16' (from ``data_type``)."""
         return FP32 if self.data_type == 0 else FP16
 
     def rows_of_core(self, core: int) -> int:
+        """The rows core ``core`` takes: ``block_factor``, the last core ``tail_rows``."""
         return self.tail_rows if core == self.block_dim - 1 else self.block_factor
 
     @property
     def tiling_key(self) -> int:
+        """The kernel variant: data_type · 10 + tmp_mode · 2 + is_reuse_source."""
         return self.data_type * 10 + self.tmp_mode * 2 + self.is_reuse_source
 
 

@@ -114,17 +114,21 @@ class RmsNormTiling:
 
     @property
     def mode(self) -> int:
+        """The kernel's mode (MODE_NORMAL, MODE_SPLIT_D, MODE_MERGE_N or MODE_SINGLE_ROW): the tiling key on A2."""
         return self.tiling_key
 
     @property
     def x_itemsize(self) -> int:
+        """Bytes of an element of x: 4 for fp32, 2 for fp16 and bf16."""
         return 4 if self.dtype_key == DTYPE_KEY[FP32] else 2
 
     @property
     def gamma_itemsize(self) -> int:
+        """Bytes of an element of gamma: 4 with fp32 x or mixed dtypes (b16 x, fp32 gamma), else 2."""
         return 4 if self.is_mix_dtype or self.x_itemsize == 4 else 2
 
     def rows_of_core(self, core: int) -> int:
+        """The rows core ``core`` takes: ``block_factor``, the last core ``last_block_factor``."""
         return self.last_block_factor if core == self.block_dim - 1 else self.block_factor
 
 

@@ -74,6 +74,7 @@ class RmsNormGradTiling:
         return self.tiling_key == SPLIT_N and self.col_val_align <= SMALL_D_THRESHOLD
 
     def rows_of_core(self, core: int) -> int:
+        """The rows core ``core`` takes: ``block_factor``, the last core ``core_calc_tail`` where that is not 0."""
         last = core == self.block_dim - 1
         return self.core_calc_tail if (last and self.core_calc_tail) else self.block_factor
 

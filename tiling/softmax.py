@@ -209,6 +209,7 @@ class SoftmaxOpTiling:
 
     @property
     def dtype(self) -> str:
+        """The input's dtype name: 'float32' or 'float16' (from ``itemsize``)."""
         return FP32 if self.itemsize == 4 else FP16
 
     @property

@@ -68,14 +68,17 @@ class SwiGluGradTiling:
 
     @property
     def dtype(self) -> str:
+        """The inputs' dtype name, from the tiling key."""
         return {v: k for k, v in TILING_KEY.items()}[self.tiling_key]
 
     @property
     def itemsize(self) -> int:
+        """Bytes of an element of the inputs."""
         return ITEMSIZE[self.dtype]
 
     @property
     def buffer_num(self) -> int:
+        """Buffers per queue: 2 with double buffering (``is_double_buffer``), else 1."""
         return 2 if self.is_double_buffer else 1
 
     @property
@@ -92,14 +95,17 @@ class SwiGluGradTiling:
 
     @property
     def row_tile_num(self) -> int:
+        """Tiles along the rows: row_len over base_row_len, rounded up."""
         return ceil_div(self.row_len, self.base_row_len)
 
     @property
     def col_tile_num(self) -> int:
+        """Tiles along a row: col_len over base_col_len, rounded up."""
         return ceil_div(self.col_len, self.base_col_len)
 
     @property
     def total_tile_num(self) -> int:
+        """Tiles in all: row_tile_num · col_tile_num, shared out over the cores."""
         return self.row_tile_num * self.col_tile_num
 
     def tiles_of_core(self, core: int) -> range:

@@ -65,6 +65,15 @@ DataCopyExtParams = namedtuple("DataCopyExtParams", ["block_count", "block_len",
                                defaults=(1, 0, 0, 0))
 DataCopyPadExtParams = namedtuple("DataCopyPadExtParams", ["is_pad", "left_padding", "right_padding",
                                                            "padding_value"], defaults=(False, 0, 0, 0))
+DataCopyParams.__doc__ = """DataCopyParams(blockCount, blockLen, srcStride, dstStride) of DataCopy: ``block_count`` rows
+of ``block_len`` 32 B blocks; the strides are the gaps from one row's end to the next one's start, in 32 B blocks
+on both sides."""
+DataCopyExtParams.__doc__ = """DataCopyExtParams(blockCount, blockLen, srcStride, dstStride) of DataCopyPad:
+``block_count`` rows of ``block_len`` bytes; the gaps from one row's end to the next one's start are in bytes on the
+GM side and in 32 B blocks on the UB side."""
+DataCopyPadExtParams.__doc__ = """DataCopyPadExtParams<T>(isPad, leftPadding, rightPadding, paddingValue) of
+DataCopyPad GM to UB: ``left_padding`` and ``right_padding`` elements (each at most 32 B) before and after each
+row's data in UB, and ``padding_value``, the value they take with ``is_pad``."""
 BLOCK = 32
 _DATA_COPY, _DATA_COPY_PAD, _INIT_OUTPUT = op_code("DataCopy"), op_code("DataCopyPad"), op_code("InitOutput")
 _V_MTE3 = int(HardEvent.V_MTE3)

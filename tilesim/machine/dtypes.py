@@ -51,6 +51,7 @@ _BY_NUMPY = {d.numpy: d for d in ALL if d is not uint16} | {np.dtype(np.uint16):
 
 
 def by_name(name: str) -> DType:
+    """The element type of its Ascend C name (``"float"``, ``"half"``, ``"bfloat16_t"``, ...)."""
     return _BY_NAME[name]
 
 
@@ -70,6 +71,7 @@ class ElemType(ConstantType):
 
     @property
     def dt(self) -> DType:
+        """The :class:`DType` this type stands for."""
         return self.value
 
 

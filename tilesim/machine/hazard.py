@@ -173,6 +173,8 @@ def hz_issue(core, q):
 
 @checked_only(None)
 def hz_set(core, ev, k, by, src):
+    """Checked mode: SetFlag of event ``ev``, id ``k`` (``by``: 1 the kernel's own, 2 a queue call's) carries pipe
+    ``src``'s clock; a flag already set and not waited for is reported (ERR_DOUBLE_SET)."""
     if not core.checks:
         return
     h = _hz(core)
@@ -185,6 +187,8 @@ def hz_set(core, ev, k, by, src):
 
 @checked_only(None)
 def hz_wait(core, ev, k, dst):
+    """Checked mode: WaitFlag of event ``ev``, id ``k``: pipe ``dst`` learns the clock its SetFlag carried and
+    the flag is cleared; a flag never set is reported (ERR_WAIT_UNSET: the NPU would wait for ever)."""
     if not core.checks:
         return
     h = _hz(core)
@@ -198,6 +202,8 @@ def hz_wait(core, ev, k, dst):
 
 @checked_only(None)
 def hz_barrier(core, q):
+    """Checked mode: PipeBarrier of pipe ``q``: the pipe's next instructions are ordered after every one it issued
+    before (``q`` -1, PIPE_ALL: every pipe's after every pipe's)."""
     if not core.checks:
         return
     h = _hz(core)

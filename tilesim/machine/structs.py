@@ -30,6 +30,7 @@ class ConstantType(types.Dummy):
     def key(self) -> tuple[str, str]:
         # .get: a cache index that an older version of the type wrote unpickles without the attribute, and is
         # hashed before Numba finds its stamp stale and discards it
+        """Numba's identity of the type (its equality, hash and cache key): the constant's class and repr."""
         v = self.__dict__.get("value")
         return type(v).__qualname__, repr(v)
 
@@ -60,9 +61,11 @@ class StructType(types.Type):
 
     @property
     def key(self) -> tuple[Any, ...]:
+        """Numba's identity of the type (its equality, hash and cache key): its type parameters."""
         return self.params
 
     def field_types(self) -> list[tuple[str, Any]]:
+        """The fields with their Numba types, parameter names resolved: the members of the struct's data model."""
         return [(n, getattr(self, t) if isinstance(t, str) else t) for n, t in self.FIELDS]
 
 

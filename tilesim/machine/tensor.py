@@ -81,6 +81,8 @@ class KernelContextType(CoreHandle):
 
 @struct_type
 class LocalTensorType(StructType):
+    """A LocalTensor's Numba type, parametrised by its element type and build: its UB plan row, byte offset,
+    length in bytes and allocation (see the module's docstring)."""
     PARAMS = ("dtype", "checks")
     FIELDS = (("ctx", types.int64), ("checks", "checks"), ("buf", types.int64), ("addr", types.int64),
               ("nbytes", types.int64), ("gen", types.int64))
@@ -88,6 +90,8 @@ class LocalTensorType(StructType):
 
 @struct_type
 class GlobalTensorType(StructType):
+    """A GlobalTensor's Numba type, parametrised by its element type and build: its GM tag, the whole tensor's
+    host address and bytes, and this (sub-)tensor's byte offset in it (see the module's docstring)."""
     PARAMS = ("dtype", "checks")
     FIELDS = (("ctx", types.int64), ("checks", "checks"), ("tag", types.int64), ("base", types.int64),
               ("size", types.int64), ("off", types.int64))

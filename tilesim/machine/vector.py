@@ -66,6 +66,16 @@ UnaryRepeatParams = namedtuple("UnaryRepeatParams", ["dst_blk_stride", "src_blk_
                                                      "src_rep_stride"], defaults=(1, 1, 8, 8))
 CopyRepeatParams = namedtuple("CopyRepeatParams", ["dst_stride", "src_stride", "dst_repeat_size", "src_repeat_size"],
                               defaults=(1, 1, 8, 8))
+BinaryRepeatParams.__doc__ = """BinaryRepeatParams(dstBlkStride, src0BlkStride, src1BlkStride, dstRepStride,
+src0RepStride, src1RepStride) of a level-0 binary instruction: per operand, the stride between the 32 B blocks of
+one repeat and between the starts of consecutive repeats, both in 32 B blocks (the struct's other fields are
+reserved)."""
+UnaryRepeatParams.__doc__ = """UnaryRepeatParams(dstBlkStride, srcBlkStride, dstRepStride, srcRepStride) of a level-0
+unary or scalar instruction: per operand, the stride between the 32 B blocks of one repeat and between the starts
+of consecutive repeats, both in 32 B blocks."""
+CopyRepeatParams.__doc__ = """CopyRepeatParams(dstStride, srcStride, dstRepeatSize, srcRepeatSize) of Copy: per operand,
+the stride between the 32 B blocks of one repeat and between the starts of consecutive repeats, both in 32 B
+blocks."""
 
 
 class Marker:
@@ -94,6 +104,7 @@ LOOP_OPTIONS = {**OVERLOAD_OPTIONS, "error_model": "numpy"}
 
 
 def marker(name: str) -> Marker:
+    """The one :class:`Marker` named ``name`` (made on first use), so that a name stands for one Numba type."""
     return _MARKERS.setdefault(name, Marker(name))
 
 
@@ -114,6 +125,7 @@ for _n in OPS:
 
 
 def op_name(op):  # type: ignore[no-untyped-def]
+    """The name of the operation a MarkerType stands for (its instruction's Ascend C name, ``"Add"``)."""
     return op.value.name
 
 
@@ -281,6 +293,7 @@ def prefix_lanes(lo, hi, per):
 
 @njit(cache=True, inline="always")
 def lane_on(lo, hi, lane):
+    """Whether lane ``lane`` (0 to 127) is on in the 128-bit mask (``lo``: lanes 0 to 63, ``hi``: 64 to 127)."""
     return ((lo >> np.uint64(lane)) & np.uint64(1)) != 0 if lane < 64 else ((hi >> np.uint64(lane - 64))
                                                                               & np.uint64(1)) != 0
 
