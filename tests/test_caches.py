@@ -8,8 +8,10 @@ suite's cache, only its core loop in the temporary one)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import pkgutil
 import random
 import shlex
 import subprocess
@@ -18,6 +20,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import tilesim.kernels
+import tilesim.tiling
+
+import tilesim
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -292,3 +298,14 @@ def test_a_checkouts_package_is_refused_under_its_top_level_name(package: str, t
     assert out.returncode == 1 and out.stderr.strip().splitlines()[-1] == (
         f"ImportError: '{package}' is tilesim's {package}/ imported under a name of its own: import it as "
         f"`import tilesim.{package}` (or `from tilesim import {package}`)")
+
+
+def test_a_checkouts_tilesim_kernels_and_tiling_are_found_by_their_names_alone() -> None:
+    """In a checkout, tilesim.kernels and tilesim.tiling are the checkout's kernels/ and tiling/, and nothing else of
+    the checkout is a part of tilesim: a walk of tilesim's modules (as the tests make) would import tilesim again as
+    ``tilesim.tilesim``, its patches of Numba's cache applied twice, its entries unreadable to other processes."""
+    assert Path(tilesim.kernels.__file__) == ROOT / "kernels" / "__init__.py"
+    assert Path(tilesim.tiling.__file__) == ROOT / "tiling" / "__init__.py"
+    assert [m.name for m in pkgutil.iter_modules(tilesim.__path__) if m.ispkg] == ["machine"]
+    for name in ("tilesim", "examples", "bench"):
+        assert importlib.util.find_spec(f"tilesim.{name}") is None
