@@ -1,6 +1,10 @@
 """Device kernels and their op API: numpy arrays or torch CPU tensors in, the same kind out, run on the emulated AI
 Core."""
 
+if __name__ != "tilesim.kernels":  # a checkout's root on the path: Numba would cache code under a name others lack
+    raise ImportError(f"{__name__!r} is tilesim's kernels/ imported under a name of its own: import it as "
+                      f"`import tilesim.kernels` (or `from tilesim import kernels`)")
+
 from . import aclnn, reference
 from .group_norm_backward import group_norm_backward
 from .layer_norm_grad import layer_norm_grad

@@ -1,5 +1,9 @@
 """Host tiling: one module per op, each computing the op's TilingData, UB plan, block_dim and workspace size."""
 
+if __name__ != "tilesim.tiling":  # a checkout's root on the path: Numba would cache code under a name others lack
+    raise ImportError(f"{__name__!r} is tilesim's tiling/ imported under a name of its own: import it as "
+                      f"`import tilesim.tiling` (or `from tilesim import tiling`)")
+
 from .common import replace
 from .group_norm_backward import GroupNormBackwardTiling, group_norm_backward
 from .layer_norm_grad import LayerNormGradOpTiling, layer_norm_grad
