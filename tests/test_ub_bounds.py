@@ -1,11 +1,11 @@
 """An access outside the core's UB, in the fast build: a LocalTensor offset past the UB (a user's off-by-a-tile
-bug) stops the kernel with a KernelError naming the kernel, the core, the buffer, the instruction, the byte range
-and the UB's size, before anything is written, on every path an instruction reaches the UB by: DataCopy and
+bug) stops the kernel before the access, with a KernelError naming the kernel, the core, the buffer, the
+instruction, the byte range and the UB's size, on every path an instruction reaches the UB by: DataCopy and
 DataCopyPad both ways, UB to UB, GetValue / SetValue, the vector families, the reductions, Compare / Select, Cast,
-Gather, Transpose, Brcb and a high-level API (Broadcast); a negative stride (a walk running backwards) too. The
-process is fine afterwards: the next launch computes what it should. Checked mode reports the same access as the
-LocalTensor's bounds (a CheckError), a recording launch (the checked build with its checks off) stops as the
-fast build does.
+Gather, Transpose, Brcb and a high-level API (Broadcast); a negative stride or padding (a walk running backwards)
+too. The process is fine afterwards: the next launch computes what it should. Checked mode reports the same
+access as the LocalTensor's bounds (a CheckError), a recording launch (the checked build with its checks off)
+stops as the fast build does.
 
 The launches run in a child process: without the check, a far offset kills the interpreter (SIGSEGV) and one just
 before the UB corrupts the host's heap, which would take pytest with it.
@@ -41,7 +41,8 @@ PATHS = {"DataCopy in": ("DataCopy", 256), "DataCopy out": ("DataCopy", 256), "D
          "Compare": ("Compare", 8), "Select": ("Select", 8), "Cast": ("Cast", 128), "Gather": ("Gather", 256),
          "Transpose": ("Transpose", 512), "Brcb": ("Brcb", 256), "Broadcast": ("Broadcast", 256)}
 # Walks that run backwards from a tensor inside the UB: (instruction, buffer, its UB offset)
-BACKWARDS = {"Muls, a negative repeat stride": ("Muls", "tmp", 512), "DataCopy, rows backwards": ("DataCopy", "xq", 0)}
+BACKWARDS = {"Muls, a negative repeat stride": ("Muls", "tmp", 512), "DataCopy, rows backwards": ("DataCopy", "xq", 0),
+             "DataCopyPad, a negative left padding": ("DataCopyPad", "xq", 0)}
 CLEAN = -1
 
 
@@ -116,6 +117,8 @@ def ub_range(ctx, t, src, dst):
             asc.muls(w, x, 2.0, TILE, 2, asc.UnaryRepeatParams(1, 1, -8, 8))
         elif p == 21:  # row 1 of dst 64 B before row 0
             asc.data_copy(x, src, asc.DataCopyParams(2, 1, 0, -3))
+        elif p == 22:  # the row's data 32 B before it
+            asc.data_copy_pad(x, src, asc.DataCopyExtParams(1, 40, 0, 0), asc.DataCopyPadExtParams(True, -8, 0, 0))
     asc.muls(y, x, 2.0, TILE)
     xq.free_tensor(x)
     yq.enque(y)
@@ -184,8 +187,8 @@ def outcomes() -> dict[tuple[int, int, int, int, str], tuple[str, bool]]:
 
 
 def test_every_path_outside_the_ub_stops_the_kernel_and_the_next_launch_is_right(outcomes):
-    """Far past the UB and 4 KiB before it, on core 1 of 2 (the fast build's cores share their host thread's UB:
-    the bound is each core's own)."""
+    """Far past the UB and 4 KiB before it (xq lies at the UB's start: a byte of it is a byte of the UB), on core 1
+    of 2 (the fast build's cores share their host thread's UB: the bound is each core's own)."""
     for p, (path, (op, nbytes)) in enumerate(PATHS.items()):
         for off in (FAR, BEFORE):
             got, right = outcomes[(p, off, 1, 2, "fast")]
@@ -198,11 +201,12 @@ def test_every_path_outside_the_ub_stops_the_kernel_and_the_next_launch_is_right
 
 
 def test_a_walk_running_backwards_stops_the_kernel(outcomes):
-    """A negative stride (Ascend C's are unsigned) would walk from inside the UB to before it."""
+    """A negative stride or padding (Ascend C's fields are unsigned) would walk from inside the UB to before it."""
     for k, (path, (op, buf, at)) in enumerate(BACKWARDS.items()):
         got, right = outcomes[(len(PATHS) + k, 0, 0, 1, "fast")]
-        assert got.startswith(f"KernelError: ub_range, core 0, {buf}: {op} on an operand from UB byte {at} (offset "
-                              f"0 of the buffer) that runs backwards: a negative stride or length"), (path, got)
+        want = (f"KernelError: ub_range, core 0, {buf}: {op} on an operand from UB byte {at} (offset 0 of the "
+                f"buffer) that runs backwards: a negative stride, length or padding")
+        assert got.startswith(want), (path, got)
         assert right, path
 
 

@@ -250,7 +250,7 @@ def in_ub(core, t, nbytes, op):
     stops (FAULT_UB_RANGE) before the access, as the NPU traps it: a bad LocalTensor offset never reaches the
     host's memory. Two comparisons an operand, once per instruction; checked mode checks the tighter bounds of the
     tensor's own buffer slot instead (:func:`ub_ok`). A negative ``nbytes`` is an operand whose walk runs
-    backwards (a negative stride or length, which Ascend C's unsigned fields cannot give)."""
+    backwards (a negative stride, length or padding, which Ascend C's unsigned fields cannot give)."""
     if nbytes != 0 and (t.addr < 0 or nbytes < 0 or nbytes > core.ub_size - t.addr):
         stop(core.fault_at, FAULT_UB_RANGE, t.buf, op, t.addr, nbytes)
     return True
@@ -495,8 +495,11 @@ def ub_rows_out(core, t, rows, row_bytes, pitch):
 @njit(cache=True, inline="always")
 def rows_span(rows, row_bytes, pitch):
     """Bytes from the first of ``rows`` rows of ``row_bytes``, ``pitch`` bytes apart, to the end of the last: the
-    span :func:`ub_ok` checks (-1, which it refuses, for rows running backwards: a negative stride)."""
-    return (rows - 1) * pitch + row_bytes if pitch >= 0 or rows <= 1 else np.int64(-1)
+    span :func:`ub_ok` checks (-1, which it refuses, for rows running backwards, a negative stride, or a negative
+    length)."""
+    if row_bytes < 0 or (pitch < 0 and rows > 1):
+        return np.int64(-1)
+    return (rows - 1) * pitch + row_bytes
 
 
 @ub_access

@@ -529,8 +529,8 @@ def _ub_range_text(op: int, addr: int, nbytes: int, buf_offset: int, ub_size: in
     name = INSTRUCTIONS[op] if 0 <= op < len(INSTRUCTIONS) else f"instruction {op}"
     where = f"offset {addr - buf_offset} of the buffer"
     if nbytes < 0:
-        return (f"{name} on an operand from UB byte {addr} ({where}) that runs backwards: a negative stride or "
-                f"length, which Ascend C's unsigned fields cannot give (the core's UB holds {ub_size} B)")
+        return (f"{name} on an operand from UB byte {addr} ({where}) that runs backwards: a negative stride, "
+                f"length or padding, which Ascend C's unsigned fields cannot give (the core's UB holds {ub_size} B)")
     return (f"{name} accesses UB bytes [{addr}, {addr + nbytes}) ({nbytes} B from {where}), outside the core's UB "
             f"of {ub_size} B: on the NPU the access traps (a LocalTensor's offset, index or length past its buffer; "
             f"checked mode reports the buffer's own bounds)")

@@ -152,7 +152,10 @@ def gm_to_ub(core, dst, g, off, rows, row_b, gm_pitch, ub_pitch, left_b, filled_
     n = row_b // isz
     if not _layout_ok(core, dst, rows, row_b, gm_pitch, ub_pitch, whole):
         return
-    if not (ub_ok(core, dst, rows_span(rows, filled_b, ub_pitch), _DATA_COPY if whole else _DATA_COPY_PAD)
+    # a row's data runs past its fill with a negative right padding, and starts before the row with a negative left
+    # one (-1, refused: Ascend C's paddings are unsigned)
+    reach = max(filled_b, left_b + row_b) if left_b >= 0 else np.int64(-1)
+    if not (ub_ok(core, dst, rows_span(rows, reach, ub_pitch), _DATA_COPY if whole else _DATA_COPY_PAD)
             and ub_rows_out(core, dst, rows, filled_b, ub_pitch) and _gm_rows_ok(core, g, off, rows, n, gm_pitch)):
         return
     for r in range(rows):
