@@ -45,7 +45,7 @@ from .ub import PlanTensor
 
 # A core: its index, the block's core count, checked mode, and where its memory lies: the UB (``base``, ``ub_size``
 # bytes), the UB plan's rows (offset, slot bytes, slots), its counter row and its err row, as addresses and sizes,
-# and its fault record (:func:`stop`). Addresses, not arrays: every instruction takes the core, and Numba passes a
+# and its fault record (FAULT_WORDS). Addresses, not arrays: every instruction takes the core, and Numba passes a
 # namedtuple of arrays as some forty scalars plus a reference count per array, which cost more than a small
 # instruction's own work.
 Core = namedtuple("Core", ["idx", "block_num", "checks", "base", "ub_size", "plan_at", "plan_rows", "cnt_at",
@@ -222,24 +222,24 @@ def recorded_only(fn: Callable[..., Any]) -> Callable[..., Any]:
     return _checked_build_only(None, False)(fn)
 
 
-# A fault (every build): what stopped a kernel, in FAULT_WORDS int64 at its core's ``fault_at`` (in the core's
-# context block, tilesim.machine.tensor.X_FAULT), which the launch turns into a KernelError: the kind
-# (tilesim.machine.pipe's FAULT_* numbering), the buffer (-1: none), a detail, then for FAULT_UB_RANGE the access's
-# first UB byte and its length in bytes.
+# A fault (every build): what stopped a kernel, in FAULT_WORDS int64 of the core's context block
+# (tilesim.machine.tensor.X_FAULT, at Core.fault_at), which the launch turns into a KernelError: the kind
+# (tilesim.machine.pipe's FAULT_* numbering), the buffer (-1: none), a detail (tilesim.machine.tensor.fault writes
+# these three), then for FAULT_UB_RANGE the access's first UB byte and its length in bytes.
 FAULT_WORDS = 5
 FAULT_UB_RANGE = 14  # an access outside the core's UB (detail: the instruction's code, tilesim.machine.hazard)
 
 
 @njit(cache=True)
-def stop(at, kind, buf, detail, addr, nbytes):
-    """Stop the kernel: what stopped it into the fault record at address ``at``, then raise (the launch reads the
-    record and raises the KernelError)."""
+def _outside_ub(at, buf, op, addr, nbytes):
+    """Stop the kernel: instruction ``op`` accesses ``nbytes`` from UB byte ``addr`` of buffer ``buf``, outside the
+    UB (FAULT_UB_RANGE, into the fault record at address ``at``)."""
     f = carray(address_as_pointer(at, np.int64), FAULT_WORDS)
     f[1] = buf
-    f[2] = detail
+    f[2] = op
     f[3] = addr
     f[4] = nbytes
-    f[0] = kind
+    f[0] = FAULT_UB_RANGE
     raise RuntimeError("tilesim kernel fault")
 
 
@@ -252,7 +252,7 @@ def in_ub(core, t, nbytes, op):
     tensor's own buffer slot instead (:func:`ub_ok`). A negative ``nbytes`` is an operand whose walk runs
     backwards (a negative stride, length or padding, which Ascend C's unsigned fields cannot give)."""
     if nbytes != 0 and (t.addr < 0 or nbytes < 0 or nbytes > core.ub_size - t.addr):
-        stop(core.fault_at, FAULT_UB_RANGE, t.buf, op, t.addr, nbytes)
+        _outside_ub(core.fault_at, t.buf, op, t.addr, nbytes)
     return True
 
 

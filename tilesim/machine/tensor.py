@@ -24,7 +24,7 @@ import numpy as np
 from numba import carray, types
 from numba.extending import overload, overload_attribute, overload_method
 
-from ..device import FAULT_WORDS, Core, GlobalTensor, count_gm_scalar, count_scalar, gm_ok, stop, ub_in, ub_out
+from ..device import FAULT_WORDS, Core, GlobalTensor, count_gm_scalar, count_scalar, gm_ok, ub_in, ub_out
 from ..intrinsics import address_as_pointer
 from ..jit import OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_SCALAR
@@ -38,7 +38,7 @@ X_IDX, X_BLOCK_NUM, X_BASE, X_UB_SIZE, X_PLAN_AT, X_PLAN_ROWS, X_CNT_AT, X_CNT_S
 X_POOL = 10  # TPipe: the end of the buffers placed so far, in bytes
 X_WS_AT, X_WS_SIZE = 11, 12  # GetUserWorkspace: address and bytes
 X_MASK_LO, X_MASK_HI, X_COUNTER_MODE = 13, 14, 15  # the vector mask register, and SetMaskCount / SetMaskNorm
-X_FAULT = 16  # FAULT_WORDS: what stopped the kernel (tilesim.device.stop's record)
+X_FAULT = 16  # FAULT_WORDS: what stopped the kernel, the buffer, a detail, ... (tilesim.device's fault record)
 MAX_BUFS = 64  # buffers per TPipe
 X_PLAN = X_FAULT + FAULT_WORDS  # MAX_BUFS rows of (offset, slot bytes, slots): the UB plan as InitBuffer placed it
 X_QUE = X_PLAN + 3 * MAX_BUFS  # MAX_BUFS rows of Q_WORDS: each buffer's queue state
@@ -120,9 +120,12 @@ def ctx_words(at):
 
 @njit(cache=True)
 def fault(w, kind, buf, detail):
-    """Stop the kernel whose context block is ``w``: it records what happened (``tilesim.machine.pipe.FAULT_*``),
-    for the host's message (:func:`tilesim.launcher.launch` raises the KernelError)."""
-    stop(w.ctypes.data + X_FAULT * 8, kind, buf, detail, 0, 0)
+    """Stop the kernel: the context records what happened (``tilesim.machine.pipe.FAULT_*``), for the host's
+    message (:func:`tilesim.launcher.launch` raises the KernelError)."""
+    w[X_FAULT] = kind
+    w[X_FAULT + 1] = buf
+    w[X_FAULT + 2] = detail
+    raise RuntimeError("tilesim kernel fault")
 
 
 @njit(cache=True, inline="always")

@@ -50,7 +50,7 @@ from ..device import (
 )
 from ..expf import exp_f32
 from ..intrinsics import address_as_pointer, f32_as_u32, fp16_nearest_bits, fp16_widen_bits, u32_as_f32
-from ..jit import OVERLOAD_OPTIONS, njit
+from ..jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
 from ..vec_kinds import vec_kind
 from .dtypes import ALL
@@ -455,7 +455,7 @@ def vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
     """One instruction of the element-wise families: ``args`` is (count,) or (mask, repeat_times, params)."""
 
 
-@overload(vec_op, jit_options=OVERLOAD_OPTIONS)
+@overload(vec_op, jit_options=INLINE_OPTIONS)
 def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
     name = op_name(op)
     cls, allowed = OPS[name]
@@ -566,7 +566,7 @@ def _instruction(name: str, family: str, attr: str):  # type: ignore[no-untyped-
     def stub(dst, *args):  # type: ignore[no-untyped-def]
         raise TypeError(f"{name} is device code: call it from a kernel")
 
-    @overload(stub, jit_options=OVERLOAD_OPTIONS)
+    @overload(stub, jit_options=INLINE_OPTIONS)
     def _typed(dst, *args):  # type: ignore[no-untyped-def]
         if family == "binary":
             return lambda dst, *args: vec_op(op, dst, args[0], args[1], 0, args[2:])
