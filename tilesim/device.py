@@ -46,10 +46,11 @@ from .ub import PlanTensor
 # Addresses, not arrays: every instruction takes the core, and Numba passes a namedtuple of arrays as some forty
 # scalars plus a reference count per array, which cost more than a small instruction's own work.
 Core = namedtuple("Core", ["idx", "block_num", "checks", "base", "ub_size", "plan_at", "plan_rows", "cnt_at",
-                           "cnt_size", "err_at", "err_size", "stop_at"])
+                           "cnt_size", "err_at", "err_size", "stop_at", "fault_at"])
 Core.__doc__ = """A core: its index, the block's core count, checked mode (:func:`checks_field`), and where its memory
 lies: the UB (``base``, ``ub_size`` bytes), the UB plan's rows (offset, slot bytes, slots), its counter row and its
-err row, as addresses and sizes; and the address of its launch's stop word (Ctrl-C: :mod:`tilesim.interrupt`)."""
+err row, as addresses and sizes; the address of its launch's stop word (Ctrl-C: :mod:`tilesim.interrupt`) and of
+its fault record (FAULT_WORDS)."""
 # Bytes rather than typed elements, so that one compiled kernel serves every dtype, as one binary does on the NPU.
 GlobalTensor = namedtuple("GlobalTensor", ["tag", "addr", "nbytes", "isz"])
 GlobalTensor.__doc__ = """A GM tensor: its tag (for reports), the address and size in bytes of the host array's memory,
@@ -180,10 +181,11 @@ def build_of(core: Any) -> str | None:
     return FAST_BUILD if isinstance(core.types[core.fields.index("checks")], types.NoneType) else CHECKED_BUILD
 
 
-def _checked_build_only(absent: bool | None, guarded: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _checked_build_only(absent: Any, guarded: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator of a device function ``f(core, ...)`` compiled only into the checked build: in the fast build it
-    compiles to ``return absent``, so that the fast build neither types nor links it. ``guarded``: the checked build
-    calls it only when the launch checks (``core.checks``), and has ``absent`` otherwise."""
+    compiles to ``return absent`` (a constant, or a call of ``absent``, a device function taking the same
+    arguments), so that the fast build neither types nor links it. ``guarded``: the checked build calls it only
+    when the launch checks (``core.checks``), and has ``absent`` otherwise."""
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         compiled = njit(cache=True)(fn)
 
@@ -192,8 +194,11 @@ def _checked_build_only(absent: bool | None, guarded: bool) -> Callable[[Callabl
 
         @overload(device_function, jit_options=OVERLOAD_OPTIONS)
         def _select(core, *args):  # type: ignore[no-untyped-def]
+            call = callable(absent)
             if build_of(core) != CHECKED_BUILD:
-                return lambda core, *args: absent
+                return (lambda core, *args: absent(core, *args)) if call else (lambda core, *args: absent)
+            if guarded and call:
+                return lambda core, *args: compiled(core, *args) if core.checks else absent(core, *args)
             if guarded:
                 return lambda core, *args: compiled(core, *args) if core.checks else absent
             return lambda core, *args: compiled(core, *args)
@@ -216,6 +221,47 @@ def recorded_only(fn: Callable[..., Any]) -> Callable[..., Any]:
     build (it returns None there), so that recording costs fast mode nothing. Its body tests whether the launch
     records (``core.cnt_size > LOG_COUNT``): a checked launch may not."""
     return _checked_build_only(None, False)(fn)
+
+
+# A fault (every build): what stopped a kernel, in FAULT_WORDS int64 of the core's context block
+# (tilesim.machine.tensor.X_FAULT, at Core.fault_at), which the launch turns into a KernelError: the kind
+# (tilesim.machine.pipe's FAULT_* numbering), the buffer (-1: none), a detail (tilesim.machine.tensor.fault writes
+# these three), then for FAULT_UB_RANGE the access's first UB byte and its length in bytes.
+FAULT_WORDS = 5
+FAULT_UB_RANGE = 14  # an access outside the core's UB (detail: the instruction's code, tilesim.machine.hazard)
+
+
+@njit(cache=True)
+def _outside_ub(at, buf, op, addr, nbytes):
+    """Stop the kernel: instruction ``op`` accesses ``nbytes`` from UB byte ``addr`` of buffer ``buf``, outside the
+    UB (FAULT_UB_RANGE, into the fault record at address ``at``)."""
+    f = carray(address_as_pointer(at, np.int64), FAULT_WORDS)
+    f[1] = buf
+    f[2] = op
+    f[3] = addr
+    f[4] = nbytes
+    f[0] = FAULT_UB_RANGE
+    raise RuntimeError("tilesim kernel fault")
+
+
+@njit(cache=True)
+def in_ub(core, t, nbytes, op):
+    """The bounds every build checks of a UB access by instruction ``op`` (its code,
+    :data:`tilesim.machine.hazard.INSTRUCTIONS`): ``[addr, addr + nbytes)`` inside the core's UB, else the kernel
+    stops (FAULT_UB_RANGE) before the access, as the NPU traps it: a bad LocalTensor offset never reaches the
+    host's memory. Two comparisons an operand, once per instruction; checked mode checks the tighter bounds of the
+    tensor's own buffer slot instead (:func:`ub_ok`). A negative ``nbytes`` is an operand whose walk runs
+    backwards (a negative stride, length or padding, which Ascend C's unsigned fields cannot give)."""
+    if nbytes != 0 and (t.addr < 0 or nbytes < 0 or nbytes > core.ub_size - t.addr):
+        _outside_ub(core.fault_at, t.buf, op, t.addr, nbytes)
+    return True
+
+
+def ub_access(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator of checked mode's check of a UB access ``f(core, t, nbytes, op)`` (``op``: the instruction's
+    code): a launch that checks runs ``f``, which reports a violation and returns False (the instruction is then
+    skipped); every other launch (the fast build, a recording) has :func:`in_ub`'s bounds instead."""
+    return _checked_build_only(in_ub, True)(fn)
 
 
 def checks_field(checks):  # type: ignore[no-untyped-def]
@@ -422,24 +468,24 @@ def at(t, nbytes):
     return PlanTensor(t.buf, t.addr + nbytes, t.gen)
 
 
-@checked_only(True)
-def ub_ok(core, t, nbytes):
-    """In checked mode: the access ``[addr, addr + nbytes)`` lies inside one slot of the tensor's buffer, and the
-    tensor is not stale (a fast build compiles it to True). :func:`ub_in` and :func:`ub_out` add the shadow's
-    checks of reads and writes."""
-    return (not core.checks) or _ub_check(core, t, nbytes)
+@ub_access
+def ub_ok(core, t, nbytes, op):
+    """An access of ``[addr, addr + nbytes)`` by instruction ``op``: in checked mode inside one slot of the
+    tensor's buffer, and the tensor not stale; elsewhere inside the core's UB (:func:`in_ub`). :func:`ub_in` and
+    :func:`ub_out` add the shadow's checks of reads and writes."""
+    return _ub_check(core, t, nbytes)
 
 
-@checked_only(True)
-def ub_in(core, t, nbytes):
+@ub_access
+def ub_in(core, t, nbytes, op):
     """A read of ``[addr, addr + nbytes)``: :func:`ub_ok`, and in checked mode every byte written before."""
-    return (not core.checks) or (_ub_check(core, t, nbytes) and _read_check(core, t, nbytes))
+    return _ub_check(core, t, nbytes) and _read_check(core, t, nbytes)
 
 
-@checked_only(True)
-def ub_out(core, t, nbytes):
+@ub_access
+def ub_out(core, t, nbytes, op):
     """A write of ``[addr, addr + nbytes)``: :func:`ub_ok`, and in checked mode the bytes count as written."""
-    return (not core.checks) or (_ub_check(core, t, nbytes) and _written(core, t.addr, nbytes))
+    return _ub_check(core, t, nbytes) and _written(core, t.addr, nbytes)
 
 
 @checked_only(True)
@@ -465,28 +511,36 @@ def ub_rows_out(core, t, rows, row_bytes, pitch):
     return True
 
 
-@checked_only(True)
-def vec_ok(core, t, nbytes):
-    """A vector instruction's operand: :func:`ub_ok` at a 32 B-aligned address. Its bytes' shadow state flows to
-    the destination (:func:`flow1`, :func:`flow2`) rather than being checked: a kernel computing on padding
-    lanes whose results it never stores is fine, as under Valgrind; the shadow is checked where data is used
-    (copied out to GM, read as a scalar, reduced)."""
-    return (not core.checks) or (_align_check(core, t, nbytes) and _ub_check(core, t, nbytes))
+@njit(cache=True, inline="always")
+def rows_span(rows, row_bytes, pitch):
+    """Bytes from the first of ``rows`` rows of ``row_bytes``, ``pitch`` bytes apart, to the end of the last: the
+    span :func:`ub_ok` checks (-1, which it refuses, for rows running backwards, a negative stride, or a negative
+    length)."""
+    if row_bytes < 0 or (pitch < 0 and rows > 1):
+        return np.int64(-1)
+    return (rows - 1) * pitch + row_bytes
 
 
-@checked_only(True)
-def vec_in(core, t, nbytes):
+@ub_access
+def vec_ok(core, t, nbytes, op):
+    """A vector instruction's operand: :func:`ub_ok` at a 32 B-aligned address (in checked mode). Its bytes'
+    shadow state flows to the destination (:func:`flow1`, :func:`flow2`) rather than being checked: a kernel
+    computing on padding lanes whose results it never stores is fine, as under Valgrind; the shadow is checked
+    where data is used (copied out to GM, read as a scalar, reduced)."""
+    return _align_check(core, t, nbytes) and _ub_check(core, t, nbytes)
+
+
+@ub_access
+def vec_in(core, t, nbytes, op):
     """A vector operand whose values are used, not just carried (a reduction's source): :func:`vec_ok` and
     every byte written."""
-    return (not core.checks) or (_align_check(core, t, nbytes) and _ub_check(core, t, nbytes)
-                                 and _read_check(core, t, nbytes))
+    return _align_check(core, t, nbytes) and _ub_check(core, t, nbytes) and _read_check(core, t, nbytes)
 
 
-@checked_only(True)
-def vec_out(core, t, nbytes):
+@ub_access
+def vec_out(core, t, nbytes, op):
     """A vector destination filled regardless of the sources (Duplicate): :func:`vec_ok`, the bytes written."""
-    return (not core.checks) or (_align_check(core, t, nbytes) and _ub_check(core, t, nbytes)
-                                 and _written(core, t.addr, nbytes))
+    return _align_check(core, t, nbytes) and _ub_check(core, t, nbytes) and _written(core, t.addr, nbytes)
 
 
 @njit(cache=True)

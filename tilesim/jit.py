@@ -33,15 +33,23 @@ from numba.core import config, registry
 from numba.core.registry import CPUDispatcher
 
 # Numba's options for what Python calls (the CPython wrapper only) and for device code (neither wrapper; also an
-# ``@overload``'s ``jit_options``)
+# ``@overload``'s ``jit_options``). Device code sets forceinline (off) itself: Numba passes a compile's flags down
+# to the functions it compiles on the way, so a walk first compiled for an INLINE_OPTIONS function would be copied
+# into every caller.
 HOST_OPTIONS = {"no_cfunc_wrapper": True}
-DEVICE_OPTIONS = {"no_cfunc_wrapper": True, "no_cpython_wrapper": True}
+DEVICE_OPTIONS = {"no_cfunc_wrapper": True, "no_cpython_wrapper": True, "forceinline": False}
 # The ``jit_options`` of tilesim's own ``@overload``s: device code, and its implementations kept in Numba's on-disk
 # cache like an ``@njit(cache=True)`` function's. Without it every process typed and lowered each instruction again
 # for every kernel it compiled, though another process had compiled the same one on the same types (the cache keys
 # an implementation, a closure, by its code and the pickled values it closes over). Not in DEVICE_OPTIONS: a user's
 # overload defined where Numba's cache cannot locate its source would fail to compile.
 OVERLOAD_OPTIONS = {**DEVICE_OPTIONS, "cache": True}
+# An instruction as a kernel calls it, its call and the form it takes (the checks, the counters, the call of its
+# walk), inlined into every caller (Numba's forceinline: LLVM's alwaysinline), as Ascend C's API functions are
+# ``__aicore__ inline``. LLVM's own heuristic inlined them only while they stayed under its size threshold, which
+# the count forms sat just under: their operands' bounds checks made each a call, with its twenty-odd arguments,
+# and the kernel's loads of the core's words no longer left its loops.
+INLINE_OPTIONS = {**OVERLOAD_OPTIONS, "forceinline": True}
 
 
 class DeviceDispatcher(CPUDispatcher):

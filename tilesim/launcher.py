@@ -38,7 +38,7 @@ from numba import cfunc, types
 
 from . import interrupt
 from . import launch as _launch
-from .device import CHECKED_BUILD, FAST_BUILD, HZ_MANUAL_SYNC, checks_field, hazard_col
+from .device import CHECKED_BUILD, FAST_BUILD, FAULT_UB_RANGE, HZ_MANUAL_SYNC, checks_field, hazard_col
 from .errors import UbOverflowError
 from .jit import njit
 from .jit_cache import CacheWarning
@@ -550,6 +550,19 @@ def _identity(block_dim: int) -> np.ndarray:
     return order
 
 
+def _ub_range_text(op: int, addr: int, nbytes: int, buf_offset: int, ub_size: int) -> str:
+    """FAULT_UB_RANGE's detail: instruction ``op`` (its code) accessing ``nbytes`` from UB byte ``addr``, in a
+    buffer at ``buf_offset``."""
+    name = INSTRUCTIONS[op] if 0 <= op < len(INSTRUCTIONS) else f"instruction {op}"
+    where = f"offset {addr - buf_offset} of the buffer"
+    if nbytes < 0:
+        return (f"{name} on an operand from UB byte {addr} ({where}) that runs backwards: a negative stride, "
+                f"length or padding, which Ascend C's unsigned fields cannot give (the core's UB holds {ub_size} B)")
+    return (f"{name} accesses UB bytes [{addr}, {addr + nbytes}) ({nbytes} B from {where}), outside the core's UB "
+            f"of {ub_size} B: on the NPU the access traps (a LocalTensor's offset, index or length past its buffer; "
+            f"checked mode reports the buffer's own bounds)")
+
+
 def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec) -> None:
     """Raise what a core's fault word says stopped it (the first such core, before those that gave up a SyncAll
     because it stopped), if any."""
@@ -570,6 +583,9 @@ def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec) -> None:
                 detail = f"{dtypes.ALL[a].name} to {dtypes.ALL[b].name}"
             if kind == FAULT_API_TABLE:
                 detail = api_fault_text(detail)
+            if kind == FAULT_UB_RANGE:
+                detail = _ub_range_text(detail, int(ctx[c, X_FAULT + 3]), int(ctx[c, X_FAULT + 4]),
+                                        plan.buffers[buf].offset if 0 <= buf < len(plan.buffers) else 0, soc.ub_size)
             text = FAULT_TEXT[kind].format(detail=detail)
             if kind == FAULT_UB_OVERFLOW:
                 raise UbOverflowError(f"{k.name}, core {c}: {text} ({soc.ub_size} B): {plan.table()}")

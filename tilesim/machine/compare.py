@@ -197,7 +197,8 @@ def _compare_one_impl(op, dst, a, b, s, m, repeat, as_, ar, bs, br):  # type: ig
         if repeat <= 0:
             return  # a NOP on A2: dst is not written
         a_span, b_span = span(repeat, as_, ar), span(repeat, bs, br) if two else 0
-        if not (vec_ok(core, pa, a_span) and vec_ok(core, pb, b_span) and vec_out(core, pd, repeat * nb)):
+        if not (vec_ok(core, pa, a_span, code) and vec_ok(core, pb, b_span, code)
+                and vec_out(core, pd, repeat * nb, code)):
             return
         hz_instruction(core, PIPE_VECTOR, code, pd, repeat * nb, pa, a_span, pb, b_span)
         _compare_walk(op, dst, a, b, s, m, repeat, as_, ar, bs, br)
@@ -400,16 +401,17 @@ def _sel_op(dst, sel, a, b, mode, args):  # type: ignore[no-untyped-def]
             return  # a NOP on A2: dst is not written
         lanes = repeat * per if tail == 0 else (repeat - 1) * per + tail
         m_bytes = per // 8 if m == 0 else (lanes + 7) // 8
-        if not (vec_ok(core, pa, a_span) and vec_ok(core, pb, b_span) and vec_ok(core, pm, m_bytes)):
+        if not (vec_ok(core, pa, a_span, _SELECT) and vec_ok(core, pb, b_span, _SELECT)
+                and vec_ok(core, pm, m_bytes, _SELECT)):
             return
         if counted:
-            if not vec_ok(core, pd, d_span):
+            if not vec_ok(core, pd, d_span, _SELECT):
                 return
             if tensor:
                 flow2(core, pd, pa, pb, d_span)
             else:
                 flow1(core, pd, pa, d_span)
-        elif not vec_out(core, pd, d_span):  # the strided walk's span counts as written
+        elif not vec_out(core, pd, d_span, _SELECT):  # the strided walk's span counts as written
             return
         if m != 0:  # the impl's Duplicate into the API scratch, which set_cmpmask then reads
             at = core.ub_size - SCRATCH_BYTES

@@ -122,6 +122,7 @@ PAIRS = {  # (src, dst) -> the RoundModes Cast.md's A2 table admits
 AXPY = (("half", "half"), ("float", "float"), ("float", "half"))  # (dst, src) on A2
 _KIND = {"half": KIND_FP16, "bfloat16_t": KIND_BF16}
 _CAST, _AXPY = marker("Cast"), marker("Axpy")
+_CAST_CODE = op_code("Cast")
 _INT_RANGE = {"int8_t": (-(2 ** 7), 2 ** 7 - 1), "uint8_t": (0, 2 ** 8 - 1), "int16_t": (-(2 ** 15), 2 ** 15 - 1),
               "int32_t": (-(2 ** 31), 2 ** 31 - 1), "int64_t": (-(2 ** 63), 2 ** 63 - 1)}
 
@@ -144,7 +145,7 @@ def bad_type(*checks: tuple) -> int | None:  # type: ignore[type-arg]
 def _ok_lanes(core, dst, src, n_dst, n_src, dst_lane, src_lane, step):
     """Operands of a cast: ``n_dst // dst_lane`` lanes, each from source lane ``i * step``; the shadow state
     flows lane to lane."""
-    if not (vec_ok(core, src, n_src) and vec_ok(core, dst, n_dst)):
+    if not (vec_ok(core, src, n_src, _CAST_CODE) and vec_ok(core, dst, n_dst, _CAST_CODE)):
         return False
     flow_lanes(core, dst, src, n_dst // dst_lane, dst_lane, src_lane, step)
     return True
@@ -449,7 +450,7 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
                 else:
                     _cast_from_f32(core, pd, ps, n, kind, m)
                 return
-            if not (vec_ok(core, ps, n * ssz) and vec_ok(core, pd, n * dsz)):
+            if not (vec_ok(core, ps, n * ssz, code) and vec_ok(core, pd, n * dsz, code)):
                 return
             if apart_only and not apart(core, code, pd, n * dsz, ps, n * ssz):
                 return
@@ -479,12 +480,12 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
         lane = last_lane(lo, hi, tail, per)  # each operand to its last lane, as vec_op bounds them
         d_span, s_span = mask_span(repeat, ds, dr, lane, tail, dsz, per), mask_span(repeat, ss, sr, lane, tail, ssz,
                                                                                      per)
-        if not vec_ok(core, ps, s_span):
+        if not vec_ok(core, ps, s_span, code):
             return
         if apart_only and not apart(core, code, pd, d_span, ps, s_span):
             return
         # the shadow: the strided walk's span counts as written (its lanes' own states are not followed yet)
-        if not vec_out(core, pd, d_span):
+        if not vec_out(core, pd, d_span, code):
             return
         hz_instruction(core, PIPE_VECTOR, code, pd, d_span, ps, s_span, pd, d_span if axpy else 0)
         _strided(op, dst, src, s, m, lo, hi, repeat, ds, dr, ss, sr, tail)

@@ -28,6 +28,7 @@ from ..device import (
     gm_u16,
     plan_of,
     report,
+    rows_span,
     ub_ok,
     ub_rows_in,
     ub_rows_out,
@@ -47,6 +48,9 @@ from ..intrinsics import (
 from ..jit import njit
 from ..ub import BLOCK
 from ..vec_kinds import vec_kind
+from .hazard import op_code
+
+_DATA_COPY, _DATA_COPY_PAD = op_code("DataCopy"), op_code("DataCopyPad")
 
 # GM tensors at least this large are written with non-temporal stores: they outgrow the host's caches, so a
 # cached store would first read each line from memory (a third more traffic for a kernel's output) and evict the
@@ -148,8 +152,11 @@ def gm_to_ub(core, dst, g, off, rows, row_b, gm_pitch, ub_pitch, left_b, filled_
     n = row_b // isz
     if not _layout_ok(core, dst, rows, row_b, gm_pitch, ub_pitch, whole):
         return
-    if not (ub_ok(core, dst, (rows - 1) * ub_pitch + filled_b) and ub_rows_out(core, dst, rows, filled_b, ub_pitch)
-            and _gm_rows_ok(core, g, off, rows, n, gm_pitch)):
+    # a row's data runs past its fill with a negative right padding, and starts before the row with a negative left
+    # one (-1, refused: Ascend C's paddings are unsigned)
+    reach = max(filled_b, left_b + row_b) if left_b >= 0 else np.int64(-1)
+    if not (ub_ok(core, dst, rows_span(rows, reach, ub_pitch), _DATA_COPY if whole else _DATA_COPY_PAD)
+            and ub_rows_out(core, dst, rows, filled_b, ub_pitch) and _gm_rows_ok(core, g, off, rows, n, gm_pitch)):
         return
     for r in range(rows):
         o = dst.addr + r * ub_pitch
@@ -165,7 +172,8 @@ def gm_to_ub(core, dst, g, off, rows, row_b, gm_pitch, ub_pitch, left_b, filled_
 def out_ok(core, g, off, src, rows, row_b, gm_pitch, ub_pitch, whole):
     """An MTE3 copy's checks: its layout, its UB rows (read: written before, in checked mode), its GM rows."""
     return (_layout_ok(core, src, rows, row_b, gm_pitch, ub_pitch, whole)
-            and ub_ok(core, src, (rows - 1) * ub_pitch + row_b) and ub_rows_in(core, src, rows, row_b, ub_pitch)
+            and ub_ok(core, src, rows_span(rows, row_b, ub_pitch), _DATA_COPY if whole else _DATA_COPY_PAD)
+            and ub_rows_in(core, src, rows, row_b, ub_pitch)
             and _gm_rows_ok(core, g, off, rows, row_b // g.isz, gm_pitch))
 
 
@@ -230,7 +238,8 @@ def ub_to_ub(core, dst, src, rows, row_b, src_pitch, dst_pitch):
         return
     if rows <= 0 or row_b <= 0:
         return
-    if not (ub_ok(core, src, (rows - 1) * src_pitch + row_b) and ub_ok(core, dst, (rows - 1) * dst_pitch + row_b)):
+    if not (ub_ok(core, src, rows_span(rows, row_b, src_pitch), _DATA_COPY)
+            and ub_ok(core, dst, rows_span(rows, row_b, dst_pitch), _DATA_COPY)):
         return
     for r in range(rows):  # the bytes' shadow state goes with them (a copy of padding is no use of it)
         flow1(core, at(dst, r * dst_pitch), at(src, r * src_pitch), row_b)

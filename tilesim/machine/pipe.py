@@ -28,7 +28,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload, overload_method
 
-from ..device import GEN_COL, MAX_SLOTS, checked_only, errs_of
+from ..device import FAULT_UB_RANGE, GEN_COL, MAX_SLOTS, checked_only, errs_of
 from ..jit import OVERLOAD_OPTIONS, njit
 from .dtypes import ElemType
 from .structs import constructor, struct_type
@@ -92,7 +92,8 @@ FAULT_BAD_QUEUE = 6  # InitBuffer of a TQue at VECCALC, of depth or num out of r
 FAULT_BAD_GET = 7  # TBuf.Get past the buffer
 FAULT_DTYPE = 8  # an instruction on an element type its A2 API does not take (detail: its code * 100 + dtype)
 FAULT_CAST = 9  # a Cast between types tilesim does not convert (detail: src * 100 + dst)
-# FAULT_EVENT_POOL = 10, FAULT_EVENT_ID = 11: tilesim.machine.sync
+# FAULT_EVENT_POOL = 10, FAULT_EVENT_ID = 11, FAULT_SYNC_ALL = 13: tilesim.machine.sync; FAULT_UB_RANGE = 14:
+# tilesim.device (an access outside the core's UB)
 FAULT_API_TABLE = 12  # element types or a mode outside an instruction's A2 table (detail: op_code * 10**6 + (mode
 # + 1) * 10**4 + type * 100 + second type, the types' indices in tilesim.machine.dtypes.ALL, 99 for none)
 
@@ -439,4 +440,5 @@ FAULT_TEXT = {
                     "PIPE_ALL (100 + pipe)",
     FAULT_SYNC_ALL: "SyncAll {detail} (-1: in a launch that did not expect it: the kernel's own source must call "
                     "sync_all; else the number of the SyncAll given up because another core stopped)",
+    FAULT_UB_RANGE: "{detail}",  # tilesim.launcher words it
 }

@@ -159,7 +159,8 @@ def _gather_one_impl(dst, src, off, base, lo, hi, repeat, dr, tail):  # type: ig
             return  # a NOP on A2: dst is not written
         d_span = span(repeat, 1, dr)
         o_bytes = (repeat * per if tail == 0 else (repeat - 1) * per + tail) * 4  # the offsets of its lanes
-        if not (vec_ok(core, ps, sz) and vec_in(core, po, o_bytes) and vec_out(core, pd, d_span)):
+        if not (vec_ok(core, ps, sz, _GATHER) and vec_in(core, po, o_bytes, _GATHER)
+                and vec_out(core, pd, d_span, _GATHER)):
             return
         _gathered(core, pd, d_span, ps, po, base, lo, hi, repeat, dr, tail, sz)
         hz_instruction(core, PIPE_VECTOR, _GATHER, pd, d_span, po, o_bytes, ps, 0)
@@ -224,7 +225,7 @@ def _transpose(dst, src):  # type: ignore[no-untyped-def]
     def transpose_(dst, src):  # type: ignore[no-untyped-def]
         core = core_of(dst)
         pd, ps = plan_tensor(dst), plan_tensor(src)
-        if not (vec_ok(core, ps, 512) and vec_ok(core, pd, 512)):
+        if not (vec_ok(core, ps, 512, _TRANSPOSE) and vec_ok(core, pd, 512, _TRANSPOSE)):
             return
         if pd.addr != ps.addr and not apart(core, _TRANSPOSE, pd, 512, ps, 512):
             return
@@ -278,7 +279,7 @@ def _broadcast(dst, src, dst_shape, src_shape, axis, shared_tmp=None):  # type: 
         overlap = pd.buf == ps.buf and pd.addr < ps.addr + m and ps.addr < pd.addr + n
         # tolerated overlaps, as the v220 implementation runs them (the module's docstring)
         tolerated = (axis == 0 and pd.addr == ps.addr) or axis == 1
-        if not (vec_ok(core, ps, m) and vec_ok(core, pd, n)
+        if not (vec_ok(core, ps, m, _BROADCAST) and vec_ok(core, pd, n, _BROADCAST)
                 and ((overlap and tolerated) or apart(core, _BROADCAST, pd, n, ps, m))):
             return
         for r in range(rows):  # each element of dst: the state of the one it copies

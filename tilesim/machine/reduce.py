@@ -89,9 +89,10 @@ from ..device import (
     flow_lanes,
     plan_of,
     report,
-    ub_in,
+    rows_span,
     ub_ok,
-    ub_out,
+    ub_rows_in,
+    ub_rows_out,
     vec_in,
     vec_ok,
     vec_out,
@@ -172,41 +173,53 @@ def _src_in(core, t, lo, hi, repeat, blk, rep, tail, sz):
                 if lane < last and lane_on(lo, hi, lane):
                     a = base + e * sz
                     if a != end:
-                        if end > start and not ub_in(core, at(t, start - t.addr), end - start):
+                        if end > start and not ub_rows_in(core, at(t, start - t.addr), 1, end - start, 0):
                             return False
                         start = a
                     end = a + sz
-    return end <= start or ub_in(core, at(t, start - t.addr), end - start)
+    return end <= start or ub_rows_in(core, at(t, start - t.addr), 1, end - start, 0)
 
 
 @checked_only(True)
-def _dst_ok(core, t, nbytes, align):
-    """Checked mode: a reduction's dst at its instruction's alignment (``align`` bytes), inside its buffer."""
-    if not core.checks:
-        return True
-    if t.addr % align:
+def _aligned(core, t, nbytes, align):
+    """Checked mode: a reduction's dst at its instruction's alignment (``align`` bytes)."""
+    if core.checks and t.addr % align:
         report(core, ERR_VEC_ALIGN, t.buf, t.addr - plan_of(core)[t.buf, 0], nbytes, t.addr % 32)
         return False
-    return ub_ok(core, t, nbytes)
+    return True
+
+
+@njit(cache=True, inline="always")
+def _dst_ok(core, t, nbytes, align, op):
+    """A reduction's dst (instruction ``op``): in checked mode at its instruction's alignment (``align`` bytes);
+    inside its buffer (:func:`tilesim.device.ub_ok`)."""
+    return _aligned(core, t, nbytes, align) and ub_ok(core, t, nbytes, op)
 
 
 @checked_only(True)
-def _work_ok(core, t, have, need):
+def _holds(core, t, have, need):
     """Checked mode: the sharedTmpBuffer (``have`` bytes from its start) holds the ``need`` bytes the API's
-    size rule asks for, 32 B aligned; the instruction scribbles on them, so they count as written."""
-    if not core.checks:
-        return True
-    if have < need:
+    size rule asks for."""
+    if core.checks and have < need:
         report(core, ERR_API_TMP, t.buf, t.addr - plan_of(core)[t.buf, 0], have, need)
         return False
-    return vec_out(core, t, need)
+    return True
+
+
+@njit(cache=True, inline="always")
+def _work_ok(core, t, have, need, op):
+    """The sharedTmpBuffer of instruction ``op``: in checked mode it holds the ``need`` bytes the API asks for
+    (:func:`_holds`), 32 B aligned; the instruction scribbles on them, so they count as written
+    (:func:`tilesim.device.vec_out`)."""
+    return _holds(core, t, have, need) and vec_out(core, t, need, op)
 
 
 @checked_only(None)
 def _wrote(core, t, off, nbytes):
-    """Checked mode: a result of ``nbytes`` at ``off`` bytes into ``t`` is written."""
+    """Checked mode: a result of ``nbytes`` at ``off`` bytes into ``t`` is written (inside the span its
+    instruction checked)."""
     if core.checks:
-        ub_out(core, at(t, off), nbytes)
+        ub_rows_out(core, at(t, off), 1, nbytes, nbytes)
 
 
 @njit(cache=True)
@@ -514,9 +527,9 @@ def _repeat_op(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  #
         ds, sb, sr = np.int64(dst_rep), np.int64(src_blk), np.int64(src_rep)
         step = _dst_step(op, dt, o)
         src_bytes = mask_span(n, sb, sr, last_lane(lo, hi, tail, lanes), tail, sz, lanes)
-        dst_bytes = (n - 1) * ds * step + (top // group) * sz + (step if whole else sz)
-        if not (vec_ok(core, ps, src_bytes) and _src_in(core, ps, lo, hi, n, sb, sr, tail, sz)
-                and _dst_ok(core, pd, dst_bytes, 32 if pair else step)):
+        dst_bytes = rows_span(n, (top // group) * sz + (step if whole else sz), ds * step)  # a result row a repeat
+        if not (vec_ok(core, ps, src_bytes, code) and _src_in(core, ps, lo, hi, n, sb, sr, tail, sz)
+                and _dst_ok(core, pd, dst_bytes, 32 if pair else step, code)):
             return
         hz_level0(core, code, pd, 1, 8, dst_bytes, ps, sb, sr, src_bytes, ps, 1, 8, 0, n)
         _walk(op, dst, src, lo, hi, n, sb, sr, tail, ds, o)
@@ -556,11 +569,11 @@ def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
             core = core_of(src)
             ps, pd = plan_tensor(src), plan_tensor(dst)
             out = 2 * sz if with_index else sz
-            if not (vec_in(core, ps, n * sz) and _dst_ok(core, pd, out, out)):
+            if not (vec_in(core, ps, n * sz, code) and _dst_ok(core, pd, out, out, code)):
                 return
             if not is_sum:  # Sum's count form leaves the sharedTmpBuffer alone on A2
                 need = _tmp_elems(1, max(n // per, 1), with_index, sz) * sz
-                if not _work_ok(core, plan_tensor(work), work.nbytes, need):
+                if not _work_ok(core, plan_tensor(work), work.nbytes, need, code):
                     return
                 hz_access(core, PIPE_VECTOR, code, work.buf, work.addr, need, True, work.gen >= 0)
             hz_instruction(core, PIPE_VECTOR, code, pd, out, ps, n * sz, ps, 0)
@@ -585,8 +598,8 @@ def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
         out = 2 * sz if with_index else sz
         src_bytes = mask_span(n, 1, sr, last_lane(lo, hi, np.int64(0), per), np.int64(0), sz, per)
         need = _tmp_elems(0 if is_sum else 1, n, with_index, sz) * sz
-        if not (vec_ok(core, ps, src_bytes) and _src_in(core, ps, lo, hi, n, 1, sr, 0, sz)
-                and _dst_ok(core, pd, out, out) and _work_ok(core, pw, work.nbytes, need)):
+        if not (vec_ok(core, ps, src_bytes, code) and _src_in(core, ps, lo, hi, n, 1, sr, 0, sz)
+                and _dst_ok(core, pd, out, out, code) and _work_ok(core, pw, work.nbytes, need, code)):
             return
         hz_access(core, PIPE_VECTOR, code, work.buf, work.addr, need, True, work.gen >= 0)
         hz_instruction(core, PIPE_VECTOR, code, pd, out, ps, src_bytes, ps, 0)
@@ -634,7 +647,7 @@ def _brcb_op(dst, src, repeat, params):  # type: ignore[no-untyped-def]
         if not params_ok(core, pd, n, 1) or n <= 0:
             return
         src_bytes, dst_bytes = n * 8 * sz, span(n, db, dr)
-        if not (vec_ok(core, ps, src_bytes) and vec_ok(core, pd, dst_bytes)):
+        if not (vec_ok(core, ps, src_bytes, code) and vec_ok(core, pd, dst_bytes, code)):
             return
         hz_level0(core, code, pd, db, dr, dst_bytes, ps, 1, 8, src_bytes, ps, 1, 8, 0, n)
         s = carray(address_as_pointer(core.base + src.addr, st), 8 * n)

@@ -24,7 +24,7 @@ import numpy as np
 from numba import carray, types
 from numba.extending import overload, overload_attribute, overload_method
 
-from ..device import Core, GlobalTensor, count_gm_scalar, count_scalar, gm_ok, ub_in, ub_out
+from ..device import FAULT_WORDS, Core, GlobalTensor, count_gm_scalar, count_scalar, gm_ok, ub_in, ub_out
 from ..intrinsics import address_as_pointer
 from ..jit import OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_SCALAR
@@ -38,9 +38,9 @@ X_IDX, X_BLOCK_NUM, X_BASE, X_UB_SIZE, X_PLAN_AT, X_PLAN_ROWS, X_CNT_AT, X_CNT_S
 X_POOL = 10  # TPipe: the end of the buffers placed so far, in bytes
 X_WS_AT, X_WS_SIZE = 11, 12  # GetUserWorkspace: address and bytes
 X_MASK_LO, X_MASK_HI, X_COUNTER_MODE = 13, 14, 15  # the vector mask register, and SetMaskCount / SetMaskNorm
-X_FAULT = 16  # 4 words: what stopped the kernel (tilesim.machine.pipe FAULT_*), the buffer, a detail
+X_FAULT = 16  # FAULT_WORDS: what stopped the kernel, the buffer, a detail, ... (tilesim.device's fault record)
 MAX_BUFS = 64  # buffers per TPipe
-X_PLAN = 20  # MAX_BUFS rows of (offset, slot bytes, slots): the UB plan as InitBuffer placed it
+X_PLAN = X_FAULT + FAULT_WORDS  # MAX_BUFS rows of (offset, slot bytes, slots): the UB plan as InitBuffer placed it
 X_QUE = X_PLAN + 3 * MAX_BUFS  # MAX_BUFS rows of Q_WORDS: each buffer's queue state
 Q_POS, Q_DEPTH, Q_NEXT, Q_COUNT, Q_HEAD, Q_SLOT = range(6)  # Q_SLOT: Q_NEXT modulo the buffer count
 MAX_QUE_SLOTS = 8  # buffers of one queue (TQue: at most 8 per TPosition on A2)
@@ -138,7 +138,7 @@ def core_of(x):
     """The :class:`tilesim.device.Core` of a context, tensor or queue: what the machine's internals take."""
     w = ctx_words(x.ctx)
     return Core(w[X_IDX], w[X_BLOCK_NUM], x.checks, w[X_BASE], w[X_UB_SIZE], w[X_PLAN_AT], w[X_PLAN_ROWS],
-                w[X_CNT_AT], w[X_CNT_SIZE], w[X_ERR_AT], w[X_ERR_SIZE], w[X_STOP_AT])
+                w[X_CNT_AT], w[X_CNT_SIZE], w[X_ERR_AT], w[X_ERR_SIZE], w[X_STOP_AT], x.ctx + X_FAULT * 8)
 
 
 @njit(cache=True, inline="always")
@@ -207,7 +207,7 @@ def _element_impl(t, i, write):  # type: ignore[no-untyped-def]
         def ub(t, i, write):  # type: ignore[no-untyped-def]
             core = core_of(t)
             e = PlanTensor(t.buf, t.addr + i * sz, t.gen)
-            if not (ub_out(core, e, sz) if write else ub_in(core, e, sz)):
+            if not (ub_out(core, e, sz, _SET_VALUE) if write else ub_in(core, e, sz, _GET_VALUE)):
                 return np.int64(0)
             hz_access(core, PIPE_SCALAR, _SET_VALUE if write else _GET_VALUE, t.buf, e.addr, sz, write, t.gen >= 0)
             hz_issue(core, PIPE_SCALAR)

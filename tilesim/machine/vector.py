@@ -50,7 +50,7 @@ from ..device import (
 )
 from ..expf import exp_f32
 from ..intrinsics import address_as_pointer, f32_as_u32, fp16_nearest_bits, fp16_widen_bits, u32_as_f32
-from ..jit import OVERLOAD_OPTIONS, njit
+from ..jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
 from ..vec_kinds import vec_kind
 from .dtypes import ALL
@@ -442,9 +442,12 @@ def last_lane(lo, hi, tail, per):
 def mask_span(repeat, blk, rep, lane, tail, sz, per):
     """Bytes from an operand's start to the end of the last element a level-0 walk reads or writes: the last
     repeat's ``lane`` (:func:`last_lane`), or in counter mode a full repeat before a short last one, whichever ends
-    later (as CPU-debug's CalculateVectorMaxOffset bounds an access: not the whole last repeat)."""
+    later (as CPU-debug's CalculateVectorMaxOffset bounds an access: not the whole last repeat); -1, which the
+    bounds checks refuse, for a negative stride (the walk would run backwards: Ascend C's strides are unsigned)."""
     if repeat <= 0 or lane < 0:
         return np.int64(0)
+    if blk < 0 or rep < 0:
+        return np.int64(-1)
     epb = 32 // sz
     end = ((repeat - 1) * rep + lane // epb * blk) * 32 + (lane % epb + 1) * sz
     if tail > 0 and repeat > 1:
@@ -454,7 +457,10 @@ def mask_span(repeat, blk, rep, lane, tail, sz, per):
 
 @njit(cache=True, inline="always")
 def span(repeat, blk, rep):
-    """Bytes from an operand's start to the end of the last block a level-0 walk touches."""
+    """Bytes from an operand's start to the end of the last block a level-0 walk touches (-1 for a negative stride,
+    as :func:`mask_span`)."""
+    if blk < 0 or rep < 0:
+        return np.int64(-1) if repeat > 0 else np.int64(0)
     return ((repeat - 1) * rep + 7 * blk) * 32 + 32 if repeat > 0 else 0
 
 
@@ -462,7 +468,7 @@ def vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
     """One instruction of the element-wise families: ``args`` is (count,) or (mask, repeat_times, params)."""
 
 
-@overload(vec_op, jit_options=OVERLOAD_OPTIONS)
+@overload(vec_op, jit_options=INLINE_OPTIONS)
 def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
     name = op_name(op)
     cls, allowed = OPS[name]
@@ -486,14 +492,14 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
                 return
             if has_src:
                 if two:
-                    if not (vec_ok(core, plan_tensor(a), nb) and vec_ok(core, plan_tensor(b), nb)
-                            and vec_ok(core, plan_tensor(dst), nb)):
+                    if not (vec_ok(core, plan_tensor(a), nb, code) and vec_ok(core, plan_tensor(b), nb, code)
+                            and vec_ok(core, plan_tensor(dst), nb, code)):
                         return
                     flow2(core, plan_tensor(dst), plan_tensor(a), plan_tensor(b), nb)
                     hz_instruction(core, PIPE_VECTOR, code, plan_tensor(dst), nb, plan_tensor(a), nb, plan_tensor(b),
                                    nb)
                 else:
-                    if not (vec_ok(core, plan_tensor(a), nb) and vec_ok(core, plan_tensor(dst), nb)):
+                    if not (vec_ok(core, plan_tensor(a), nb, code) and vec_ok(core, plan_tensor(dst), nb, code)):
                         return
                     flow1(core, plan_tensor(dst), plan_tensor(a), nb)
                     hz_instruction(core, PIPE_VECTOR, code, plan_tensor(dst), nb, plan_tensor(a), nb, plan_tensor(a),
@@ -501,7 +507,7 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
                 _contiguous(op, dst, a, b, s, n)
                 count_vector(core, cls, kind, nb, plan_tensor(dst), plan_tensor(a), plan_tensor(b if two else a))
             else:
-                if not vec_out(core, plan_tensor(dst), nb):
+                if not vec_out(core, plan_tensor(dst), nb, code):
                     return
                 hz_instruction(core, PIPE_VECTOR, code, plan_tensor(dst), nb, plan_tensor(dst), 0, plan_tensor(dst), 0)
                 _contiguous(op, dst, dst, None, s, n)
@@ -540,12 +546,12 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
         a_end = mask_span(repeat, as_, ar, lane, tail, sz, per) if has_src else np.int64(0)
         b_end = mask_span(repeat, bs, br, lane, tail, sz, per) if two else np.int64(0)
         d_end = mask_span(repeat, ds, dr, lane, tail, sz, per)
-        if has_src and not vec_ok(core, plan_tensor(a), a_end):
+        if has_src and not vec_ok(core, plan_tensor(a), a_end, code):
             return
-        if two and not vec_ok(core, plan_tensor(b), b_end):
+        if two and not vec_ok(core, plan_tensor(b), b_end, code):
             return
         # the shadow: the strided walk's span counts as written (its lanes' own states are not followed yet)
-        if not vec_out(core, pd, d_end):
+        if not vec_out(core, pd, d_end, code):
             return
         hz_level0(core, code, pd, ds, dr, d_end, plan_tensor(src), as_, ar, a_end, plan_tensor(b if two else src),
                   bs, br, b_end, repeat)
@@ -573,7 +579,7 @@ def _instruction(name: str, family: str, attr: str):  # type: ignore[no-untyped-
     def stub(dst, *args):  # type: ignore[no-untyped-def]
         raise TypeError(f"{name} is device code: call it from a kernel")
 
-    @overload(stub, jit_options=OVERLOAD_OPTIONS)
+    @overload(stub, jit_options=INLINE_OPTIONS)
     def _typed(dst, *args):  # type: ignore[no-untyped-def]
         if family == "binary":
             return lambda dst, *args: vec_op(op, dst, args[0], args[1], 0, args[2:])
