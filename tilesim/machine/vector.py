@@ -52,7 +52,14 @@ from ..device import (
     vec_out,
 )
 from ..expf import exp_f32
-from ..intrinsics import address_as_pointer, f32_as_u32, fp16_nearest_bits, fp16_widen_bits, u32_as_f32
+from ..intrinsics import (
+    address_as_pointer,
+    bf16_nearest_bits,
+    f32_as_u32,
+    fp16_nearest_bits,
+    fp16_widen_bits,
+    u32_as_f32,
+)
 from ..jit import OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
 from ..vec_kinds import vec_kind
@@ -190,16 +197,38 @@ def _store(dt, v):  # type: ignore[no-untyped-def]
     return lambda dt, v: st(v)
 
 
+def scalar_bits(dt, s):  # type: ignore[no-untyped-def]
+    """A scalar argument of element type ``dt`` (a ``const T&`` of the API) as the type stores it: half and
+    bfloat16 rounded to nearest even, their bits; float rounded to float; the ints converted as C++ converts."""
+
+
+@overload(scalar_bits, jit_options=OVERLOAD_OPTIONS, inline="always")
+def _scalar_bits(dt, s):  # type: ignore[no-untyped-def]
+    if dt.dt.name == "bfloat16_t":  # store keeps bfloat16's bits (the moves' compute type): a scalar is a value
+        return lambda dt, s: np.uint16(bf16_nearest_bits(f32_as_u32(np.float32(s)), False))
+    return lambda dt, s: store(dt, s)
+
+
+def element_bits(dt, s):  # type: ignore[no-untyped-def]
+    """:func:`scalar_bits` as a uint64 holding the element's bytes (its low ``sizeof(T)`` bytes), for the movers,
+    which fill bytes whatever the type."""
+
+
+@overload(element_bits, jit_options=OVERLOAD_OPTIONS, inline="always")
+def _element_bits(dt, s):  # type: ignore[no-untyped-def]
+    if dt.dt.name == "float":
+        return lambda dt, s: np.uint64(f32_as_u32(np.float32(s)))
+    return lambda dt, s: np.uint64(scalar_bits(dt, s))
+
+
 def scalar_of(dt, s):  # type: ignore[no-untyped-def]
-    """A scalar operand in the compute type (half: rounded to half first, as the API takes a half scalar)."""
+    """A scalar operand in the compute type: :func:`scalar_bits` loaded (half: rounded to half first, as the API
+    takes a half scalar; bfloat16, which only the moves take (Duplicate), stays its bits)."""
 
 
 @overload(scalar_of, jit_options=OVERLOAD_OPTIONS, inline="always")
 def _scalar_of(dt, s):  # type: ignore[no-untyped-def]
-    if dt.dt.name == "half":
-        return lambda dt, s: u32_as_f32(fp16_widen_bits(fp16_nearest_bits(f32_as_u32(np.float32(s)), False)))
-    st = dt.dt.storage
-    return lambda dt, s: st(s)
+    return lambda dt, s: load(dt, scalar_bits(dt, s))
 
 
 # ---------------------------------------------------------------------------------------------------------------
