@@ -274,6 +274,28 @@ def test_counter_mode_takes_the_mask_argument_as_a_count() -> None:
 
 
 @kernel
+def fill_bf16(ctx, t, out):
+    """Duplicate of a float scalar into bfloat16: the count form into out[:16], the level-0 form into out[16:]."""
+    pipe = TPipe(ctx)
+    qo = pipe.init_buffer(TQue(VECOUT, 1), 1, 64)
+    o = qo.alloc_tensor(out.dtype)
+    duplicate(o, 3.14159, 16)
+    duplicate(o[16], -2.75, 16, 1, 1, 8)
+    qo.enque(o)
+    o = qo.deque(out.dtype)
+    data_copy(out, o, 32)
+    qo.free_tensor(o)
+
+
+def test_duplicate_rounds_its_scalar_to_bfloat16() -> None:
+    """The scalar is a bfloat16_t, rounded to nearest even (3.14159 is 0x4049), not its bits' integer."""
+    out = np.zeros(32, ml_dtypes.bfloat16)
+    launch(fill_bf16, Rows(0), out, block_dim=1, checks=True)
+    want = np.repeat(np.array([3.14159, -2.75], np.float32).astype(ml_dtypes.bfloat16), 16)
+    np.testing.assert_array_equal(out.view(np.uint16), want.view(np.uint16))
+
+
+@kernel
 def misuse(ctx, t, a, out):
     pipe = TPipe(ctx)
     q = pipe.init_buffer(TQue(VECIN, 1), 2, 1024)
