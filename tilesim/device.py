@@ -57,7 +57,7 @@ GlobalTensor = namedtuple("GlobalTensor", ["tag", "addr", "nbytes", "isz"])
 # Counter columns.
 MTE2_BYTES = 0  # GM to UB, bytes read from GM
 MTE2_XFERS = 1
-MTE2_PAD_BYTES = 2  # zero fill DataCopyPad wrote to reach 32 B
+MTE2_PAD_BYTES = 2  # DataCopyPad's padding and dummy bytes, to each row's 32 B end
 MTE3_BYTES = 3  # UB to GM, bytes written to GM
 MTE3_XFERS = 4
 ATOMIC_BYTES = 5  # of MTE3_BYTES, those written with atomic add
@@ -368,7 +368,8 @@ def count_gm_scalar(core, g, i, write=False):
 @njit(cache=True)
 def count_mte2(core, dst, g, off, rows, row_len, stride, pad_bytes):
     """A GM-to-UB transfer from GM tensor ``g`` into ``dst``: ``rows`` rows of ``row_len`` elements from element
-    ``off``, ``stride`` elements from one row's start to the next; ``pad_bytes`` of DataCopyPad's zero fill."""
+    ``off``, ``stride`` elements from one row's start to the next; ``pad_bytes`` of DataCopyPad's padding and
+    dummy bytes."""
     isz = g.isz
     nbytes = rows * row_len * isz
     c = counters_of(core)
@@ -443,6 +444,19 @@ def ub_rows_out(core, t, rows, row_bytes, pitch):
             return _written(core, t.addr, rows * pitch)
         for r in range(rows):
             _written(core, t.addr + r * pitch, row_bytes)
+    return True
+
+
+@checked_only(True)
+def ub_rows_unwritten(core, t, rows, start, nbytes, pitch):
+    """Bytes an instruction leaves with values a kernel must not use (DataCopyPad's undefined padding, its dummy
+    bytes): ``nbytes`` from ``start`` in each of ``rows`` rows ``pitch`` apart from ``t`` count as never
+    written; the caller has checked the span with :func:`ub_ok`."""
+    if core.checks and nbytes > 0:
+        sh = shadow_of(core)
+        for r in range(rows):
+            a = t.addr + r * pitch + start
+            sh[a:a + nbytes] = UNWRITTEN
     return True
 
 
