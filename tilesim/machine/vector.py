@@ -431,7 +431,9 @@ def level0_mask(ctx, mask, repeat, per):  # type: ignore[no-untyped-def]
     as the API's SetMask writes it (the pair as (low, high) words, a count as a run of that many bits from bit 0,
     128 at most) and stays there; :data:`MASK_PLACEHOLDER` reads the register as it is. In counter mode the
     register's low word is then the total count: ``mask = (130, 0)`` computes 130 elements whatever
-    ``repeat``, as ``SetVectorMask(130)`` and the placeholder do. ``ctx`` is the operands' context block."""
+    ``repeat``, as ``SetVectorMask(130)`` and the placeholder do (and a count ``mask`` of 8 counts the 255 its
+    bits make, as on the NPU: 掩码.md gives counter mode the pair or the placeholder). ``ctx`` is the operands'
+    context block."""
 
 
 @overload(level0_mask, jit_options=OVERLOAD_OPTIONS)
