@@ -72,8 +72,8 @@ def add_tail_kernel(ctx, t, x, y, z):
     for off in range(start, end, t.tile_len):
         n = min(t.tile_len, end - off)
         k = (n * sz + 31) // 32 * 32 // sz  # whole blocks: the padding is computed on, never written out
-        row, zero_pad = asc.DataCopyExtParams(1, n * sz, 0, 0), asc.DataCopyPadExtParams(True, 0, 0, 0)
-        xl, yl = in_x.alloc_tensor(x.dtype), in_y.alloc_tensor(x.dtype)  # CopyIn: DataCopyPad zero-fills a tail
+        row, zero_pad = asc.DataCopyExtParams(1, n * sz, 0, 0), asc.DataCopyPadExtParams(True, 0, k - n, 0)
+        xl, yl = in_x.alloc_tensor(x.dtype), in_y.alloc_tensor(x.dtype)  # CopyIn: a tail padded with zeros
         asc.data_copy_pad(xl, x[off], row, zero_pad)
         asc.data_copy_pad(yl, y[off], row, zero_pad)
         in_x.enque(xl)

@@ -1,5 +1,6 @@
 """Host-side helpers every op API shares: numpy arrays to GM tensors and back, ``out=`` checking, checked mode's
-default. Where a launch writes its outputs (:func:`tilesim.launch.write_targets`) is the launch's business."""
+default; and :func:`to_float`, which kernels share. Where a launch writes its outputs
+(:func:`tilesim.launch.write_targets`) is the launch's business."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+from numba.extending import overload
 from tilesim.tiling.common import BF16, FP16, FP32, dtype_name
 
-from tilesim.cast import KIND_BF16, KIND_FP16
+from tilesim.cast import KIND_BF16, KIND_FP16, b16_to_f32_bits
 from tilesim.errors import invalid
+from tilesim.intrinsics import u32_as_f32
+from tilesim.jit import OVERLOAD_OPTIONS
 from tilesim.launch import checks_enabled, copy_back, write_targets  # noqa: F401  (the ops' names for them)
 
 NUMPY_DTYPE = {FP32: np.dtype(np.float32), FP16: np.dtype(np.float16), BF16: np.dtype(ml_dtypes.bfloat16)}
@@ -41,3 +45,16 @@ def checks_default(checks: bool | None) -> bool:
     """``checks=None`` follows the TILESIM_CHECKS environment variable; ``pytest --tilesim-checks`` forces it on
     (:func:`tilesim.launch.checks_enabled`)."""
     return checks_enabled(checks)
+
+
+def to_float(dtype, v):  # type: ignore[no-untyped-def]
+    """``float(v)`` of a GetValue in a kernel (ToFloat for bfloat16_t; half and bfloat16 read as their bits)."""
+
+
+@overload(to_float, jit_options=OVERLOAD_OPTIONS)
+def _to_float(dtype, v):  # type: ignore[no-untyped-def]
+    name = dtype.dt.name
+    if name == "float":
+        return lambda dtype, v: v
+    kind = KIND_BF16 if name == "bfloat16_t" else KIND_FP16
+    return lambda dtype, v: u32_as_f32(b16_to_f32_bits(v, kind))

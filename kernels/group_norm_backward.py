@@ -80,16 +80,14 @@ from tilesim.tiling.group_norm_backward import (
 from tilesim.tiling.group_norm_backward import group_norm_backward as make_tiling
 
 from tilesim import machine as asc  # AscendC::
-from tilesim.cast import KIND_BF16, KIND_FP16, b16_to_f32_bits
 from tilesim.errors import invalid
 from tilesim.interop import accepts_torch
-from tilesim.intrinsics import u32_as_f32
 from tilesim.jit import OVERLOAD_OPTIONS, njit
 from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import NUMPY_DTYPE, checks_default, output
+from .common import NUMPY_DTYPE, checks_default, output, to_float
 
 GM_NAMES = ["gradOut", "mean", "rstd", "input", "gamma", "gradInput", "gradGammaOut", "gradBetaOut"]
 MASK = 64  # ReduceSum_template: floats a repeat
@@ -109,19 +107,6 @@ Gm.__doc__ = "The GM tensors: the op's, and the two halves of the user workspace
 # tools_func
 
 
-def _to_float(dtype, v):  # type: ignore[no-untyped-def]
-    """``float(v)`` of a GetValue (ToFloat for bfloat16_t; half and bfloat16 read as their bits)."""
-
-
-@overload(_to_float, jit_options=OVERLOAD_OPTIONS)
-def _to_float_impl(dtype, v):  # type: ignore[no-untyped-def]
-    name = dtype.dt.name
-    if name == "float":
-        return lambda dtype, v: v
-    kind = KIND_BF16 if name == "bfloat16_t" else KIND_FP16
-    return lambda dtype, v: u32_as_f32(b16_to_f32_bits(v, kind))
-
-
 @njit(cache=True)
 def _sync(ctx, pipe, event):
     """A SetFlag / WaitFlag pair of ``event`` back to back, its id from FetchEventID."""
@@ -133,8 +118,8 @@ def _sync(ctx, pipe, event):
 @njit(cache=True)
 def _get_mean_rstd(ctx, g, task):
     """Get_Mean_Rstd: the task's mean and rstd by GetValue from GM, then PipeBarrier<PIPE_ALL>."""
-    mean = np.float32(_to_float(g.mean.dtype, g.mean.get_value(task)))
-    rstd = np.float32(_to_float(g.rstd.dtype, g.rstd.get_value(task)))
+    mean = np.float32(to_float(g.mean.dtype, g.mean.get_value(task)))
+    rstd = np.float32(to_float(g.rstd.dtype, g.rstd.get_value(task)))
     asc.pipe_barrier(ctx, asc.PIPE_ALL)
     return mean, rstd
 

@@ -44,7 +44,7 @@ from tilesim.normalization import layer_norm_grad_beta as beta_api
 from tilesim.normalization import tmp_buffer
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import output
+from .common import output, to_float
 
 GM_NAMES = ["dy", "x", "variance", "mean", "gamma", "pd_x", "pd_gamma", "pd_beta"]
 
@@ -74,10 +74,13 @@ def _widen_typed(buf, n, dtype):  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def _copy_in_rows(buf, src, rows, h):
-    """DataCopyPad of ``rows`` rows of H (zero padding to h_align) into an fp32 buffer."""
-    hp = (h * asc.size_of(src.dtype) + 31) // 32 * 32 // asc.size_of(src.dtype)
-    asc.data_copy_pad(_land(buf, rows * hp, src.dtype), src, asc.DataCopyExtParams(rows, h * asc.size_of(src.dtype),
-                                                                                  0, 0))
+    """DataCopyPad of ``rows`` rows of H into an fp32 buffer, padded with zeros to h_align (isPad, right padding:
+    the APIs sum over the stored H, and their doc asks for zeros there; without padding the row's end would hold
+    DataCopyPad's dummy bytes)."""
+    sz = asc.size_of(src.dtype)
+    hp = (h * sz + 31) // 32 * 32 // sz
+    asc.data_copy_pad(_land(buf, rows * hp, src.dtype), src, asc.DataCopyExtParams(rows, h * sz, 0, 0),
+                      asc.DataCopyPadExtParams(True, 0, hp - h, 0))
 
 
 def _narrow(buf, n, dtype):  # type: ignore[no-untyped-def]
@@ -101,10 +104,10 @@ def _copy_in(t, dy_que, x_que, var_que, mean_que, dy, x, variance, mean, r0, n):
     xl = x_que.alloc_tensor(asc.float32)
     if h == hp:
         _copy_in_rows(xl, x[r0 * h], n, h)
-    else:  # the padding value: the mean's fp32 value, or for half its bits (what DataCopyPad's padding takes)
+    else:  # the padding value: the row's mean (a T, exact in x's type)
         sz = asc.size_of(x.dtype)
         for i in range(n):
-            pad = asc.DataCopyPadExtParams(True, 0, hp - h, np.float32(mean.get_value(r0 + i)))
+            pad = asc.DataCopyPadExtParams(True, 0, hp - h, to_float(mean.dtype, mean.get_value(r0 + i)))
             row = asc.DataCopyExtParams(1, h * sz, 0, 0)
             asc.data_copy_pad(_land(xl, n * hp, x.dtype)[i * hp], x[(r0 + i) * h], row, pad)
     x_que.enque(xl)

@@ -46,7 +46,7 @@ Where this differs from ops-nn on purpose:
 - MERGE_N: ops-nn reads rstdLocal (Brcb, or BroadCast) after CopyOutRstd freed it (nothing reallocates it before
   the next pass); here its FreeTensor comes after the Brcb, so checked mode's use-after-free check stays clean.
 - A buffer ops-nn allocates only for b16 x (``x_fp32_buf``) is placed with 0 bytes for fp32 x, so that each
-  kernel's buffer ids are fixed; DataCopyPad's undefined pad bytes (isPad false) are zeros here.
+  kernel's buffer ids are fixed.
 """
 
 from __future__ import annotations

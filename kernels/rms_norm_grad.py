@@ -48,7 +48,8 @@ Where this differs from ops-nn on purpose:
 - ``dCompute`` offsets the source of its second and later 255-row Adds by 255 elements, not 255 rows: harmless as
   block_dim is at most 48 (one Add); written here as ops-nn has it.
 - The chunked deterministic split-D (``need_chunk``, inputs of 500 MiB and more) is refused
-  (:func:`check_supported`). DataCopyPad's undefined pad bytes (isPad false) are zeros here.
+  (:func:`check_supported`). The final sum's DataCopyPad (right padding, isPad false) leaves its padding
+  undefined on the NPU: here it holds 0 and checked mode takes it as never written (the Adds mask it off).
 """
 
 from __future__ import annotations

@@ -19,11 +19,12 @@ columns [0, colLen) of every row, B columns [colLen, 2·colLen)), y is [rowLen, 
     both round to nearest even); EnQue.
 - CopyOut: DeQue; DataCopy (or DataCopyPad) with a dstStride between rows of y; FreeTensor.
 
-A padded row's tail (zeros in UB) is computed on and never written back. No cross-core reduction: the op is
+A padded row's tail (DataCopyPad's dummy bytes, the row's first element, as on the NPU) is computed on and never
+written back. No cross-core reduction: the op is
 deterministic. The vector instructions are the count (level-2) forms ops-nn calls.
 
 Where this differs from ops-nn: the kernels take the b16 rounding from the tiling (ops-nn compiles it per SoC,
-see :class:`tiling.swiglu.SwiGluTiling`); DataCopyPad's isPad=false tail bytes, undefined on the NPU, are zeros here.
+see :class:`tiling.swiglu.SwiGluTiling`).
 """
 
 from __future__ import annotations

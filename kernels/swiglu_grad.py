@@ -24,15 +24,15 @@ with the tile parameters of :mod:`kernels.swiglu` (the same ``SwigluSingleTiling
 - CopyOut (CopyOut_Non32BAligned): DeQue M, DataCopy (DataCopyPad) with the dstStride between rows of x,
   FreeTensor; then N likewise.
 
-A padded row's tail (zeros in UB) is computed on and never written back. No cross-core reduction: the op is
+A padded row's tail (DataCopyPad's dummy bytes, the row's first element, as on the NPU) is computed on and never
+written back. No cross-core reduction: the op is
 deterministic. Besides the barriers, a tile's syncs are its queue calls': 10 SetFlags (5 EnQue, 5 FreeTensor),
 5 DeQue waits, and 5 AllocTensor waits once a queue's buffers come round again.
 
 Where this differs from ops-nn: ops-nn compiles the kernel per SoC with the round mode in it; SwiGluGradTiling
 carries no round mode, so the b16 kernel has a build per ``__CCE_AICORE__`` here, :func:`swiglu_grad_b16_kernel`
 (220) and :func:`swiglu_grad_b16_kernel_200` (310P). The 310P build lacks the non-aligned path, as ops-nn's does
-(``#if __CCE_AICORE__ == 220``; the tiling refuses such a colLen there). DataCopyPad's isPad=false tail bytes,
-undefined on the NPU, are zeros here.
+(``#if __CCE_AICORE__ == 220``; the tiling refuses such a colLen there).
 
 On the host, a fast launch runs each core's tiles to the end before the next core's (each host thread one UB
 for its cores in turn); the NPU's cores run side by side, the k-th tile of each at about the same time.

@@ -116,11 +116,11 @@ def _loaded(xbuf, src):
 
 @njit(cache=True)
 def _load_pad(xbuf, src):
-    """CopyIn 10 fp32 (40 B) with DataCopyPad: the zero fill makes 64 B of the tensor written, the rest of the
-    256 B never is. Then Compute over the whole tensor, in place (the padding lanes carry 'unwritten' to the
-    result). Four instructions: the copy, EnQue, DeQue, Muls."""
+    """CopyIn 10 fp32 (40 B) with DataCopyPad and 6 elements of right padding (isPad, 0.0): 64 B of the tensor
+    written, the rest of the 256 B never. Then Compute over the whole tensor, in place (the padding lanes carry
+    'unwritten' to the result). Four instructions: the copy, EnQue, DeQue, Muls."""
     x = xbuf.alloc_tensor(asc.float32)
-    asc.data_copy_pad(x, src, asc.DataCopyExtParams(1, 40, 0, 0), asc.DataCopyPadExtParams(True, 0, 0, 0.0))
+    asc.data_copy_pad(x, src, asc.DataCopyExtParams(1, 40, 0, 0), asc.DataCopyPadExtParams(True, 0, 6, 0.0))
     xbuf.enque(x)
     x = xbuf.deque(asc.float32)
     asc.muls(x, x, 2.0, TILE)
@@ -285,7 +285,7 @@ def fx_vec_misaligned(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
 
 @njit(cache=True)
 def fx_uninit_copy_out(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
-    """10 fp32 loaded with DataCopyPad (64 B written with the zero fill), computed over the tensor, then 20 copied
+    """10 fp32 loaded with DataCopyPad (64 B written with the padding), computed over the tensor, then 20 copied
     out: bytes 64 to 80 of the copy were never written."""
     if c == t.core and phase == t.phase:
         x = _load_pad(xbuf, src[c * SPAN])
@@ -308,7 +308,7 @@ def _out8(ybuf, dst, v):
 
 @njit(cache=True)
 def fx_uninit_get_value(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
-    """As uninit_copy_out, then GetValue(20): element 20 lies past the zero fill."""
+    """As uninit_copy_out, then GetValue(20): element 20 lies past the padding."""
     if c == t.core and phase == t.phase:
         x = _load_pad(xbuf, src[c * SPAN])
         _out8(ybuf, dst[c * SPAN], x.get_value(20))
@@ -324,6 +324,25 @@ def fx_uninit_reduce(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
         z = zbuf.get(asc.float32)
         asc.duplicate(z, 0.0, 8)
         asc.whole_reduce_sum(z, x, 20, 1, 1, 1, 8)
+        _out8(ybuf, dst[c * SPAN], z.get_value(0))
+    else:
+        _normal(c, xbuf, ybuf, src, dst)
+
+
+@njit(cache=True)
+def fx_uninit_dummy(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
+    """60 fp32 loaded with DataCopyPad, isPad false and no padding: the 16 B from their end to the 32 B boundary are
+    dummy bytes (the row's first element). WholeReduceSum over all 64 lanes (into zbuf, its sum to dst) uses
+    them."""
+    if c == t.core and phase == t.phase:
+        x = xbuf.alloc_tensor(asc.float32)
+        asc.data_copy_pad(x, src[c * SPAN], asc.DataCopyExtParams(1, 240, 0, 0),
+                          asc.DataCopyPadExtParams(False, 0, 0, 0.0))
+        xbuf.enque(x)
+        x = xbuf.deque(asc.float32)
+        z = zbuf.get(asc.float32)
+        asc.duplicate(z, 0.0, 8)
+        asc.whole_reduce_sum(z, x, TILE, 1, 1, 1, 8)
         _out8(ybuf, dst[c * SPAN], z.get_value(0))
     else:
         _normal(c, xbuf, ybuf, src, dst)
@@ -354,7 +373,7 @@ def fx_uninit_through_vector(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
 @njit(cache=True)
 def fx_clean_padding(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
     """Clean control: computes on never-written padding lanes (Muls over the whole tensor) but uses only what
-    DataCopyPad wrote, its zero fill included: CopyOut of the 10 elements, GetValue(12), WholeReduceSum over
+    DataCopyPad wrote, its padding included: CopyOut of the 10 elements, GetValue(12), WholeReduceSum over
     16 lanes (their sum, plus element 12, lands at dst[16:24])."""
     x = _load_pad(xbuf, src[c * SPAN])
     _v_to_mte3(ctx)
@@ -448,7 +467,7 @@ def fx_failed_only_phase(ctx, t, c, phase, xbuf, ybuf, zbuf, src, dst, acc):
 TILE_FIXTURES = (fx_clean, fx_gm_read_oob, fx_gm_write_oob, fx_ub_oob, fx_ub_oob_other_slot, fx_use_after_free,
                  fx_datacopy_len, fx_datacopy_ub_offset, fx_vec_misaligned, fx_uninit_copy_out, fx_uninit_get_value,
                  fx_uninit_reduce, fx_uninit_through_vector, fx_clean_padding, fx_race_write_write,
-                 fx_race_write_read, fx_atomic, fx_many, fx_failed_only_phase)
+                 fx_race_write_read, fx_atomic, fx_many, fx_failed_only_phase, fx_uninit_dummy)
 
 
 @kernel
@@ -496,8 +515,10 @@ def tile_fixtures(ctx, t, src, dst, acc):
             fx_atomic(*args)
         elif k == 17:
             fx_many(*args)
-        else:
+        elif k == 18:
             fx_failed_only_phase(*args)
+        else:
+            fx_uninit_dummy(*args)
 
 
 # --- the LayerNormGradBeta fixtures -----------------------------------------------------------------------------
@@ -595,6 +616,7 @@ FIXTURES: dict[str, Fixture] = {
     "uninit_get_value": Fixture(fx_uninit_get_value),
     "uninit_reduce": Fixture(fx_uninit_reduce),
     "uninit_through_vector": Fixture(fx_uninit_through_vector),
+    "uninit_dummy": Fixture(fx_uninit_dummy),
     "clean_padding": Fixture(fx_clean_padding, block_dim=3, knobs=(-1, -1, 0, 0), clean=True),
     "race_write_write": Fixture(fx_race_write_write, knobs=(0, 0, 1, 0)),
     "race_write_read": Fixture(fx_race_write_read, knobs=(0, 0, 1, 0)),

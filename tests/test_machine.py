@@ -182,7 +182,9 @@ def test_unknown_soc_lists_the_known_ones(bad):
 
 # --- a kernel on the programming model, on several cores --------------------------------------------------------
 
-COPY_PAD, COPY_ROWS, COPY_COUNT = range(3)  # DataCopyPad; DataCopy with DataCopyParams; DataCopy of a count
+# DataCopyPad padded with zeros to the 32 B end (isPad, right padding); DataCopy with DataCopyParams; DataCopy of a
+# count; DataCopyPad without padding, isPad false (the row's end to the 32 B boundary: dummy bytes)
+COPY_PAD, COPY_ROWS, COPY_COUNT, COPY_DUMMY = range(4)
 OK, BAD_LEN, BAD_UB_COPY, BAD_UB_ALIGN, BAD_UB_VEC, BAD_GM_IN, BAD_GM_OUT = range(7)  # a core's mistake
 SENTINEL = -12851  # int16 0xCDCD: a dump shows 0xCD bytes where nothing wrote
 
@@ -253,9 +255,10 @@ def rows_kernel(ctx, t, src, dst, ub):
             xd, rows_in = xl[16 // sz], 1
         if what == BAD_LEN:  # not a whole number of 32 B blocks
             asc.data_copy(xd, g, t.d - 1)
-        elif t.copy == COPY_PAD:
-            asc.data_copy_pad(xd, g, asc.DataCopyExtParams(rows_in, t.d * sz, t.src_gap * sz, 0),
-                              asc.DataCopyPadExtParams(True, 0, 0, 0))
+        elif t.copy == COPY_PAD or t.copy == COPY_DUMMY:
+            pad = asc.DataCopyPadExtParams(True, 0, pitch - t.d, 0) if t.copy == COPY_PAD else \
+                asc.DataCopyPadExtParams(False, 0, 0, 0)
+            asc.data_copy_pad(xd, g, asc.DataCopyExtParams(rows_in, t.d * sz, t.src_gap * sz, 0), pad)
         elif t.copy == COPY_ROWS:
             asc.data_copy(xd, g, asc.DataCopyParams(rows_in, t.d // blk, t.src_gap // blk, 0))
         else:  # the tile's rows back to back in GM (no src_gap)
@@ -287,7 +290,7 @@ def rows_kernel(ctx, t, src, dst, ub):
         h = dst[first * d_stride]
         if what == BAD_GM_OUT:
             h = dst[dst.get_size() - (k - 1) * d_stride - t.d + blk]
-        if t.copy == COPY_PAD:
+        if t.copy == COPY_PAD or t.copy == COPY_DUMMY:
             asc.data_copy_pad(h, yl, asc.DataCopyExtParams(k, t.d * sz, 0, t.dst_gap * sz))
         elif t.copy == COPY_ROWS:
             asc.data_copy(h, yl, asc.DataCopyParams(k, t.d // blk, 0, t.dst_gap // blk))
@@ -380,8 +383,8 @@ def test_vector_repeats_are_ceil_bytes_over_256():
 
 
 def check_ub_rows(ub: np.ndarray, src: np.ndarray, t: RowsTiling, block_dim: int) -> None:
-    """Each core's dumped x slot: its rows from their 32 B starts, each zero-filled to its 32 B end, and the
-    sentinel past the last row (nothing written there)."""
+    """Each core's dumped x slot: its rows from their 32 B starts, each filled to its 32 B end with zeros (COPY_PAD)
+    or its first element (COPY_DUMMY), and the sentinel past the last row (nothing written there)."""
     isz = src.itemsize
     pitch_b, slot_b = pitch_of(t.d, isz) * isz, slot_of(t, isz) * isz
     raw = ub.view(np.uint8)
@@ -392,7 +395,9 @@ def check_ub_rows(ub: np.ndarray, src: np.ndarray, t: RowsTiling, block_dim: int
             g = (c * t.rows + r) * (t.d + t.src_gap)
             assert np.array_equal(row[:t.d * isz].view(src.dtype).view(np.uint16 if isz == 2 else np.uint32),
                                   src[g:g + t.d].view(np.uint16 if isz == 2 else np.uint32)), (c, r)
-            assert not row[t.d * isz:].any(), f"core {c} row {r}: pad bytes {row[t.d * isz:]}"
+            tail = row[t.d * isz:]
+            want = np.tile(row[:isz], tail.size // isz) if t.copy == COPY_DUMMY else np.zeros_like(tail)
+            assert np.array_equal(tail, want), f"core {c} row {r}: bytes past the data {tail}"
         assert (s[t.rows * pitch_b:] == 0xCD).all(), f"core {c}: written past the last row"
 
 
@@ -401,7 +406,7 @@ def check_ub_rows(ub: np.ndarray, src: np.ndarray, t: RowsTiling, block_dim: int
     (np.float32, 7, 3), (np.float32, 33, 4), (BF16, 3, 5), (BF16, 17, 2), (np.float32, 1, 9),
 ])
 @pytest.mark.parametrize("checks", [False, True])
-def test_data_copy_pad_zero_fills_each_row_to_32_bytes(dtype, row_len, rows, checks):
+def test_data_copy_pad_right_padding_zero_fills_each_row_to_32_bytes(dtype, row_len, rows, checks):
     block_dim = 3
     isz = np.dtype(dtype).itemsize
     t = RowsTiling(rows, row_len, tile_rows=rows, src_gap=2, dst_gap=5, dump=1)  # gaps in GM on both sides
@@ -417,6 +422,59 @@ def test_data_copy_pad_zero_fills_each_row_to_32_bytes(dtype, row_len, rows, che
     # the rows, then the dump of the slot
     assert rep.counter("mte3_bytes").tolist() == [rows * row_len * isz + slot_of(t, isz) * isz] * block_dim
     assert rep.counter("mte3_transfers").tolist() == [2] * block_dim
+
+
+@pytest.mark.parametrize("dtype, row_len, rows", [(np.float32, 7, 3), (BF16, 3, 2), (np.float32, 8, 2)])
+def test_data_copy_pad_without_padding_repeats_each_row_first_element(dtype, row_len, rows):
+    """isPad false, no padding: the bytes from each row's end to its 32 B end repeat the row's first element
+    (DataCopyPad（GMToUB非对齐数据搬运）.md, 示例2), in both builds; checked mode takes them as never written, so
+    the dump of the slot (a copy out of them) is a finding, at the first row's first dummy byte."""
+    block_dim = 3
+    isz = np.dtype(dtype).itemsize
+    t = RowsTiling(rows, row_len, tile_rows=rows, src_gap=2, copy=COPY_DUMMY, dump=1)
+    src = inputs(dtype, block_dim * rows * (row_len + 2), row_len * 10 + rows)
+    with as_asked():
+        dst, ub, rep = run_rows(src, t, block_dim)
+    check_ub_rows(ub, src, t, block_dim)
+    assert np.array_equal(dst.view(np.uint8), want_rows(src, np.full_like(dst, 77), t, block_dim).view(np.uint8))
+    dummy = pitch_of(row_len, isz) - row_len
+    assert rep.counter("mte2_pad_bytes").tolist() == [rows * dummy * isz] * block_dim
+    if dummy == 0:  # whole blocks: no dummy bytes, nothing to report
+        run_rows(src, t, block_dim, checks=True)
+        return
+    with pytest.raises(tilesim.CheckError) as e:
+        run_rows(src, t, block_dim, checks=True)
+    v = e.value.violations[0]
+    assert (v.kind, v.memory, v.core) == ("uninitialised read", 'UB buffer "out_ub"', 0)
+    assert f"read of {rows * dummy * isz} B of UB never written, the first {row_len * isz} B into" in v.detail
+
+
+@kernel
+def pad_value(ctx, t, a, out):
+    """DataCopyPad of 3 elements with 5 elements of right padding of 1.5 (isPad), the 32 B out whole."""
+    pipe = asc.TPipe(ctx)
+    q = pipe.init_buffer(asc.TQue(asc.VECIN, 1), 1, 32)
+    x = q.alloc_tensor(a.dtype)
+    sz = asc.size_of(a.dtype)
+    asc.data_copy_pad(x, a, asc.DataCopyExtParams(1, 3 * sz, 0, 0), asc.DataCopyPadExtParams(True, 0, 32 // sz - 3,
+                                                                                            1.5))
+    q.enque(x)
+    x = q.deque(a.dtype)
+    asc.set_flag(ctx, asc.HardEvent.V_MTE3, 0)
+    asc.wait_flag(ctx, asc.HardEvent.V_MTE3, 0)
+    asc.data_copy(out, x, 32 // sz)
+    q.free_tensor(x)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.int32])
+def test_data_copy_pad_padding_value_is_a_value_of_the_type(dtype):
+    """paddingValue is a T: 1.5 pads half with 0x3E00 (not the bits 0x0001) and int32 with 1 (not 1.5's float
+    bits)."""
+    n = 32 // np.dtype(dtype).itemsize
+    a = np.arange(1, 4).astype(dtype)
+    out = np.zeros(n, dtype)
+    launch(pad_value, RowsTiling(0, 0), a, out, block_dim=1, checks=True)
+    np.testing.assert_array_equal(out, np.concatenate([a, np.full(n - 3, dtype(1.5))]))
 
 
 @pytest.mark.parametrize("dtype, row_len", [(np.float32, 8), (np.float32, 24), (BF16, 16), (BF16, 48)])
@@ -477,10 +535,49 @@ def test_in_bounds_kernel_runs_with_and_without_checks(tilesim_checks):
 
 
 def test_partial_block_data_copy_is_fine_without_checks():
-    """Checks off: a DataCopy of 252 B is not verified (the NPU would copy whole blocks); nothing is raised."""
+    """Checks off: a DataCopy of 252 B is not reported; it moves 224 B, as the NPU does (the length rounded down
+    to 32 B), and nothing is raised."""
     with as_asked():
-        _, _, rep = run_checked(COUNT, [OK, BAD_LEN, OK], False)
-    assert rep.counter("mte2_bytes").tolist() == [512, 256 + 252, 512]
+        src, dst, rep = run_checked(COUNT, [OK, BAD_LEN, OK], False)
+    assert rep.counter("mte2_bytes").tolist() == [512, 256 + 224, 512]
+    np.testing.assert_array_equal(dst[:192], src[:192] * 2)  # core 1's last row: 56 elements came in
+    np.testing.assert_array_equal(dst[192:248], src[192:248] * 2)
+    assert not np.array_equal(dst[248:256], src[248:256] * 2)
+
+
+@kernel
+def partial_counts(ctx, t, a, out):
+    """DataCopy's count form with 10 or 12 floats (40 B, 48 B): each direction moves 32 B. out[0:16]: x (-1 from
+    a Duplicate, then a's 10 floats over it) copied out whole; out[16:32]: y (-2, then x's 12 floats over it)
+    copied out whole; out[32:48]: x's 12 floats copied out over out's own values."""
+    pipe = asc.TPipe(ctx)
+    b = pipe.init_buffer(asc.TBuf(asc.VECCALC), 128)
+    x, y = b.get(asc.float32), b.get(asc.float32)[16]
+    asc.duplicate(x, -1.0, 16)
+    asc.duplicate(y, -2.0, 16)
+    asc.pipe_barrier(ctx, asc.PIPE_ALL)
+    asc.data_copy(x, a, 10)
+    asc.pipe_barrier(ctx, asc.PIPE_ALL)
+    asc.data_copy(y, x, 12)
+    asc.pipe_barrier(ctx, asc.PIPE_ALL)
+    asc.data_copy(out, x, 16)
+    asc.data_copy(out[16], y, 16)
+    asc.data_copy(out[32], x, 12)
+
+
+def test_data_copy_count_moves_whole_blocks_in_every_direction():
+    a = np.arange(1, 17, dtype=np.float32)
+    out = np.full(48, 7.0, np.float32)
+    with as_asked():
+        rep = launch(partial_counts, RowsTiling(0, 0), a, out, block_dim=1)
+    want = np.concatenate([a[:8], np.full(8, -1), a[:8], np.full(8, -2), a[:8], np.full(8, 7)]).astype(np.float32)
+    np.testing.assert_array_equal(out, want)
+    assert rep.total("mte2_bytes") == 32 and rep.total("mte3_bytes") == 64 + 64 + 32
+    with pytest.raises(tilesim.CheckError) as e:
+        launch(partial_counts, RowsTiling(0, 0), a, out, block_dim=1, checks=True)
+    assert [(v.kind, v.nbytes) for v in e.value.violations] == [("misaligned DataCopy length", 40)] + [
+        ("misaligned DataCopy length", 48)] * 2
+    assert "(the NPU moves 32 B)" in e.value.violations[0].detail
 
 
 @pytest.mark.parametrize("t, what, kind, memory, offset, nbytes, phrase", [

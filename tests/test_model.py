@@ -18,6 +18,7 @@ from tilesim import CheckError, UbOverflowError
 from tilesim.expf import exp_values
 from tilesim.launcher import KernelError, kernel, launch
 from tilesim.machine import (
+    MASK_PLACEHOLDER,
     PIPE_V,
     VECCALC,
     VECIN,
@@ -46,10 +47,13 @@ from tilesim.machine import (
     pipe_barrier,
     relu,
     set_flag,
+    set_mask_count,
+    set_mask_norm,
     size_of,
     sqrt,
     sub,
     wait_flag,
+    whole_reduce_sum,
 )
 
 N = 256  # elements per operand (1 KiB of fp32, 512 B of half)
@@ -226,6 +230,69 @@ def test_level0_mask_runs(dtype: type, n: int) -> None:
     prod = (a.astype(np.float32) * g.astype(np.float32)).astype(dtype)
     want[:, :n] = (prod.astype(np.float32) + 2).astype(dtype)[:, :n]
     np.testing.assert_array_equal(out, want)
+
+
+@kernel
+def counter_mask(ctx, t, a, out):
+    """After SetMaskCount the mask (130, 0) of a level-0 call is a count of 130 elements, repeat_times (1) ignored:
+    掩码.md's Adds (blocks 2 apart, repeats 16 blocks apart), then a Muls with MASK_PLACEHOLDER (the register the
+    Adds left), both into out[:512] over Duplicate's -1; a WholeReduceSum with the same mask, a sum per repeat
+    (128 and 2 lanes), into out[512:514]."""
+    pipe = TPipe(ctx)
+    q = pipe.init_buffer(TQue(VECIN, 1), 1, 1024)
+    qo = pipe.init_buffer(TQue(VECOUT, 1), 1, 1056)
+    x = q.alloc_tensor(a.dtype)
+    data_copy(x, a, 512)
+    q.enque(x)
+    x = q.deque(a.dtype)
+    o = qo.alloc_tensor(a.dtype)
+    duplicate(o, -1.0, 528)
+    pipe_barrier(ctx, PIPE_V)
+    set_mask_count(ctx)
+    adds(o, x, 1.0, (130, 0), 1, UnaryRepeatParams(2, 2, 16, 16))
+    pipe_barrier(ctx, PIPE_V)
+    muls(o, o, 2.0, MASK_PLACEHOLDER, 1, UnaryRepeatParams(2, 2, 16, 16))
+    whole_reduce_sum(o[512], x, (130, 0), 1, 1, 1, 8)
+    set_mask_norm(ctx)
+    qo.enque(o)
+    o = qo.deque(a.dtype)
+    data_copy(out, o, 528)
+    q.free_tensor(x)
+    qo.free_tensor(o)
+
+
+def test_counter_mode_takes_the_mask_argument_as_a_count() -> None:
+    a = (np.arange(512) % 9 - 4).astype(np.float16)  # small integers: every sum exact in half
+    out = np.zeros(528, np.float16)
+    rep = launch(counter_mask, Rows(0), a, out, block_dim=1, checks=True)
+    blocks = np.concatenate([np.arange(b * 16, b * 16 + 16) for b in range(0, 16, 2)] + [np.arange(256, 258)])
+    want = np.full(528, -1.0, np.float16)
+    want[blocks] = (a[blocks] + 1) * 2
+    want[512:514] = [a[:128].astype(np.float32).sum(), a[128:130].astype(np.float32).sum()]
+    np.testing.assert_array_equal(out, want)
+    assert rep.total("vec_scalar") == 2 * 2  # two repeats each, the second of 2 lanes
+
+
+@kernel
+def fill_bf16(ctx, t, out):
+    """Duplicate of a float scalar into bfloat16: the count form into out[:16], the level-0 form into out[16:]."""
+    pipe = TPipe(ctx)
+    qo = pipe.init_buffer(TQue(VECOUT, 1), 1, 64)
+    o = qo.alloc_tensor(out.dtype)
+    duplicate(o, 3.14159, 16)
+    duplicate(o[16], -2.75, 16, 1, 1, 8)
+    qo.enque(o)
+    o = qo.deque(out.dtype)
+    data_copy(out, o, 32)
+    qo.free_tensor(o)
+
+
+def test_duplicate_rounds_its_scalar_to_bfloat16() -> None:
+    """The scalar is a bfloat16_t, rounded to nearest even (3.14159 is 0x4049), not its bits' integer."""
+    out = np.zeros(32, ml_dtypes.bfloat16)
+    launch(fill_bf16, Rows(0), out, block_dim=1, checks=True)
+    want = np.repeat(np.array([3.14159, -2.75], np.float32).astype(ml_dtypes.bfloat16), 16)
+    np.testing.assert_array_equal(out.view(np.uint16), want.view(np.uint16))
 
 
 @kernel

@@ -93,6 +93,9 @@ CASES = [
      xbuf(80, 4, "uninitialised read", 4, "read of 4 B of UB never written, the first 0 B into the access")),
     ("uninit_reduce", None, None,
      xbuf(0, 80, "uninitialised read", 5, "read of 16 B of UB never written, the first 64 B into the access")),
+    # DataCopyPad's dummy bytes (isPad false, no padding: the row's first element) count as never written
+    ("uninit_dummy", None, None,
+     xbuf(0, 256, "uninitialised read", 4, "read of 16 B of UB never written, the first 240 B into the access")),
     ("uninit_through_vector", None, None,
      Want("uninitialised read", 1, 0, 9, 'UB buffer "zbuf"', 0, 256,
           ("read of 128 B of UB never written, the first 128 B into the access",))),
@@ -166,6 +169,13 @@ def test_report_names_the_right_thing(name, knobs, phases, want):
     assert_names(v, e, name, want)
     if not FIXTURES[name].api:  # the well-behaved core said nothing, and the broken one only this
         assert e.total == len(e.violations) == 1, e.reports
+
+
+def test_data_copy_pad_fills_dummy_bytes_with_the_first_element():
+    """Without checks the NPU's value: the 64-lane sum of uninit_dummy takes element 0 for its 4 dummy lanes."""
+    run = run_fixture("uninit_dummy", checks=False)
+    first = SPAN  # core 1's src tile: SPAN, SPAN + 1, ...
+    assert run.gm["dst"][SPAN:SPAN + 8].tolist() == [sum(range(first, first + 60)) + 4 * first] * 8
 
 
 def test_a_short_tmp_buffer_skips_the_api_and_the_unwritten_outputs_are_reported_where_copied_out():

@@ -101,7 +101,7 @@ class Estimate:
     path_us: np.ndarray  # [block_dim, N_PIPES]: each core's critical path, the time of it each pipe holds
     ub_used: int
     ub_size: int
-    pad_bytes: int  # zero fill DataCopyPad wrote to reach 32 B
+    pad_bytes: int  # padding and dummy bytes DataCopyPad wrote to reach 32 B
     gm_bytes: int  # MTE2 + MTE3 bytes
     stages: list[Stage] = field(repr=False, default_factory=list)
     tiling: Any = field(repr=False, default=None)

@@ -59,7 +59,7 @@ and its element size. The host array must outlive the tensor (the launch keeps i
 # Counter columns.
 MTE2_BYTES = 0  # GM to UB, bytes read from GM
 MTE2_XFERS = 1
-MTE2_PAD_BYTES = 2  # zero fill DataCopyPad wrote to reach 32 B
+MTE2_PAD_BYTES = 2  # DataCopyPad's padding and dummy bytes, to each row's 32 B end
 MTE3_BYTES = 3  # UB to GM, bytes written to GM
 MTE3_XFERS = 4
 ATOMIC_BYTES = 5  # of MTE3_BYTES, those written with atomic add
@@ -431,7 +431,8 @@ def count_gm_scalar(core, g, i, write=False):
 @njit(cache=True)
 def count_mte2(core, dst, g, off, rows, row_len, stride, pad_bytes):
     """A GM-to-UB transfer from GM tensor ``g`` into ``dst``: ``rows`` rows of ``row_len`` elements from element
-    ``off``, ``stride`` elements from one row's start to the next; ``pad_bytes`` of DataCopyPad's zero fill."""
+    ``off``, ``stride`` elements from one row's start to the next; ``pad_bytes`` of DataCopyPad's padding and
+    dummy bytes."""
     stop_if_asked(core)
     isz = g.isz
     nbytes = rows * row_len * isz
@@ -519,6 +520,19 @@ def rows_span(rows, row_bytes, pitch):
     if row_bytes < 0 or (pitch < 0 and rows > 1):
         return np.int64(-1)
     return (rows - 1) * pitch + row_bytes
+
+
+@checked_only(True)
+def ub_rows_unwritten(core, t, rows, start, nbytes, pitch):
+    """Bytes an instruction leaves with values a kernel must not use (DataCopyPad's undefined padding, its dummy
+    bytes): ``nbytes`` from ``start`` in each of ``rows`` rows ``pitch`` apart from ``t`` count as never
+    written; the caller has checked the span with :func:`ub_ok`."""
+    if core.checks and nbytes > 0:
+        sh = shadow_of(core)
+        for r in range(rows):
+            a = t.addr + r * pitch + start
+            sh[a:a + nbytes] = UNWRITTEN
+    return True
 
 
 @ub_access

@@ -117,7 +117,7 @@ class Violation:
 
 def _detail(kind: int, nbytes: int, extra: int, stack: bool) -> str:
     if kind == ERR_DATACOPY_LEN:
-        return f"DataCopy of {nbytes} B: not a whole number of 32 B blocks"
+        return f"DataCopy of {nbytes} B: not a whole number of 32 B blocks (the NPU moves {nbytes // 32 * 32} B)"
     if kind == ERR_DATACOPY_GAP:
         return f"DataCopy rows {extra} B apart in GM: the gap is not a whole number of 32 B blocks"
     if kind == ERR_UB_ALIGN:

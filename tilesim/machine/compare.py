@@ -339,9 +339,9 @@ def _select_walk_impl(dst, sel, a, b, m, lo, hi, repeat, ds, dr, as_, ar, bs, br
 
 
 def _select_lanes(ctx, args, per):  # type: ignore[no-untyped-def]
-    """A Select call's lanes and strides: (lo, hi, repeat, tail, dst, src0 and src1 block and repeat strides, n),
-    ``n`` the count of the count form (0 for level-0). The count form is one instruction in counter mode,
-    contiguous, and leaves the mask register all ones, in normal mode."""
+    """A Select call's lanes and strides: (lo, hi, repeat, tail, dst, src0 and src1 block and repeat strides, n,
+    given), ``n`` the count of the count form (0 for level-0), ``given`` the level-0 form's repeat_times. The count
+    form is one instruction in counter mode, contiguous, and leaves the mask register all ones, in normal mode."""
 
 
 @overload(_select_lanes, jit_options=OVERLOAD_OPTIONS)
@@ -352,15 +352,16 @@ def _select_lanes_impl(ctx, args, per):  # type: ignore[no-untyped-def]
             reset_mask(ctx_words(ctx))
             repeat = (n + per - 1) // per
             one, eight = np.int64(1), np.int64(8)
-            return _ALL_LANES, _ALL_LANES, repeat, n - (repeat - 1) * per, one, eight, one, eight, one, eight, n
+            return (_ALL_LANES, _ALL_LANES, repeat, n - (repeat - 1) * per, one, eight, one, eight, one, eight, n,
+                    repeat)
         return count
 
     def level0(ctx, args, per):  # type: ignore[no-untyped-def]
-        mask, repeat, p = args
-        lo, hi, repeat, tail = level0_mask(ctx, mask, repeat, per)
+        mask, given, p = args
+        lo, hi, repeat, tail = level0_mask(ctx, mask, given, per)
         return (lo, hi, repeat, tail, np.int64(p.dst_blk_stride), np.int64(p.dst_rep_stride),
                 np.int64(p.src0_blk_stride), np.int64(p.src0_rep_stride), np.int64(p.src1_blk_stride),
-                np.int64(p.src1_rep_stride), np.int64(0))
+                np.int64(p.src1_rep_stride), np.int64(0), np.int64(given))
     return level0
 
 
@@ -389,13 +390,13 @@ def _sel_op(dst, sel, a, b, mode, args):  # type: ignore[no-untyped-def]
     def select_(dst, sel, a, b, mode, args):  # type: ignore[no-untyped-def]
         m = _sel_mode(dst.ctx, mode, not tensor, ti, ui)
         core = core_of(dst)
-        lo, hi, repeat, tail, ds, dr, as_, ar, bs, br, n = _select_lanes(dst.ctx, args, per)
+        lo, hi, repeat, tail, ds, dr, as_, ar, bs, br, n, given = _select_lanes(dst.ctx, args, per)
         counted = n > 0
         d_span, a_span = (n * sz, n * sz) if counted else (span(repeat, ds, dr), span(repeat, as_, ar))
         pd, pm, pa = plan_tensor(dst), plan_tensor(sel), plan_tensor(a)
         pb = plan_tensor(b) if tensor else pa
         b_span = (a_span if counted else span(repeat, bs, br)) if tensor else 0
-        if not (counted or params_ok(core, pd, repeat, ds)):  # counter mode has no repeat limit
+        if not (counted or params_ok(core, pd, given, ds)):  # counter mode ignores repeat_times
             return
         if repeat <= 0 or (lo == 0 and hi == 0):
             return  # a NOP on A2: dst is not written

@@ -467,13 +467,13 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
         return None
     def level0(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
         m = _mode_of(dst.ctx, mode, admitted, code, a_i, d_i)
-        mask, repeat, params = args
+        mask, given, params = args
         core = core_of(dst)
-        lo, hi, repeat, tail = level0_mask(dst.ctx, mask, repeat, per)
+        lo, hi, repeat, tail = level0_mask(dst.ctx, mask, given, per)
         ds, ss = np.int64(params.dst_blk_stride), np.int64(params.src_blk_stride)
         dr, sr = np.int64(params.dst_rep_stride), np.int64(params.src_rep_stride)
         pd, ps = plan_tensor(dst), plan_tensor(src)
-        if not params_ok(core, pd, repeat, ds):
+        if not params_ok(core, pd, np.int64(given), ds):  # counter mode ignores repeat_times
             return
         if repeat <= 0 or (lo == 0 and hi == 0):
             return  # a NOP on A2: dst is not written

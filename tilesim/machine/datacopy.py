@@ -1,16 +1,19 @@
 """DataCopy and DataCopyPad between a GlobalTensor and a LocalTensor, in the units of the Ascend C API.
 
-- ``data_copy(dst, src, count)``: contiguous; ``count`` elements, a whole number of 32 B blocks (checked mode
-  reports the rest; the NPU silently drops it).
+- ``data_copy(dst, src, count)``: contiguous; ``count`` elements, a whole number of 32 B blocks: the NPU moves
+  the length rounded down to 32 B and drops the rest silently, and so does tilesim (checked mode reports it).
 - ``data_copy(dst, src, DataCopyParams(block_count, block_len, src_stride, dst_stride))``: ``block_count`` rows of
   ``block_len`` 32 B blocks; the strides are the gaps between rows, in 32 B blocks on both sides.
 - ``data_copy(dst_ub, src_ub, count or DataCopyParams)``: UB to UB, on the vector pipe (counted as a Duplicate's
   class: its 256 B repeats).
 - ``data_copy_pad(dst_ub, src_gm, DataCopyExtParams(...), DataCopyPadExtParams(...))``: rows of ``block_len``
   bytes; the GM gap ``src_stride`` in bytes, the UB gap ``dst_stride`` in 32 B blocks; each UB row starts on a
-  32 B boundary, with ``left_padding`` elements before the data and the row filled up to its 32 B end with
-  ``padding_value`` when ``is_pad`` (this emulator fills with ``padding_value`` also without it, where the NPU
-  leaves undefined bytes).
+  32 B boundary, ``left_padding`` and ``right_padding`` elements around the data, then dummy bytes to the row's
+  32 B end (``DataCopyPad（GMToUB非对齐数据搬运）.md``, 参数解释 and 示例2): with no padding the dummy bytes repeat
+  the row's first element (``is_pad`` or not); with padding, ``is_pad`` fills the padding and the dummy bytes
+  with ``padding_value`` (a T: rounded to the type, as Duplicate's scalar), and without it they are undefined
+  (tilesim writes ``padding_value``). Checked mode takes the undefined and the dummy bytes as never written:
+  element-wise work on them is fine, a use of them (a reduction, a copy out, a GetValue) is a finding.
 - ``data_copy_pad(dst_gm, src_ub, DataCopyExtParams(...))``: each UB row read from a 32 B boundary, exactly
   ``block_len`` bytes written to GM; the UB gap ``src_stride`` in 32 B blocks, the GM gap ``dst_stride`` in bytes.
 - ``init_output(dst_gm, size, value)``: InitOutput (``kernel_operator_common_intf_impl.h``; deprecated for Fill):
@@ -38,13 +41,12 @@ from numba import types
 from numba.extending import overload
 
 from ..device import count_mte3
-from ..intrinsics import bf16_nearest_bits, f32_as_u32, fp16_nearest_bits
 from ..jit import OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_MTE2, PIPE_MTE3, PIPE_VECTOR
 from .atomic import atomic_rows
 from .dtypes import ALL, ElemType
 from .hazard import hz_issue, hz_rows, op_code
-from .movers import fill_gm, gm_to_ub, out_ok, ub_to_gm, ub_to_ub
+from .movers import fill_gm, gm_to_ub, out_ok, ub_to_gm, ub_to_ub, whole_blocks
 from .pipe import FAULT_DTYPE
 from .sync import HardEvent, fetch_id, set_event, wait_event
 from .tensor import (
@@ -58,6 +60,7 @@ from .tensor import (
     gm_view,
     plan_tensor,
 )
+from .vector import element_bits, scalar_bits
 
 DataCopyParams = namedtuple("DataCopyParams", ["block_count", "block_len", "src_stride", "dst_stride"],
                             defaults=(1, 0, 0, 0))
@@ -131,14 +134,9 @@ def _data_copy(dst, src, params):  # type: ignore[no-untyped-def]
     if not (to_ub or to_gm or ub_ub):
         return None
     sz = dst.dtype.dt.size
-    counted = not (isinstance(params, types.BaseNamedTuple) and params.instance_class is DataCopyParams)
     if ub_ub:
         def local(dst, src, params):  # type: ignore[no-untyped-def]
-            if counted:
-                rows, row_b, gap_src, gap_dst = np.int64(1), np.int64(params) * sz, np.int64(0), np.int64(0)
-            else:
-                rows, row_b = np.int64(params.block_count), np.int64(params.block_len) * BLOCK
-                gap_src, gap_dst = np.int64(params.src_stride) * BLOCK, np.int64(params.dst_stride) * BLOCK
+            rows, row_b, gap_src, gap_dst = _rows(dst, params, sz)
             core = core_of(dst)
             ub_to_ub(core, plan_tensor(dst), plan_tensor(src), rows, row_b, row_b + gap_src, row_b + gap_dst)
             found = hz_rows(core, PIPE_VECTOR, _DATA_COPY, src.buf, src.addr, rows, row_b, row_b + gap_src, False,
@@ -149,24 +147,41 @@ def _data_copy(dst, src, params):  # type: ignore[no-untyped-def]
         return local
 
     def copy(dst, src, params):  # type: ignore[no-untyped-def]
-        if counted:  # count elements, contiguous
-            rows, row_b, gap_src, gap_dst = np.int64(1), np.int64(params) * sz, np.int64(0), np.int64(0)
-        else:
-            rows, row_b = np.int64(params.block_count), np.int64(params.block_len) * BLOCK
-            gap_src, gap_dst = np.int64(params.src_stride) * BLOCK, np.int64(params.dst_stride) * BLOCK
         if to_ub:
+            rows, row_b, gap_src, gap_dst = _rows(dst, params, sz)
             core = core_of(dst)
             gm_to_ub(core, plan_tensor(dst), gm_view(src), src.off, rows, row_b, row_b + gap_src,
-                     row_b + gap_dst, 0, row_b, 0, True)
+                     row_b + gap_dst, 0, 0, np.uint64(0), False, True)
             hz_rows(core, PIPE_MTE2, _DATA_COPY, dst.buf, dst.addr, rows, row_b, row_b + gap_dst, True, dst.gen >= 0)
             hz_issue(core, PIPE_MTE2)
         else:
+            rows, row_b, gap_src, gap_dst = _rows(src, params, sz)
             core = core_of(src)
             _to_gm(core, ctx_words(src.ctx), gm_view(dst), dst.off, plan_tensor(src), rows, row_b, row_b + gap_dst,
                    row_b + gap_src, True)
             hz_rows(core, PIPE_MTE3, _DATA_COPY, src.buf, src.addr, rows, row_b, row_b + gap_src, False, src.gen >= 0)
             hz_issue(core, PIPE_MTE3)
     return copy
+
+
+def _rows(t, params, sz):  # type: ignore[no-untyped-def]
+    """A DataCopy's rows: (rows, bytes a row, the source's and the destination's gaps) from a count of ``sz``-byte
+    elements or :class:`DataCopyParams` (32 B blocks). The count form moves its length rounded down to whole 32 B
+    blocks, as the NPU does (``DataCopy（GM与UB连续数据搬运）.md``, ``DataCopy（UBToUB连续数据搬运）.md``); checked
+    mode reports the rest, at ``t``, the UB operand."""
+
+
+@overload(_rows, jit_options=OVERLOAD_OPTIONS)
+def _rows_impl(t, params, sz):  # type: ignore[no-untyped-def]
+    if isinstance(params, types.BaseNamedTuple) and params.instance_class is DataCopyParams:
+        return lambda t, params, sz: (np.int64(params.block_count), np.int64(params.block_len) * BLOCK,
+                                      np.int64(params.src_stride) * BLOCK, np.int64(params.dst_stride) * BLOCK)
+
+    def count(t, params, sz):  # type: ignore[no-untyped-def]
+        asked = np.int64(params) * sz
+        whole_blocks(core_of(t), plan_tensor(t), asked)
+        return np.int64(1), asked // BLOCK * BLOCK, np.int64(0), np.int64(0)
+    return count
 
 
 def data_copy_pad(dst, src, params, pad_params=None):  # type: ignore[no-untyped-def]
@@ -185,15 +200,17 @@ def _data_copy_pad(dst, src, params, pad_params=None):  # type: ignore[no-untype
         def pad_in(dst, src, params, pad_params=None):  # type: ignore[no-untyped-def]
             rows, row_b = np.int64(params.block_count), np.int64(params.block_len)
             left = right = np.int64(0)
-            value = 0
+            value = np.uint64(0)
+            is_pad = False
             if pad_params is not None:
                 left, right = np.int64(pad_params.left_padding) * sz, np.int64(pad_params.right_padding) * sz
-                value = pad_params.padding_value
+                value = element_bits(dst.dtype, pad_params.padding_value)  # a T, as Duplicate's scalar
+                is_pad = bool(pad_params.is_pad)
             filled = (left + row_b + right + BLOCK - 1) // BLOCK * BLOCK
             ub_pitch = filled + np.int64(params.dst_stride) * BLOCK
             core = core_of(dst)
             gm_to_ub(core, plan_tensor(dst), gm_view(src), src.off, rows, row_b,
-                     row_b + np.int64(params.src_stride), ub_pitch, left, filled, value, False)
+                     row_b + np.int64(params.src_stride), ub_pitch, left, right, value, is_pad, False)
             hz_rows(core, PIPE_MTE2, _DATA_COPY_PAD, dst.buf, dst.addr, rows, filled, ub_pitch, True, dst.gen >= 0)
             hz_issue(core, PIPE_MTE2)
         return pad_in
@@ -222,7 +239,7 @@ def _init_output(dst, size, value=0.0):  # type: ignore[no-untyped-def]
     if name not in ("float", "half", "bfloat16_t"):
         code = _INIT_OUTPUT * 100 + [d.name for d in ALL].index(name)
         return lambda dst, size, value=0.0: fault(ctx_words(dst.ctx), FAULT_DTYPE, np.int64(-1), code)
-    b16, bf16 = name != "float", name == "bfloat16_t"
+    sz = dst.dtype.dt.size
 
     def fill(dst, size, value=0.0):  # type: ignore[no-untyped-def]
         core = core_of(dst)
@@ -230,11 +247,7 @@ def _init_output(dst, size, value=0.0):  # type: ignore[no-untyped-def]
         k = fetch_id(w, _V_MTE3)  # the Duplicate into the stack buffer, then its copies out
         set_event(core, w, _V_MTE3, k, 1)
         wait_event(core, w, _V_MTE3, k)
-        if b16:  # value rounded to the type as Duplicate<T> takes it (to nearest even)
-            u = f32_as_u32(np.float32(value))
-            bits = bf16_nearest_bits(u, False) if bf16 else fp16_nearest_bits(u, False)
-            fill_gm(core, gm_view(dst), dst.off // 2, np.int64(size), bits)
-        else:
-            fill_gm(core, gm_view(dst), dst.off // 4, np.int64(size), np.float32(value))
+        # value as Duplicate<T> takes it (b16: rounded to nearest even, its bits)
+        fill_gm(core, gm_view(dst), dst.off // sz, np.int64(size), scalar_bits(dst.dtype, value))
         hz_issue(core, PIPE_MTE3)
     return fill

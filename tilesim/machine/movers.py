@@ -1,6 +1,6 @@
 """The MTEs' byte movers behind DataCopy, DataCopyPad, InitOutput and the atomic adds (:mod:`.datacopy`,
-:mod:`.atomic`): rows of bytes between GM and UB, their zero (or pad) fill, the checks of their layout and
-bounds, and their MTE2/MTE3 counts.
+:mod:`.atomic`): rows of bytes between GM and UB, DataCopyPad's padding and dummy bytes, the checks of their
+layout and bounds, and their MTE2/MTE3 counts.
 
 GM tensors are :class:`tilesim.device.GlobalTensor` ``(tag, data, isz)`` views: the tensor's bytes and its element
 size; offsets and pitches here are in bytes. The movers copy bytes, as the MTEs do, whatever the element type.
@@ -32,6 +32,7 @@ from ..device import (
     ub_ok,
     ub_rows_in,
     ub_rows_out,
+    ub_rows_unwritten,
     ub_view,
 )
 from ..intrinsics import (
@@ -82,30 +83,48 @@ def _write_gm(dst, src, nbytes, stream):
 
 
 @njit(cache=True)
-def _fill(core, addr, start, stop, isz, value):
-    """Elements ``start .. stop - 1`` of the ``isz``-byte elements at UB ``addr`` set to ``value`` (a float for
-    fp32 elements, the bits for b16 ones)."""
+def _fill(core, addr, start, stop, isz, bits):
+    """Elements ``start .. stop - 1`` of the ``isz``-byte elements at UB ``addr`` set to the element whose bytes are
+    the low ``isz`` bytes of ``bits`` (:func:`tilesim.machine.vector.element_bits`)."""
+    n = stop - start
     if isz == 4:
-        f = ub_view(core, addr + 4 * start, stop - start, np.float32)
-        v = np.float32(value)
-        for k in range(stop - start):
-            f[k] = v
+        w = ub_view(core, addr + 4 * start, n, np.uint32)
+        v32 = np.uint32(bits & np.uint64(0xFFFFFFFF))
+        for k in range(n):
+            w[k] = v32
+    elif isz == 2:
+        h = ub_view(core, addr + 2 * start, n, np.uint16)
+        v16 = np.uint16(bits & np.uint64(0xFFFF))
+        for k in range(n):
+            h[k] = v16
+    elif isz == 1:
+        b = ub_view(core, addr + start, n, np.uint8)
+        v8 = np.uint8(bits & np.uint64(0xFF))
+        for k in range(n):
+            b[k] = v8
     else:
-        h = ub_view(core, addr + 2 * start, stop - start, np.uint16)
-        b = np.uint16(value)
-        for k in range(stop - start):
-            h[k] = b
+        q = ub_view(core, addr + 8 * start, n, np.uint64)
+        for k in range(n):
+            q[k] = bits
+
+
+@checked_only(True)
+def whole_blocks(core, t, nbytes):
+    """DataCopy's count form: ``nbytes`` at ``t`` whole 32 B blocks. Checked mode reports the rest, which the NPU
+    drops silently (the caller moves the length rounded down, as the NPU does)."""
+    if core.checks and nbytes % BLOCK != 0:
+        report(core, ERR_DATACOPY_LEN, t.buf, t.addr - plan_of(core)[t.buf, 0], nbytes, BLOCK)
+        return False
+    return True
 
 
 @checked_only(True)
 def _datacopy_ok(core, t, nbytes, gap):
-    """A block of ``nbytes`` at ``t`` with ``gap`` bytes to the next one in GM: all whole 32 B blocks."""
+    """A block of ``nbytes`` at ``t`` with ``gap`` bytes to the next one in GM: at a 32 B-aligned UB address, the
+    gap whole 32 B blocks (the lengths are: :func:`whole_blocks`)."""
     if not core.checks:
         return True
     ok = True
-    if nbytes % BLOCK != 0:
-        report(core, ERR_DATACOPY_LEN, t.buf, t.addr - plan_of(core)[t.buf, 0], nbytes, BLOCK)
-        ok = False
     if gap % BLOCK != 0:
         report(core, ERR_DATACOPY_GAP, t.buf, t.addr - plan_of(core)[t.buf, 0], nbytes, gap)
         ok = False
@@ -143,13 +162,33 @@ def _gm_rows_ok(core, g, off, rows, n, gm_pitch):
 
 
 @njit(cache=True)
-def gm_to_ub(core, dst, g, off, rows, row_b, gm_pitch, ub_pitch, left_b, filled_b, pad, whole):
+def _element_at(core, addr, isz):
+    """The ``isz``-byte element at UB ``addr``, its bytes in a uint64 (as :func:`_fill` takes them)."""
+    if isz == 4:
+        return np.uint64(ub_view(core, addr, 1, np.uint32)[0])
+    if isz == 2:
+        return np.uint64(ub_view(core, addr, 1, np.uint16)[0])
+    if isz == 1:
+        return np.uint64(ub_view(core, addr, 1, np.uint8)[0])
+    return ub_view(core, addr, 1, np.uint64)[0]
+
+
+@njit(cache=True)
+def gm_to_ub(core, dst, g, off, rows, row_b, gm_pitch, ub_pitch, left_b, right_b, pad, is_pad, whole):
     """The MTE2 mover: ``rows`` rows of ``row_b`` bytes from GM byte ``off`` of ``g`` (``gm_pitch`` apart) to UB
-    rows ``ub_pitch`` apart from ``dst``, each row's data ``left_b`` bytes in and the row filled with ``pad`` to
-    ``filled_b`` bytes. ``whole``: DataCopy (rows and GM gaps in whole 32 B blocks, checked mode enforces it),
-    else DataCopyPad (any lengths; the UB rows start on 32 B)."""
+    rows ``ub_pitch`` apart from ``dst``, each row's data ``left_b`` bytes in, ``left_b`` and ``right_b`` bytes
+    of padding around it filled with ``pad`` (the element's bytes: :func:`tilesim.machine.vector.element_bits`)
+    and the row then filled to its 32 B end with dummy bytes. ``whole``: DataCopy (rows and GM gaps in whole
+    32 B blocks: no padding), else DataCopyPad (any lengths; the UB rows start on 32 B).
+
+    As ``DataCopyPad（GMToUB非对齐数据搬运）.md`` (参数解释, 示例2) has it, the dummy bytes repeat the row's first
+    element when there is no padding, else they are ``pad`` with ``is_pad`` and undefined without it, as the
+    padding is (tilesim writes ``pad`` there). Checked mode's shadow takes the undefined bytes and the dummy
+    bytes as never written: a kernel may compute on them (the results are carried as unwritten), not use them."""
     isz = g.isz
     n = row_b // isz
+    end = left_b + row_b
+    filled_b = (end + right_b + BLOCK - 1) // BLOCK * BLOCK
     if not _layout_ok(core, dst, rows, row_b, gm_pitch, ub_pitch, whole):
         return
     # a row's data runs past its fill with a negative right padding, and starts before the row with a negative left
@@ -158,13 +197,19 @@ def gm_to_ub(core, dst, g, off, rows, row_b, gm_pitch, ub_pitch, left_b, filled_
     if not (ub_ok(core, dst, rows_span(rows, reach, ub_pitch), _DATA_COPY if whole else _DATA_COPY_PAD)
             and ub_rows_out(core, dst, rows, filled_b, ub_pitch) and _gm_rows_ok(core, g, off, rows, n, gm_pitch)):
         return
+    no_pads = left_b == 0 and right_b == 0
+    if not is_pad:  # the padding and the dummy bytes: undefined
+        ub_rows_unwritten(core, dst, rows, 0, left_b, ub_pitch)
+        ub_rows_unwritten(core, dst, rows, end, filled_b - end, ub_pitch)
+    elif no_pads:  # the dummy bytes: the first element's, a value no kernel means to use
+        ub_rows_unwritten(core, dst, rows, end, filled_b - end, ub_pitch)
     for r in range(rows):
         o = dst.addr + r * ub_pitch
         copy_bytes(core.base + o + left_b, g.addr + off + r * gm_pitch, row_b)
         if left_b:
             _fill(core, o, 0, left_b // isz, isz, pad)
-        if filled_b > left_b + row_b:
-            _fill(core, o, (left_b + row_b) // isz, filled_b // isz, isz, pad)
+        if filled_b > end:
+            _fill(core, o, end // isz, filled_b // isz, isz, _element_at(core, o, isz) if no_pads else pad)
     count_mte2(core, dst, g, off // isz, rows, n, gm_pitch // isz, rows * (filled_b - row_b))
 
 

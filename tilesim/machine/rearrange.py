@@ -153,8 +153,6 @@ def _gather_one_impl(dst, src, off, base, lo, hi, repeat, dr, tail):  # type: ig
         core = core_of(dst)
         pd, ps, po = plan_tensor(dst), plan_tensor(src), plan_tensor(off)
         base = np.int64(base)
-        if not params_ok(core, pd, repeat, 1):
-            return
         if repeat <= 0 or (lo == 0 and hi == 0):
             return  # a NOP on A2: dst is not written
         d_span = span(repeat, 1, dr)
@@ -199,6 +197,8 @@ def _gather(dst, src, src_offset, src_base_addr, *args):  # type: ignore[no-unty
         return None
 
     def level0(dst, src, src_offset, src_base_addr, *args):  # type: ignore[no-untyped-def]
+        if not params_ok(core_of(dst), plan_tensor(dst), np.int64(args[1]), 1):  # counter mode ignores it
+            return
         lo, hi, repeat, tail = level0_mask(dst.ctx, args[0], args[1], per)
         _gather_one(dst, src, src_offset, src_base_addr, lo, hi, repeat, np.int64(args[2]), tail)
     return level0

@@ -3,8 +3,8 @@
 pages in DKold, and ``impl/basic_api/dav_c220/kernel_operator_vec_reduce_impl.h``).
 
 Per repeat (the level-0 walk of :mod:`tilesim.machine.vector`: 8 blocks of 32 B, a lane mask given as a count, a
-``(mask[0], mask[1])`` pattern or :data:`~tilesim.machine.vector.MASK_PLACEHOLDER` for the mask register, which
-in counter mode is a total count):
+``(mask[0], mask[1])`` pattern or :data:`~tilesim.machine.vector.MASK_PLACEHOLDER` for the mask register; in
+counter mode the register's low word, the given mask's too, is a total count):
 
 - ``whole_reduce_sum / _max / _min(dst, src, mask, repeat_times, dst_rep_stride, src_blk_stride,
   src_rep_stride[, order])`` (WholeReduceSum / Max / Min, now ReduceRepeat): one result per repeat. Max and Min
@@ -53,9 +53,9 @@ Choices where the documentation is silent: a masked-off lane enters a sum as +0 
 propagate NaN (the first NaN wins, its bits unchanged); -0 and +0 are equal (the first one wins); the count form's
 running sum starts from the first repeat's sum (not from +0); an index past 65535 keeps its low 16 bits in a half
 slot (``ReduceMax.md``: half indices only up to 65535); ReduceSum's result is written by PIPE_V (on the NPU the
-scalar unit stores it after a V_S sync inside the API, a detail the hazard check does not need); a level-0 call
-with a mask argument leaves the mask register as it was, as :mod:`tilesim.machine.vector`'s level-0 forms do (on
-the NPU the API's SetMask leaves that mask in it).
+scalar unit stores it after a V_S sync inside the API, a detail the hazard check does not need). A level-0
+call's mask goes through the mask register as :mod:`tilesim.machine.vector`'s level-0 forms' does (it stays there;
+in counter mode its low word is the total count).
 
 Checked mode: repeat_times in [0, 255] (Whole / Block / Pair / Brcb; the Reduce* level-0 form only not negative);
 src and ``work`` 32 B aligned, dst at its instruction's alignment (a misaligned operand is reported with its offset

@@ -10,9 +10,12 @@ Each has the two forms of the Ascend C API (``MV/基础算术/*.md``):
   UnaryRepeatParams(...))``, ``duplicate(dst, scalar, mask, repeat_times, dst_blk_stride, dst_rep_stride)``.
   A repeat is 8 blocks of 32 B; element e of block b of repeat r is at ``(r * rep_stride + b * blk_stride) * 32 +
   e * sizeof(T)`` bytes; ``mask`` is a count (the first ``mask`` lanes of each repeat) or a pair ``(mask[0],
-  mask[1])`` of 64-bit patterns (bit i selects lane i), or :data:`MASK_PLACEHOLDER` for the mask register set by
-  :func:`set_vector_mask` (isSetMask = false), which in counter mode (:func:`set_mask_count`) is a total count.
-  Masked-off lanes keep their old values; zero repeats or mask is no instruction.
+  mask[1])`` of 64-bit patterns (bit i selects lane i), which the call writes to the mask register as the API's
+  SetMask does (it stays there), or :data:`MASK_PLACEHOLDER` for the register as :func:`set_vector_mask` or an
+  earlier call left it (isSetMask = false). In counter mode (:func:`set_mask_count`) the register's low word is
+  the total count and repeat_times is ignored (``SIMD计算说明/掩码.md``, 接口内设置Mask: after SetMaskCount a call
+  with ``mask = (130, 0)`` computes 130 elements). Masked-off lanes keep their old values; zero repeats or mask
+  is no instruction.
 
 One piece of code (:func:`vec_op`) serves every instruction: it checks the operands (checked mode: 32 B alignment,
 bounds, repeat_times <= 255, a zero dst block stride), walks the count or the repeats and strides, counts the
@@ -49,7 +52,14 @@ from ..device import (
     vec_out,
 )
 from ..expf import exp_f32
-from ..intrinsics import address_as_pointer, f32_as_u32, fp16_nearest_bits, fp16_widen_bits, u32_as_f32
+from ..intrinsics import (
+    address_as_pointer,
+    bf16_nearest_bits,
+    f32_as_u32,
+    fp16_nearest_bits,
+    fp16_widen_bits,
+    u32_as_f32,
+)
 from ..jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
 from ..vec_kinds import vec_kind
@@ -199,16 +209,38 @@ def _store(dt, v):  # type: ignore[no-untyped-def]
     return lambda dt, v: st(v)
 
 
+def scalar_bits(dt, s):  # type: ignore[no-untyped-def]
+    """A scalar argument of element type ``dt`` (a ``const T&`` of the API) as the type stores it: half and
+    bfloat16 rounded to nearest even, their bits; float rounded to float; the ints converted as C++ converts."""
+
+
+@overload(scalar_bits, jit_options=OVERLOAD_OPTIONS, inline="always")
+def _scalar_bits(dt, s):  # type: ignore[no-untyped-def]
+    if dt.dt.name == "bfloat16_t":  # store keeps bfloat16's bits (the moves' compute type): a scalar is a value
+        return lambda dt, s: np.uint16(bf16_nearest_bits(f32_as_u32(np.float32(s)), False))
+    return lambda dt, s: store(dt, s)
+
+
+def element_bits(dt, s):  # type: ignore[no-untyped-def]
+    """:func:`scalar_bits` as a uint64 holding the element's bytes (its low ``sizeof(T)`` bytes), for the movers,
+    which fill bytes whatever the type."""
+
+
+@overload(element_bits, jit_options=OVERLOAD_OPTIONS, inline="always")
+def _element_bits(dt, s):  # type: ignore[no-untyped-def]
+    if dt.dt.name == "float":
+        return lambda dt, s: np.uint64(f32_as_u32(np.float32(s)))
+    return lambda dt, s: np.uint64(scalar_bits(dt, s))
+
+
 def scalar_of(dt, s):  # type: ignore[no-untyped-def]
-    """A scalar operand in the compute type (half: rounded to half first, as the API takes a half scalar)."""
+    """A scalar operand in the compute type: :func:`scalar_bits` loaded (half: rounded to half first, as the API
+    takes a half scalar; bfloat16, which only the moves take (Duplicate), stays its bits)."""
 
 
 @overload(scalar_of, jit_options=OVERLOAD_OPTIONS, inline="always")
 def _scalar_of(dt, s):  # type: ignore[no-untyped-def]
-    if dt.dt.name == "half":
-        return lambda dt, s: u32_as_f32(fp16_widen_bits(fp16_nearest_bits(f32_as_u32(np.float32(s)), False)))
-    st = dt.dt.storage
-    return lambda dt, s: st(s)
+    return lambda dt, s: load(dt, scalar_bits(dt, s))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -387,31 +419,54 @@ def reset_mask(w):
     w[X_COUNTER_MODE] = 0
 
 
+# A counter-mode count past any UB (the bounds checks report it), kept small enough for the spans' arithmetic
+_COUNT_CAP = np.uint64(1 << 40)
+
+
+@njit(cache=True, inline="always")
+def register_lanes(w, repeat, per):
+    """The lanes of a level-0 call as the mask register (context block ``w``) gives them for ``per`` lanes a
+    repeat: (lo, hi, repeats, the lanes of a last partial repeat, 0 for none). Normal mode: the register's 128-bit
+    pattern in each of ``repeat`` repeats. Counter mode (SetMaskCount): its low word is the total count
+    (``掩码.md``: only the low 64 bits count), whose repeats replace ``repeat``, every lane on but the last
+    repeat's past the count."""
+    if w[X_COUNTER_MODE]:
+        total = np.int64(min(np.uint64(w[X_MASK_LO]), _COUNT_CAP))
+        r = (total + per - 1) // per
+        tail = total - (r - 1) * per if total % per else np.int64(0)
+        return np.uint64(0xFFFFFFFFFFFFFFFF), np.uint64(0xFFFFFFFFFFFFFFFF), r, tail
+    return np.uint64(w[X_MASK_LO]), np.uint64(w[X_MASK_HI]), np.int64(repeat), np.int64(0)
+
+
 def level0_mask(ctx, mask, repeat, per):  # type: ignore[no-untyped-def]
-    """The lanes of a level-0 call for ``per`` lanes a repeat: the 128-bit mask (lo, hi), the repeats and the lanes
-    of a last partial repeat (0: none), from its ``mask`` argument: a count, a pair of 64-bit patterns, or
-    :data:`MASK_PLACEHOLDER` for the mask register (in counter mode a total count, whose repeats replace
-    ``repeat``). ``ctx`` is the operands' context block."""
+    """The lanes of a level-0 call for ``per`` lanes a repeat (:func:`register_lanes`), from its ``mask``
+    argument: a count or a pair ``(mask[0], mask[1])`` of 64-bit patterns is first written to the mask register
+    as the API's SetMask writes it (the pair as (low, high) words, a count as a run of that many bits from bit 0,
+    128 at most) and stays there; :data:`MASK_PLACEHOLDER` reads the register as it is. In counter mode the
+    register's low word is then the total count: ``mask = (130, 0)`` computes 130 elements whatever
+    ``repeat``, as ``SetVectorMask(130)`` and the placeholder do (and a count ``mask`` of 8 counts the 255 its
+    bits make, as on the NPU: 掩码.md gives counter mode the pair or the placeholder). ``ctx`` is the operands'
+    context block."""
 
 
 @overload(level0_mask, jit_options=OVERLOAD_OPTIONS)
 def _level0_mask(ctx, mask, repeat, per):  # type: ignore[no-untyped-def]
     if isinstance(mask, MarkerType):
-        def register(ctx, mask, repeat, per):  # type: ignore[no-untyped-def]
-            w = ctx_words(ctx)
-            if w[X_COUNTER_MODE]:
-                total = w[X_MASK_LO]
-                r = (total + per - 1) // per
-                tail = total - (r - 1) * per if total % per else np.int64(0)
-                return np.uint64(0xFFFFFFFFFFFFFFFF), np.uint64(0xFFFFFFFFFFFFFFFF), r, tail
-            return np.uint64(w[X_MASK_LO]), np.uint64(w[X_MASK_HI]), np.int64(repeat), np.int64(0)
-        return register
+        return lambda ctx, mask, repeat, per: register_lanes(ctx_words(ctx), repeat, per)
     if isinstance(mask, types.BaseTuple):
-        return lambda ctx, mask, repeat, per: (np.uint64(mask[0]), np.uint64(mask[1]), np.int64(repeat), np.int64(0))
+        def pattern(ctx, mask, repeat, per):  # type: ignore[no-untyped-def]
+            w = ctx_words(ctx)
+            w[X_MASK_LO] = np.int64(np.uint64(mask[0]))
+            w[X_MASK_HI] = np.int64(np.uint64(mask[1]))
+            return register_lanes(w, repeat, per)
+        return pattern
 
     def count(ctx, mask, repeat, per):  # type: ignore[no-untyped-def]
-        lo, hi = mask_bits(mask, per)
-        return lo, hi, np.int64(repeat), np.int64(0)
+        w = ctx_words(ctx)
+        lo, hi = mask_bits(mask, 128)
+        w[X_MASK_LO] = np.int64(lo)
+        w[X_MASK_HI] = np.int64(hi)
+        return register_lanes(w, repeat, per)
     return count
 
 
