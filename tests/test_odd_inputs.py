@@ -329,8 +329,8 @@ def test_a_huge_count_is_a_mismatch_not_a_loop() -> None:
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
+        assert peak < 4 << 20, f"{peak} B traced for a task count of {count}"
         assert e.value.status == 561002 and e.value.message.startswith(f"tiling.task_num_per_core: is {count} but")
-        assert peak < 4 << 20, peak
 
 
 # ------------------------------------------------------------------------------------------------------------------
