@@ -31,6 +31,11 @@ class AddTailTiling:
     buffer_num: int
     alpha: float = 0.5
 
+    @staticmethod
+    def choice_fields() -> dict[str, str | None]:
+        """add_tail_tiling's free choices and the fields that carry them, which match_tiling reads."""
+        return {"core_num": "block_dim", "tile_len": "tile_len", "buffer_num": "buffer_num"}
+
 
 def add_tail_tiling(x: Any, *, soc: str | SocSpec = DEFAULT_SOC, core_num: int | None = None,
                     tile_len: int | None = None, buffer_num: int = 2, alpha: float = 0.5) -> AddTailTiling:
@@ -113,8 +118,7 @@ def add_tail(x: np.ndarray, y: np.ndarray, *, alpha: float = 0.5, soc: str | Soc
     if x is None or y is None:  # a required input missing: 161001, as aclnn's nullptr check
         raise null_error("x" if x is None else "y")
     t = add_tail_tiling(x, soc=soc, alpha=alpha) if tiling is None else match_tiling(  # a hand-made one: checked
-        tiling, add_tail_tiling, x, soc=soc, core_num=tiling.block_dim, tile_len=tiling.tile_len,
-        buffer_num=tiling.buffer_num, alpha=alpha)
+        tiling, add_tail_tiling, x, soc=soc, alpha=alpha)
     if y.dtype != x.dtype or y.shape != x.shape:
         raise invalid("y", f"{y.dtype} {list(y.shape)} must match x: {x.dtype} {list(x.shape)}")
     z = np.empty(x.shape, x.dtype) if out is None else out

@@ -53,7 +53,7 @@ from . import rms_norm_grad as _rms_norm_grad
 from . import softmax as _softmax
 from . import swiglu as _swiglu
 from . import swiglu_grad as _swiglu_grad
-from .common import checks_default
+from .common import checks_default, distinct
 
 _recent = [""]
 
@@ -81,34 +81,40 @@ def _fail(e: AclnnError) -> int:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _tensors_as_arrays(get_workspace_size: F) -> F:
-    """A ``<op>_get_workspace_size`` taking torch CPU tensors (:func:`tilesim.interop.accepts_torch`); a tensor it
-    refuses (one off the CPU) is a status, as every error of this form is."""
-    with_tensors = accepts_torch(get_workspace_size)
+def _tensors_as_arrays(*arrays: str) -> Callable[[F], F]:
+    """A ``<op>_get_workspace_size`` taking torch CPU tensors (:func:`tilesim.interop.accepts_torch`), and
+    array-likes for its input tensors ``arrays``; what they refuse (a tensor off the CPU, a ragged list) is a
+    status, as every error of this form is."""
+    def wrap(get_workspace_size: F) -> F:
+        with_tensors = accepts_torch(get_workspace_size, arrays=arrays)
 
-    @functools.wraps(get_workspace_size)
-    def call(*args: Any, **kwargs: Any) -> tuple[int, int, Executor | None]:
-        try:
-            return with_tensors(*args, **kwargs)
-        except AclnnError as e:
-            return _fail(e), 0, None
+        @functools.wraps(get_workspace_size)
+        def call(*args: Any, **kwargs: Any) -> tuple[int, int, Executor | None]:
+            try:
+                return with_tensors(*args, **kwargs)
+            except AclnnError as e:
+                return _fail(e), 0, None
 
-    return call  # type: ignore[return-value]
+        return call  # type: ignore[return-value]
+
+    return wrap
 
 
 def _check_output(name: str, o: Any, shape: tuple[int, ...], dtype: str) -> np.ndarray:
     if o is None:
         raise null_error(name)
+    if not isinstance(o, np.ndarray):
+        raise invalid(name, f"must be a C-contiguous, writeable numpy array (or torch tensor), got {type(o).__name__}")
     if dtype_name(o) != dtype:
         raise invalid(name, f"dtype {dtype_name(o)} must be {dtype}")
     if shape_of(o) != shape:
         raise tiling_error(name, f"shape {list(shape_of(o))} must be {list(shape)}")
-    if not isinstance(o, np.ndarray) or not o.flags.c_contiguous or not o.flags.writeable:
+    if not o.flags.c_contiguous or not o.flags.writeable:
         raise invalid(name, "must be a C-contiguous, writeable numpy array")
     return o
 
 
-@_tensors_as_arrays
+@_tensors_as_arrays("dy", "x", "rstd", "gamma")
 def rms_norm_grad_get_workspace_size(dy: Any, x: Any, rstd: Any, gamma: Any, dx_out: Any, dgamma_out: Any, *,
                                      soc: str | SocSpec = DEFAULT_SOC,
                                      deterministic: bool = False) -> tuple[int, int, Executor | None]:
@@ -118,6 +124,7 @@ def rms_norm_grad_get_workspace_size(dy: Any, x: Any, rstd: Any, gamma: Any, dx_
         t = rms_norm_grad_tiling(dy, x, rstd, gamma, soc=spec, deterministic=deterministic)
         dx = _check_output("dxOut", dx_out, shape_of(dy), dtype_name(dy))
         dgamma = _check_output("dgammaOut", dgamma_out, shape_of(gamma), FP32)
+        distinct([("dxOut", dx), ("dgammaOut", dgamma)])
         _rms_norm_grad.check_supported(t)
         rms_norm_grad_ub_plan(t, spec).check()
     except AclnnError as e:
@@ -133,13 +140,21 @@ def rms_norm_grad_get_workspace_size(dy: Any, x: Any, rstd: Any, gamma: Any, dx_
 def _execute(op: str, workspace: Any, workspace_size: int, executor: Executor | None) -> int:
     if executor is None:
         return _fail(null_error("executor"))
+    if not isinstance(executor, Executor):
+        return _fail(invalid("executor", f"must be the executor of {op}_get_workspace_size, got "
+                                         f"{type(executor).__name__}"))
     if executor.op != op:
         return _fail(invalid("executor", f"made for {executor.op}, not {op}"))
+    if isinstance(workspace_size, bool) or not isinstance(workspace_size, int | np.integer):
+        return _fail(invalid("workspaceSize", f"must be an integer, got {type(workspace_size).__name__}"))
     need = executor.workspace_size
     if need:
         if workspace is None:
             return _fail(null_error("workspace"))
-        ws = np.asarray(workspace)
+        try:
+            ws = np.asarray(workspace)
+        except (ValueError, TypeError):  # a ragged list, an object numpy cannot read
+            ws = np.asarray(None)
         if ws.dtype != np.uint8 or ws.ndim != 1 or workspace_size < need or ws.size < need:
             return _fail(AclnnError(ACLNN_ERR_PARAM_INVALID, f"workspace: needs a 1-D uint8 array of at least {need} "
                                                              f"B (workspaceSize {workspace_size}, array "
@@ -159,7 +174,7 @@ def rms_norm_grad(workspace: Any, workspace_size: int, executor: Executor | None
     return _execute("rms_norm_grad", workspace, workspace_size, executor)
 
 
-@_tensors_as_arrays
+@_tensors_as_arrays("x", "gamma")
 def rms_norm_get_workspace_size(x: Any, gamma: Any, epsilon: float, y_out: Any, rstd_out: Any, *,
                                 soc: str | SocSpec = DEFAULT_SOC) -> tuple[int, int, Executor | None]:
     """aclnnRmsNormGetWorkspaceSize: ``(status, workspace_size, executor)``; the workspace is the tiling's 256 B +
@@ -172,6 +187,7 @@ def rms_norm_get_workspace_size(x: Any, gamma: Any, epsilon: float, y_out: Any, 
         y_shape, rstd_shape = rms_norm_out_shapes(x, gamma)
         y = _check_output("yOut", y_out, y_shape, dtype_name(x))
         r = _check_output("rstdOut", rstd_out, rstd_shape, FP32)
+        distinct([("yOut", y), ("rstdOut", r)])
         t = None
         if rows:
             t = rms_norm_tiling(x, gamma, float(epsilon), soc=spec)
@@ -193,7 +209,7 @@ def rms_norm(workspace: Any, workspace_size: int, executor: Executor | None, str
     return _execute("rms_norm", workspace, workspace_size, executor)
 
 
-@_tensors_as_arrays
+@_tensors_as_arrays("grad_out", "input", "mean", "rstd", "gamma")
 def group_norm_backward_get_workspace_size(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: Any, N: int,  # noqa: N803
                                            C: int, HxW: int, group: int, output_mask: Any, grad_input: Any,  # noqa: N803
                                            grad_gamma_out: Any, grad_beta_out: Any, *,
@@ -210,6 +226,7 @@ def group_norm_backward_get_workspace_size(grad_out: Any, input: Any, mean: Any,
         names = ("gradInput", "gradGammaOut", "gradBetaOut")
         res = [_check_output(names[i], outputs[i], shape_of(outputs[i]), dtype_name(grad_out)) if mask[i] else None
                for i in range(3)]
+        distinct([(n, r) for n, r in zip(names, res, strict=True) if r is not None])
         t = None
         if N * C * HxW and spec.arch == 220:
             t = group_norm_backward_tiling(grad_out, input, mean, rstd, gamma, N, C, HxW, group, mask, soc=spec)
@@ -231,7 +248,7 @@ def group_norm_backward(workspace: Any, workspace_size: int, executor: Executor 
     return _execute("group_norm_backward", workspace, workspace_size, executor)
 
 
-@_tensors_as_arrays
+@_tensors_as_arrays("y_grad", "x")
 def swi_glu_grad_get_workspace_size(y_grad: Any, x: Any, dim: int, out: Any, *,
                                     soc: str | SocSpec = DEFAULT_SOC) -> tuple[int, int, Executor | None]:
     """aclnnSwiGluGradGetWorkspaceSize: ``(status, workspace_size, executor)``; the workspace is the tiling's
@@ -256,7 +273,7 @@ def swi_glu_grad(workspace: Any, workspace_size: int, executor: Executor | None,
     return _execute("swi_glu_grad", workspace, workspace_size, executor)
 
 
-@_tensors_as_arrays
+@_tensors_as_arrays("x")
 def swi_glu_get_workspace_size(x: Any, dim: int, out: Any, *,
                                soc: str | SocSpec = DEFAULT_SOC) -> tuple[int, int, Executor | None]:
     """aclnnSwiGluGetWorkspaceSize: ``(status, workspace_size, executor)``; the workspace is the tiling's 16 MiB,
@@ -284,7 +301,7 @@ def swi_glu(workspace: Any, workspace_size: int, executor: Executor | None, stre
     return _execute("swi_glu", workspace, workspace_size, executor)
 
 
-@_tensors_as_arrays
+@_tensors_as_arrays("x")
 def softmax_get_workspace_size(x: Any, dim: int, out: Any, *,
                                soc: str | SocSpec = DEFAULT_SOC) -> tuple[int, int, Executor | None]:
     """aclnnSoftmaxGetWorkspaceSize (``self`` is ``x``): ``(status, workspace_size, executor)``, checked in
@@ -315,7 +332,7 @@ def softmax(workspace: Any, workspace_size: int, executor: Executor | None, stre
     return _execute("softmax", workspace, workspace_size, executor)
 
 
-@_tensors_as_arrays
+@_tensors_as_arrays("dy", "x", "variance", "mean", "gamma")
 def layer_norm_grad_get_workspace_size(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, epsilon: float,
                                       pd_x: Any, pd_gamma: Any, pd_beta: Any, *, soc: str | SocSpec = DEFAULT_SOC,
                                       tmp: str = "shared",
@@ -329,6 +346,7 @@ def layer_norm_grad_get_workspace_size(dy: Any, x: Any, variance: Any, mean: Any
         dt = dtype_name(x)
         outs = (_check_output("pd_x", pd_x, shape_of(x), dt), _check_output("pd_gamma", pd_gamma, (t.h,), dt),
                 _check_output("pd_beta", pd_beta, (t.h,), dt))
+        distinct(list(zip(("pd_x", "pd_gamma", "pd_beta"), outs, strict=True)))
     except AclnnError as e:
         return _fail(e), 0, None
 
@@ -344,7 +362,7 @@ def layer_norm_grad(workspace: Any, workspace_size: int, executor: Executor | No
     return _execute("layer_norm_grad", workspace, workspace_size, executor)
 
 
-@_tensors_as_arrays
+@_tensors_as_arrays("output_grad", "input", "weight")
 def nsa_compress_grad_get_workspace_size(output_grad: Any, input: Any, weight: Any,  # noqa: A002
                                         act_seq_len: Any, compress_block_size: int, compress_stride: int,
                                         act_seq_len_type: int, layout: str, input_grad: Any, weight_grad: Any, *,
@@ -358,6 +376,7 @@ def nsa_compress_grad_get_workspace_size(output_grad: Any, input: Any, weight: A
         dt = dtype_name(input)
         dx = _check_output("inputGrad", input_grad, shape_of(input), dt)
         dw = _check_output("weightGrad", weight_grad, shape_of(weight), dt)
+        distinct([("inputGrad", dx), ("weightGrad", dw)])
     except AclnnError as e:
         return _fail(e), 0, None
 

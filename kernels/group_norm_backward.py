@@ -87,7 +87,7 @@ from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import NUMPY_DTYPE, checks_default, output, to_float
+from .common import NUMPY_DTYPE, checks_default, outputs, to_float
 
 GM_NAMES = ["gradOut", "mean", "rstd", "input", "gamma", "gradInput", "gradGammaOut", "gradBetaOut"]
 MASK = 64  # ReduceSum_template: floats a repeat
@@ -1008,7 +1008,7 @@ def _decomposed_ops(dy3: np.ndarray, x3: np.ndarray, mean: np.ndarray, rstd: np.
     return dx, dgamma, dbeta
 
 
-@accepts_torch
+@accepts_torch(arrays=("grad_out", "input", "mean", "rstd", "gamma"))
 def group_norm_backward(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: Any, N: int, C: int,  # noqa: N803
                         HxW: int, group: int, output_mask: Any = (True, True, True), *,  # noqa: N803
                         soc: str | SocSpec = DEFAULT_SOC, tiling: GroupNormBackwardTiling | None = None,
@@ -1024,31 +1024,27 @@ def group_norm_backward(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: 
     without computing, as aclnn does: arrays passed in ``out`` are left as they are, new ones are zeros.
     """
     spec = get_soc(soc)
+    checked = checks_default(checks)
     check_args(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, None, spec)
     mask = tuple(bool(m) for m in output_mask)
     dtype = dtype_name(grad_out)
     s_gamma = shape_of(gamma) if gamma is not None else (C,)
-    shapes = (shape_of(input), s_gamma, s_gamma)
-    names = ("gradInput", "gradGammaOut", "gradBetaOut")
+    specs = [(name, shape, dtype) if on else None for name, shape, on in
+             zip(("gradInput", "gradGammaOut", "gradBetaOut"), (shape_of(input), s_gamma, s_gamma), mask, strict=True)]
     if N * C * HxW == 0:
         if tiling is not None:
             raise invalid("tiling", "empty inputs launch no kernel")
-        given = [out is not None and out[i] is not None for i in range(3)]
-        return tuple(None if not mask[i] else output(out, i, names[i], shapes[i], dtype) if given[i]
-                     else np.zeros(shapes[i], NUMPY_DTYPE[dtype]) for i in range(3))
+        return tuple(outputs(out, *specs, fill=0))
     t = None
     if spec.arch == 220:
-        official = make_tiling(grad_out, input, mean, rstd, gamma, N, C, HxW, group, mask, soc=spec)
-        t = official
-        if tiling is not None:
-            check_tiling(tiling, official, spec)
-            t = tiling
+        args = (grad_out, input, mean, rstd, gamma, N, C, HxW, group, mask)
+        t = make_tiling(*args, soc=spec) if tiling is None else check_tiling(tiling, *args, soc=spec)
     elif tiling is not None:
         raise invalid("tiling", f"{spec.name} does not run the GroupNormGrad kernel (DAV_2201 only): aclnn "
                                 "decomposes the op there, so there is no tiling to choose")
-    res = [output(out, i, names[i], shapes[i], dtype) if mask[i] else None for i in range(3)]
+    res = outputs(out, *specs)
     execute(t, spec, grad_out, input, mean, rstd, gamma, N, C, HxW, group, mask, res,
-            workspace(t.workspace_size) if t is not None else None, checks_default(checks))
+            workspace(t.workspace_size) if t is not None else None, checked)
     return tuple(res)
 
 

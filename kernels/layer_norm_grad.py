@@ -44,7 +44,7 @@ from tilesim.normalization import layer_norm_grad_beta as beta_api
 from tilesim.normalization import tmp_buffer
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import output, to_float
+from .common import checks_default, outputs, to_float
 
 GM_NAMES = ["dy", "x", "variance", "mean", "gamma", "pd_x", "pd_gamma", "pd_beta"]
 
@@ -286,7 +286,7 @@ def run(t: LayerNormGradOpTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, 
                   op="layer_norm_grad", gm_names=GM_NAMES, auto_sync=auto_sync)
 
 
-@accepts_torch
+@accepts_torch(arrays=("dy", "x", "variance", "mean", "gamma"))
 def layer_norm_grad(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, *, epsilon: float = 1e-5,
                     soc: str | SocSpec = DEFAULT_SOC, tmp: str = "shared", is_reuse_source: bool = False,
                     tiling: LayerNormGradOpTiling | None = None, checks: bool | None = False,
@@ -302,15 +302,12 @@ def layer_norm_grad(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, *, ep
     nothing is written on error.
     """
     spec = get_soc(soc)
-    official = make_tiling(dy, x, variance, mean, gamma, epsilon=epsilon, soc=spec, tmp=tmp,
-                           is_reuse_source=is_reuse_source)
-    t = official
-    if tiling is not None:
-        check_tiling(tiling, official, spec)
-        t = tiling
+    checked = checks_default(checks)
+    args = (dy, x, variance, mean, gamma)
+    kw = {"epsilon": epsilon, "soc": spec, "tmp": tmp, "is_reuse_source": is_reuse_source}
+    t = make_tiling(*args, **kw) if tiling is None else check_tiling(tiling, *args, **kw)
     dt = dtype_name(x)
-    pd_x = output(out, 0, "pd_x", shape_of(x), dt)
-    pd_gamma = output(out, 1, "pd_gamma", (t.h,), dt)
-    pd_beta = output(out, 2, "pd_beta", (t.h,), dt)
-    run(t, spec, dy, x, variance, mean, gamma, pd_x, pd_gamma, pd_beta, workspace(t.workspace_size), checks)
+    pd_x, pd_gamma, pd_beta = outputs(out, ("pd_x", shape_of(x), dt), ("pd_gamma", (t.h,), dt),
+                                      ("pd_beta", (t.h,), dt))
+    run(t, spec, dy, x, variance, mean, gamma, pd_x, pd_gamma, pd_beta, workspace(t.workspace_size), checked)
     return pd_x, pd_gamma, pd_beta

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from tilesim.tiling.common import FP16, FP32, ITEMSIZE, dtype_name, require, shape_of
+from tilesim.tiling.common import FP16, FP32, ITEMSIZE, dtype_name, flag, integer, require, shape_of
 from tilesim.tiling.layer_norm_grad_api import (
     LayerNormGradBetaTiling,
     get_layer_norm_grad_beta_max_min_tmp_size,
@@ -34,7 +34,7 @@ from tilesim.normalization import layer_norm_grad_beta as lng_beta
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan
 
-from .common import output
+from .common import checks_default, outputs
 
 GM_NAMES = ["resForGamma", "inputDy", "outputPdGamma", "outputPdBeta"]
 
@@ -57,7 +57,7 @@ def check_api_args(dtype: str, h: int, is_reuse_source: bool, what: str = "input
     if h * ITEMSIZE[dtype] % 32:
         raise invalid(what, f"last axis H = {h} is {h * ITEMSIZE[dtype]} B; it must be 32 B aligned (pad it with "
                             "zeros and pass originalH)")
-    if is_reuse_source and dtype != FP32:
+    if flag("is_reuse_source", is_reuse_source) and dtype != FP32:
         raise invalid("is_reuse_source", "isReuseSource is supported for float only, not half")
 
 
@@ -68,7 +68,7 @@ def tmp_region(plan: UbPlan, tmp: str, tmp_bytes: int | None, need: tuple[int, i
     mx, mn = need
     free = plan.free // 32 * 32
     if tmp == "shared":
-        size = min(mx, free) if tmp_bytes is None else int(tmp_bytes)
+        size = min(mx, free) if tmp_bytes is None else integer("tmp_bytes", tmp_bytes)
         if size < mn:
             raise invalid("tmp_bytes", f"sharedTmpBuffer of {size} B is below the API's minimum of {mn} B")
         plan.add(name, size)
@@ -121,7 +121,7 @@ def layer_norm_grad_beta_kernel(ctx, t, res_for_gamma, input_dy, output_pd_gamma
     pd_beta_que.free_tensor(pb)
 
 
-@accepts_torch
+@accepts_torch(arrays=("res_for_gamma", "dy"))
 def layer_norm_grad_beta(res_for_gamma: Any, dy: Any, *, soc: str | SocSpec = DEFAULT_SOC, tmp: str = "shared",
                          tmp_bytes: int | None = None, is_reuse_source: bool = False, checks: bool | None = False,
                          out: tuple[np.ndarray | None, np.ndarray | None] | None = None
@@ -135,6 +135,7 @@ def layer_norm_grad_beta(res_for_gamma: Any, dy: Any, *, soc: str | SocSpec = DE
     """
     require(resForGamma=res_for_gamma, inputDy=dy)
     spec = get_soc(soc)
+    checked = checks_default(checks)
     dtype = dtype_name(dy)
     if dtype_name(res_for_gamma) != dtype:
         raise invalid("resForGamma", f"dtype {dtype_name(res_for_gamma)} must equal inputDy's {dtype}")
@@ -158,9 +159,8 @@ def layer_norm_grad_beta(res_for_gamma: Any, dy: Any, *, soc: str | SocSpec = DE
     size = tmp_region(plan, tmp, tmp_bytes,
                       get_layer_norm_grad_beta_max_min_tmp_size(src_shape, isz, is_reuse_source))
     t: LayerNormGradBetaTiling = get_layer_norm_grad_beta_nd_tiling_info(src_shape, size, isz, is_reuse_source)
-    pd_gamma = output(out, 0, "outputPdGamma", (h,), dtype)
-    pd_beta = output(out, 1, "outputPdBeta", (h,), dtype)
+    pd_gamma, pd_beta = outputs(out, ("outputPdGamma", (h,), dtype), ("outputPdBeta", (h,), dtype))
     kt = BetaExampleTiling(t, size if tmp == "shared" else 0, int(bool(is_reuse_source)))
     launch(layer_norm_grad_beta_kernel, kt, np.ascontiguousarray(res_for_gamma), np.ascontiguousarray(dy), pd_gamma,
-           pd_beta, block_dim=1, outputs=2, soc=spec, checks=checks, op="layer_norm_grad_beta", gm_names=GM_NAMES)
+           pd_beta, block_dim=1, outputs=2, soc=spec, checks=checked, op="layer_norm_grad_beta", gm_names=GM_NAMES)
     return pd_gamma, pd_beta

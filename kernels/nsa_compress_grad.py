@@ -47,11 +47,10 @@ from typing import Any
 
 import numpy as np
 from tilesim.tiling.common import dtype_name, shape_of
-from tilesim.tiling.nsa_compress_grad import SYS_WORKSPACE, UB_PRESERVE, NsaCompressGradTiling
+from tilesim.tiling.nsa_compress_grad import SYS_WORKSPACE, UB_PRESERVE, NsaCompressGradTiling, check_tiling
 from tilesim.tiling.nsa_compress_grad import nsa_compress_grad as make_tiling
 
 from tilesim import machine as asc  # AscendC::
-from tilesim.errors import tiling_error
 from tilesim.interop import accepts_torch
 from tilesim.jit import njit
 from tilesim.launch import RunReport, workspace
@@ -59,7 +58,7 @@ from tilesim.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan, shared_plan
 
-from .common import output
+from .common import checks_default, outputs
 from .rms_norm import _y_round_mode
 
 GM_NAMES = ["outputGrad", "input", "weight", "actSeqLen", "inputGrad", "weightGrad"]
@@ -374,7 +373,7 @@ def run(t: NsaCompressGradTiling, spec: SocSpec, output_grad: np.ndarray, input:
                   auto_sync=auto_sync)
 
 
-@accepts_torch
+@accepts_torch(arrays=("output_grad", "input", "weight"))
 def nsa_compress_grad(output_grad: Any, input: Any, weight: Any, act_seq_len: Any,  # noqa: A002
                       compress_block_size: int, compress_stride: int, act_seq_len_type: int = 0,
                       layout: str = "TND", *, soc: str | SocSpec = DEFAULT_SOC,
@@ -388,17 +387,10 @@ def nsa_compress_grad(output_grad: Any, input: Any, weight: Any, act_seq_len: An
     written on error.
     """
     spec = get_soc(soc)
-    official = make_tiling(output_grad, input, weight, act_seq_len, compress_block_size, compress_stride,
-                           act_seq_len_type, layout, soc=spec)
-    t = official
-    if tiling is not None:
-        t = make_tiling(output_grad, input, weight, act_seq_len, compress_block_size, compress_stride,
-                        act_seq_len_type, layout, soc=spec, core_num=tiling.block_dim)
-        if tiling != t:
-            raise tiling_error("tiling", "a hand-made tiling may change only the core count: make it with "
-                                         "tiling.nsa_compress_grad(..., core_num=...)")
+    checked = checks_default(checks)
+    args = (output_grad, input, weight, act_seq_len, compress_block_size, compress_stride, act_seq_len_type, layout)
+    t = make_tiling(*args, soc=spec) if tiling is None else check_tiling(tiling, *args, soc=spec)
     dt = dtype_name(input)
-    dx = output(out, 0, "inputGrad", shape_of(input), dt)
-    dw = output(out, 1, "weightGrad", shape_of(weight), dt)
-    run(t, spec, output_grad, input, weight, act_seq_len, dx, dw, workspace(t.workspace_size), checks)
+    dx, dw = outputs(out, ("inputGrad", shape_of(input), dt), ("weightGrad", shape_of(weight), dt))
+    run(t, spec, output_grad, input, weight, act_seq_len, dx, dw, workspace(t.workspace_size), checked)
     return dx, dw

@@ -34,6 +34,7 @@ from tilesim.tiling.group_norm_backward import group_norm_backward as gn_tiling
 from tilesim.tiling.layer_norm_grad import TMP_MODES, plan_for
 from tilesim.tiling.layer_norm_grad import check_tiling as ln_check_tiling
 from tilesim.tiling.layer_norm_grad import layer_norm_grad as ln_tiling
+from tilesim.tiling.nsa_compress_grad import check_tiling as nsa_check_tiling
 from tilesim.tiling.nsa_compress_grad import nsa_compress_grad as nsa_tiling
 from tilesim.tiling.rms_norm import MODE_MERGE_N, MODE_NAMES, MODE_SPLIT_D
 from tilesim.tiling.rms_norm import check_tiling as rms_norm_check_tiling
@@ -217,7 +218,7 @@ def rms_norm_grad_candidates(inputs: Inputs, soc: SocSpec) -> list[Candidate]:
 
     def make(**kw: Any) -> Any:
         t = rms_tiling(*args, soc=spec, **kw)
-        rms_check_tiling(t, rows, cols, data_type, spec)
+        rms_check_tiling(t, *args, soc=spec)
         rms_ub_plan(t, spec).check()
         return t
 
@@ -268,7 +269,7 @@ def group_norm_backward_candidates(inputs: Inputs, soc: SocSpec) -> list[Candida
 
     def make(**kw: Any) -> Any:
         t = gn_tiling(*args, soc=spec, **kw)  # it checks the UB plan itself
-        gn_check_tiling(t, official, spec)
+        gn_check_tiling(t, *args, soc=spec)
         return t
 
     def sweep() -> Iterator[Any]:
@@ -309,7 +310,7 @@ def swiglu_grad_candidates(inputs: Inputs, soc: SocSpec) -> list[Candidate]:
 
     def make(**kw: Any) -> Any:
         t = swiglu_tiling(y_grad, x, dim, soc=spec, **kw)
-        swiglu_check_tiling(t, official, spec)
+        swiglu_check_tiling(t, y_grad, x, dim, soc=spec)
         swiglu_ub_plan(t, spec).check()
         return t
 
@@ -347,7 +348,7 @@ def swiglu_candidates(inputs: Inputs, soc: SocSpec) -> list[Candidate]:
     row = align_up(official.col_len, BLOCK // official.itemsize)  # one row of a tile in UB
 
     def make(**kw: Any) -> Any:
-        return swiglu_fwd_check_tiling(swiglu_fwd_tiling(x, dim, soc=spec, **kw), official, spec)
+        return swiglu_fwd_check_tiling(swiglu_fwd_tiling(x, dim, soc=spec, **kw), x, dim, soc=spec)
 
     def tile(e: int) -> dict[str, int]:
         if e >= row:
@@ -375,7 +376,7 @@ def rms_norm_candidates(inputs: Inputs, soc: SocSpec) -> list[Candidate]:
     official = rms_norm_tiling(x, gamma, eps, soc=spec)
 
     def make(**kw: Any) -> Any:
-        return rms_norm_check_tiling(rms_norm_tiling(x, gamma, eps, soc=spec, **kw), x, gamma, eps, spec)
+        return rms_norm_check_tiling(rms_norm_tiling(x, gamma, eps, soc=spec, **kw), x, gamma, eps, soc=spec)
 
     def sweep() -> Iterator[Any]:
         for cores in core_counts(spec):
@@ -417,7 +418,7 @@ def softmax_candidates(inputs: Inputs, soc: SocSpec) -> list[Candidate]:
     official = softmax_tiling(x, dim, soc=spec)
 
     def make(**kw: Any) -> Any:
-        return softmax_check_tiling(softmax_tiling(x, dim, soc=spec, **kw), official, spec)
+        return softmax_check_tiling(softmax_tiling(x, dim, soc=spec, **kw), x, dim, soc=spec)
 
     return collect(official, (t for cores in core_counts(spec) for nb in (1, 2)
                               for t in with_tiles(make, {"core_num": cores, "buffer_num": nb},
@@ -447,7 +448,7 @@ def _ln_maker(args: tuple[Any, ...], eps: float, spec: SocSpec, tmp: str, reuse:
     """make(core_num=..., ub_rows=...) for one tmp mode and isReuseSource, checked as the API checks it."""
     def make(**kw: Any) -> Any:
         t = ln_tiling(*args, epsilon=eps, soc=spec, tmp=tmp, is_reuse_source=reuse, **kw)
-        ln_check_tiling(t, ln_tiling(*args, epsilon=eps, soc=spec, tmp=tmp, is_reuse_source=reuse), spec)
+        ln_check_tiling(t, *args, epsilon=eps, soc=spec, tmp=tmp, is_reuse_source=reuse)
         plan_for(t.ub_rows, t.h_align, t.block_dim, spec, t.tmp_mode, t.region_bytes).check()
         return t
 
@@ -507,6 +508,7 @@ def nsa_compress_grad_candidates(inputs: Inputs, soc: SocSpec) -> list[Candidate
 
     def make(**kw: Any) -> Any:
         t = nsa_tiling(**inputs, soc=spec, **kw)
+        nsa_check_tiling(t, **inputs, soc=spec)
         nsa_ub_plan(t, spec).check()
         return t
 

@@ -77,7 +77,7 @@ from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import output
+from .common import checks_default, outputs
 
 GM_NAMES = ["x", "gamma", "y", "rstd"]
 NUM_PER_REP_FP32 = 64  # floats in a 256 B repeat; also the row batch of SPLIT_D and SINGLE_ROW
@@ -865,7 +865,7 @@ def run(t: RmsNormTiling, spec: SocSpec, x: np.ndarray, gamma: np.ndarray, y: np
                   gm_names=GM_NAMES, auto_sync=auto_sync)
 
 
-@accepts_torch
+@accepts_torch(arrays=("x", "gamma"))
 def rms_norm(x: Any, gamma: Any, *, epsilon: float = 1e-6, soc: str | SocSpec = DEFAULT_SOC,
              tiling: RmsNormTiling | None = None, checks: bool | None = False,
              out: tuple[np.ndarray | None, np.ndarray | None] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -879,19 +879,19 @@ def rms_norm(x: Any, gamma: Any, *, epsilon: float = 1e-6, soc: str | SocSpec = 
     modified, and nothing is written on error. A non-contiguous x or gamma is copied first (AutoContiguous).
     """
     spec = get_soc(soc)
+    checked = checks_default(checks)
     rows, _ = check_args(x, gamma, epsilon, spec)
     y_shape, rstd_shape = out_shapes(x, gamma)
     t = None
     if rows:
-        official = make_tiling(x, gamma, float(epsilon), soc=spec)
-        t = official if tiling is None else check_tiling(tiling, x, gamma, float(epsilon), spec)
+        eps = float(epsilon)
+        t = make_tiling(x, gamma, eps, soc=spec) if tiling is None else check_tiling(tiling, x, gamma, eps, soc=spec)
         ub_plan(t, spec).check()
     elif tiling is not None:
         raise tiling_error("tiling", f"x {list(np.shape(x))} is empty: there is nothing to tile")
-    y = output(out, 0, "y", y_shape, dtype_name(x))
-    r = output(out, 1, "rstd", rstd_shape, FP32)
+    y, r = outputs(out, ("y", y_shape, dtype_name(x)), ("rstd", rstd_shape, FP32))
     if t is not None:
-        run(t, spec, x, gamma, y, r, workspace(t.workspace_size), checks)
+        run(t, spec, x, gamma, y, r, workspace(t.workspace_size), checked)
     return y, r
 
 

@@ -78,7 +78,7 @@ from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import checks_default, output
+from .common import checks_default, outputs
 from .rms_norm import reduce_sum_half_interval, reduce_sum_multi_n
 
 GM_NAMES = ["dy", "x", "rstd", "gamma", "dx", "dgamma"]
@@ -658,7 +658,7 @@ def run(t: RmsNormGradTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, rstd
                   gm_names=GM_NAMES, auto_sync=auto_sync)
 
 
-@accepts_torch
+@accepts_torch(arrays=("dy", "x", "rstd", "gamma"))
 def rms_norm_grad(dy: Any, x: Any, rstd: Any, gamma: Any, *, soc: str | SocSpec = DEFAULT_SOC,
                   deterministic: bool = False, tiling: RmsNormGradTiling | None = None, checks: bool | None = False,
                   out: tuple[np.ndarray | None, np.ndarray | None] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -671,16 +671,14 @@ def rms_norm_grad(dy: Any, x: Any, rstd: Any, gamma: Any, *, soc: str | SocSpec 
     is written on error.
     """
     spec = get_soc(soc)
-    official = make_tiling(dy, x, rstd, gamma, soc=spec, deterministic=deterministic)
-    t = official
-    if tiling is not None:
-        check_tiling(tiling, official.row, official.col, official.data_type, spec)
-        t = tiling
+    checked = checks_default(checks)
+    args = (dy, x, rstd, gamma)
+    t = (make_tiling(*args, soc=spec, deterministic=deterministic) if tiling is None
+         else check_tiling(tiling, *args, soc=spec, deterministic=deterministic))
     check_supported(t)
     ub_plan(t, spec).check()
-    dx = output(out, 0, "dx", shape_of(dy), dtype_name(dy))
-    dgamma = output(out, 1, "dgamma", shape_of(gamma), FP32)
-    run(t, spec, dy, x, rstd, gamma, dx, dgamma, workspace(t.workspace_size), checks_default(checks))
+    dx, dgamma = outputs(out, ("dx", shape_of(dy), dtype_name(dy)), ("dgamma", shape_of(gamma), FP32))
+    run(t, spec, dy, x, rstd, gamma, dx, dgamma, workspace(t.workspace_size), checked)
     return dx, dgamma
 
 

@@ -78,7 +78,7 @@ from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import output
+from .common import checks_default, output
 
 GM_NAMES = ["x", "y"]
 FLOAT_REPEAT = 64  # FLOAT_REPEAT_SIZE: floats a repeat
@@ -452,28 +452,29 @@ def run(t: SoftmaxOpTiling, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.
                   workspace=ws, op="softmax", gm_names=GM_NAMES, auto_sync=auto_sync)
 
 
-@accepts_torch
+@accepts_torch(arrays=("x",))
 def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: SoftmaxOpTiling | None = None,
             checks: bool | None = False, out: np.ndarray | None = None) -> np.ndarray:
     """aclnnSoftmax along ``dim`` (the last axis, or one whose elements are contiguous: see
     :mod:`tiling.softmax`) by tilesim's kernel on the A2 SoftMax API; y in x's dtype and shape (fp32, fp16). An
-    empty x gives an empty y without a launch.
+    empty x gives an empty y of its dtype without a launch, whatever the dtype (aclnnSoftmax returns before its
+    dtype checks).
 
     ``tiling`` runs a TilingData made with ``tiling.softmax(x, dim, core_num=..., tile_rows=..., buffer_num=...,
     tmp_size=...)`` (checked first); ``checks=True`` runs checked mode; ``out`` writes into an existing array.
     Errors raise :class:`tilesim.AclnnError` with the aclnn status; inputs are never modified and nothing is
     written on error. A non-contiguous x is copied first (aclnn's Contiguous)."""
     spec = get_soc(soc)
+    checked = checks_default(checks)
     rows, cols = check_args(x, dim, out, spec)
     t = None
     if rows * cols:
-        official = make_tiling(x, dim, soc=spec)
-        t = official if tiling is None else check_tiling(tiling, official, spec)
+        t = make_tiling(x, dim, soc=spec) if tiling is None else check_tiling(tiling, x, dim, soc=spec)
     elif tiling is not None:
         raise tiling_error("tiling", f"x {list(np.shape(x))} is empty: there is nothing to tile")
-    y = output(None if out is None else (out,), 0, "out", tuple(np.shape(x)), dtype_name(x))
+    y = output(out, "out", tuple(np.shape(x)), dtype_name(x))
     if t is not None:
-        run(t, spec, x, y, workspace(t.workspace_size), checks)
+        run(t, spec, x, y, workspace(t.workspace_size), checked)
     return y
 
 

@@ -44,7 +44,7 @@ from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import output
+from .common import checks_default, output
 
 GM_NAMES = ["x", "y"]
 BETA = -1.0  # SwigluSingle::InitGmBuffer sets beta = -1: Muls(A, beta) before Exp gives exp(-A)
@@ -224,7 +224,7 @@ def run(t: SwiGluTiling, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.nda
                   op="swiglu", gm_names=GM_NAMES, auto_sync=auto_sync)
 
 
-@accepts_torch
+@accepts_torch(arrays=("x",))
 def swiglu(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: SwiGluTiling | None = None,
            checks: bool | None = False, out: np.ndarray | None = None) -> np.ndarray:
     """aclnnSwiGlu: y = silu(A)·B (x's dtype, x's shape with the split axis halved), A and B the first and second
@@ -238,16 +238,16 @@ def swiglu(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: S
     op's AutoContiguous; the aclnn document lists non-contiguous x as unsupported, and tilesim takes numpy views).
     """
     spec = get_soc(soc)
+    checked = checks_default(checks)
     row_len, col_len = check_args(x, dim, spec)
     t = None
     if row_len * col_len:
-        official = make_tiling(x, dim, soc=spec)
-        t = official if tiling is None else check_tiling(tiling, official, spec)
+        t = make_tiling(x, dim, soc=spec) if tiling is None else check_tiling(tiling, x, dim, soc=spec)
     elif tiling is not None:
         raise tiling_error("tiling", f"x {list(np.shape(x))} is empty: there is nothing to tile")
-    y = output(None if out is None else (out,), 0, "out", out_shape(x, dim), dtype_name(x))
+    y = output(out, "out", out_shape(x, dim), dtype_name(x))
     if t is not None:
-        run(t, spec, x, y, workspace(t.workspace_size), checks)
+        run(t, spec, x, y, workspace(t.workspace_size), checked)
     return y
 
 

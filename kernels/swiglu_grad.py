@@ -54,7 +54,7 @@ from tilesim.launch import RunReport, workspace
 from tilesim.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import output
+from .common import checks_default, output
 from .swiglu import copy_in_rows, copy_out_rows, tile_length, tile_param, total_tiles
 
 GM_NAMES = ["yGrad", "x", "out"]
@@ -283,7 +283,7 @@ def run(t: SwiGluGradTiling, spec: SocSpec, y_grad: np.ndarray, x: np.ndarray, o
                   auto_sync=auto_sync)
 
 
-@accepts_torch
+@accepts_torch(arrays=("y_grad", "x"))
 def swiglu_grad(y_grad: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC,
                 tiling: SwiGluGradTiling | None = None, checks: bool | None = False,
                 out: np.ndarray | None = None) -> np.ndarray:
@@ -296,14 +296,11 @@ def swiglu_grad(y_grad: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFA
     modified, and nothing is written on error.
     """
     spec = get_soc(soc)
-    official = make_tiling(y_grad, x, dim, soc=spec)
-    t = official
-    if tiling is not None:
-        check_tiling(tiling, official, spec)
-        t = tiling
+    checked = checks_default(checks)
+    t = make_tiling(y_grad, x, dim, soc=spec) if tiling is None else check_tiling(tiling, y_grad, x, dim, soc=spec)
     ub_plan(t, spec).check()
-    res = output(None if out is None else (out,), 0, "out", shape_of(x), dtype_name(x))
-    run(t, spec, y_grad, x, res, workspace(t.workspace_size), checks)
+    res = output(out, "out", shape_of(x), dtype_name(x))
+    run(t, spec, y_grad, x, res, workspace(t.workspace_size), checked)
     return res
 
 

@@ -104,10 +104,11 @@ def test_overrides_make_consistent_tilings():
 def test_hand_made_tiling_is_checked():
     base = args((1000,), (100,))
     t = tiling.rms_norm_grad(*base)
-    with pytest.raises(AclnnError, match="cover"):
-        check_tiling(tiling.replace(t, block_factor=20), 1000, 100, 0, "Ascend910B1")
-    with pytest.raises(AclnnError, match="col"):
-        check_tiling(t, 1000, 101, 0, "Ascend910B1")
+    assert check_tiling(t, *base) == t
+    with pytest.raises(AclnnError, match="tiling.block_factor: is 20 but"):
+        check_tiling(tiling.replace(t, block_factor=20), *base)
+    with pytest.raises(AclnnError, match="tiling.col: is 100 but .* give 101"):
+        check_tiling(t, *args((1000,), (101,)))
 
 
 @settings(max_examples=200, deadline=None)
@@ -124,4 +125,4 @@ def test_official_tiling_covers_rows_and_fits_ub(rows, cols, dtype, soc, det):
     assert all(t.rows_of_core(c) >= 1 for c in range(t.block_dim))
     plan = ub_plan(t, soc).check()
     assert plan.used <= get_soc(soc).ub_size
-    check_tiling(t, rows, cols, 0 if dtype == "float32" else 1, soc)
+    assert check_tiling(t, *args((rows,), (cols,), dtype), soc=soc, deterministic=det) == t

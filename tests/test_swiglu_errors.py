@@ -185,7 +185,7 @@ def test_a_tiling_of_another_op_or_for_an_empty_x_is_refused():
 @pytest.mark.parametrize("kw,words", [
     (dict(core_num=0), ["core_num", "[1, 48]"]), (dict(core_num=49), ["core_num"]),
     (dict(buffer_num=3), ["buffer_num", "1 or 2"]), (dict(base_col_len=0), ["base_col_len"]),
-    (dict(base_row_len=2, base_col_len=100), ["tiling.base_col_len", "32 B"]),
+    (dict(base_row_len=2, base_col_len=100), ["base_col_len: 100", "32 B"]),
     (dict(base_row_len=64, base_col_len=4096), ["UB plan needs"]),
 ], ids=lambda v: str(v))
 def test_bad_overrides(kw, words):

@@ -167,8 +167,9 @@ BAD_TILINGS = [
     ("base_row_len 4096", BIG, dict(base_row_len=4096, base_col_len=8), ["tiling.base_row_len", "4095"]),
     ("base_row_len 0", BIG, dict(base_row_len=0), ["tiling.base_row_len"]),
     ("is_double_buffer 2", BIG, dict(is_double_buffer=2), ["tiling.is_double_buffer"]),
-    ("tile too large for UB", BIG, dict(base_row_len=64, base_col_len=4096), ["UB plan needs", "196608"]),
-    ("single buffer too large", BIG, dict(base_row_len=2, base_col_len=4096, is_double_buffer=0), ["UB plan"]),
+    ("tile too large for UB", BIG, dict(base_row_len=64, base_col_len=4096, block_dim=1), ["UB plan needs", "196608"]),
+    ("single buffer too large", BIG, dict(base_row_len=2, base_col_len=4096, is_double_buffer=0, block_dim=32),
+     ["UB plan"]),
     ("rows over the stride limit", UNALIGNED, dict(base_row_len=2), ["tiling.base_row_len", "stride"]),
 ]
 

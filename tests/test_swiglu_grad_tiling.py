@@ -49,9 +49,14 @@ def z(shape, dtype):
     return np.broadcast_to(np.zeros((), DTYPES[dtype]), shape)
 
 
+def problem(row, col, dtype="float32"):
+    """yGrad [row, col] and x [row, 2·col], split on the last axis: the tiling function's arguments."""
+    return z((row, col), dtype), z((row, 2 * col), dtype), -1
+
+
 def make(row, col, dtype="float32", soc="Ascend910B1", **kw):
     """The module's tiling of x [row, 2·col], yGrad [row, col], split on the last axis."""
-    return tiling.swiglu_grad(z((row, col), dtype), z((row, 2 * col), dtype), -1, soc=soc, **kw)
+    return tiling.swiglu_grad(*problem(row, col, dtype), soc=soc, **kw)
 
 
 def max_tile(ub, dtype, nb):
@@ -221,9 +226,9 @@ def test_invalid_tail_column_is_skipped():
     assert_fields(t, expected(1000, 16386, "float16"))
     # a hand-made tiling with that tail is refused
     with pytest.raises(AclnnError) as e:
-        check_tiling(tiling.replace(t, base_row_len=19, base_col_len=256), t, "Ascend910B1")
-    assert e.value.status == 561002 and "tiling.base_row_len" in e.value.message and "2 columns" in e.value.message
-    check_tiling(tiling.replace(t, base_row_len=1, base_col_len=256), t, "Ascend910B1")
+        check_tiling(tiling.replace(t, base_row_len=19, base_col_len=256), *problem(1000, 16386, "float16"))
+    assert e.value.status == 561002 and "base_row_len" in e.value.message and "2 columns" in e.value.message
+    check_tiling(tiling.replace(t, base_row_len=1, base_col_len=256), *problem(1000, 16386, "float16"))
 
 
 def test_split_axis_not_last():
@@ -393,19 +398,21 @@ def test_check_tiling_limits():
     # what DataCopy can move: blockCount 4095 rows, a 32 B-multiple column on an aligned colLen, no more columns
     # than colLen, the official problem and key
     t = make(8192, 4096)
-    check_tiling(tiling.replace(t, base_row_len=4095, base_col_len=8), t, "Ascend910B1")  # the UB is not its job
-    for change, field in ((dict(base_row_len=4096), "base_row_len"), (dict(base_row_len=0), "base_row_len"),
-                          (dict(base_col_len=12), "base_col_len"), (dict(base_col_len=4104), "base_col_len"),
-                          (dict(base_col_len=0), "base_col_len"), (dict(block_dim=0), "block_dim"),
-                          (dict(block_dim=49), "block_dim"), (dict(row_len=8191), "row_len"),
-                          (dict(col_len=2048), "col_len"), (dict(tiling_key=1), "tiling_key"),
-                          (dict(is_32b_aligned=0), "is_32b_aligned"), (dict(is_double_buffer=2), "is_double_buffer")):
+    check_tiling(tiling.replace(t, base_row_len=4095, base_col_len=8), *problem(8192, 4096))  # the UB is not its job
+    # a rule the tiling function refuses the free choices by, or the first field they do not give
+    for change, field in ((dict(base_row_len=4096), "base_row_len: 4096"), (dict(base_row_len=0), "base_row_len: 0"),
+                          (dict(base_col_len=12), "base_col_len: 12"), (dict(base_col_len=4104), "base_col_len: 4104"),
+                          (dict(base_col_len=0), "base_col_len: 0"), (dict(block_dim=0), "core_num: 0"),
+                          (dict(block_dim=49), "core_num: 49"), (dict(row_len=8191), "tiling.row_len"),
+                          (dict(col_len=2048), "tiling.col_len"), (dict(tiling_key=1), "tiling.tiling_key"),
+                          (dict(is_32b_aligned=0), "tiling.is_32b_aligned"),
+                          (dict(is_double_buffer=2), "tiling.is_double_buffer")):
         with pytest.raises(AclnnError) as e:
-            check_tiling(tiling.replace(t, **change), t, "Ascend910B1")
-        assert e.value.status == 561002 and f"tiling.{field}" in e.value.message, (change, e.value.message)
+            check_tiling(tiling.replace(t, **change), *problem(8192, 4096))
+        assert e.value.status == 561002 and field in e.value.message, (change, e.value.message)
     # unaligned colLen: any column count, as long as a row is at most 65535 B
     t = make(4, 40001, "float16")
-    check_tiling(tiling.replace(t, base_col_len=32767), t, "Ascend910B1")
+    check_tiling(tiling.replace(t, base_col_len=32767, block_dim=8), *problem(4, 40001, "float16"))  # 4 x 2 tiles
     with pytest.raises(AclnnError) as e:
-        check_tiling(tiling.replace(t, base_col_len=32768), t, "Ascend910B1")
+        check_tiling(tiling.replace(t, base_col_len=32768, block_dim=8), *problem(4, 40001, "float16"))
     assert e.value.status == 561002 and "65535" in e.value.message

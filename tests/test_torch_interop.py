@@ -136,3 +136,35 @@ def test_the_aclnn_form_refuses_a_tensor_off_the_cpu_with_a_status() -> None:
     status, size, executor = aclnn.swi_glu_get_workspace_size(x, -1, torch.empty(8, 64))
     assert (status, size, executor) == (tilesim.ACLNN_ERR_PARAM_INVALID, 0, None)
     assert aclnn.get_recent_err_msg() == "x: a torch tensor must be on the CPU, got device meta"
+
+
+def test_a_negative_view_is_read_as_the_values_it_shows() -> None:
+    # torch._neg_view flips a bit, not the memory: a bf16 one went through an int16 view, which torch refuses
+    for dtype in (torch.bfloat16, torch.float32):
+        x = torch.randn(8, 128).to(dtype)
+        got = kernels.swiglu(torch._neg_view(x))
+        assert bits(got) == bits(kernels.swiglu(-x))
+
+
+def test_a_negative_view_as_out_is_refused() -> None:
+    # its memory holds the negated values: a write through a resolved copy would be lost
+    x = torch.randn(8, 128, dtype=torch.bfloat16)
+    mem = torch.full((8, 64), 7.0, dtype=torch.bfloat16)
+    with pytest.raises(tilesim.AclnnError, match="out: .*negative or conjugate view") as e:
+        kernels.swiglu(x, out=torch._neg_view(mem))
+    assert e.value.status == tilesim.ACLNN_ERR_PARAM_INVALID
+    assert bool((mem == 7.0).all())
+
+
+@pytest.mark.parametrize("make", [lambda t: t.to_sparse(), lambda t: t.to_sparse_csr(),
+                                  lambda t: t.to(torch.float8_e4m3fn)],
+                         ids=["sparse_coo", "sparse_csr", "float8"])
+def test_tensors_numpy_has_no_form_of_are_refused_by_name(make) -> None:  # type: ignore[no-untyped-def]
+    x = make(torch.randn(8, 128))
+    y = np.full((8, 64), 7, np.float32)
+    with pytest.raises(tilesim.AclnnError, match="^\\[161002\\] x: ") as e:
+        kernels.swiglu(x, out=y)
+    assert e.value.status == tilesim.ACLNN_ERR_PARAM_INVALID
+    assert (y == 7).all()
+    status, size, executor = aclnn.swi_glu_get_workspace_size(x, -1, y)
+    assert (status, size, executor) == (tilesim.ACLNN_ERR_PARAM_INVALID, 0, None)

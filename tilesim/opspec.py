@@ -9,8 +9,9 @@ never imports an op: the command line finds the specs by module name (``tilesim.
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 import ml_dtypes
@@ -155,15 +156,72 @@ def collect(official: Any, tilings: Iterable[Any], params: Callable[[Any], dict[
     return [Candidate(t, params(t), official=t == official) for t in unique]
 
 
-def match_tiling(t: Any, make: Callable[..., Any], *args: Any, **choices: Any) -> Any:
-    """``t``, a hand-made tiling, if it is what ``make(*args, **choices)`` (the tiling function, with the free
-    choices read from ``t``) gives, field for field; else a 561002 naming the first field that differs
-    (``tiling.<field>``), or the rule the tiling function refuses the choices by."""
+def match_tiling(t: Any, make: Callable[..., Any], *args: Any, **arguments: Any) -> Any:
+    """A hand-made tiling checked against what the tiling function derives from its free choices: ``t`` must be of
+    the class ``make(*args, **arguments)`` (the official tiling) is, each field of the type that field holds
+    there, and equal field for field to ``make(*args, **arguments, **choices)``, the choices read from the fields
+    that carry them (the tiling class's ``choice_fields()``: each override of the tiling function, and the field
+    it sets or None where the tiling does not take it). Returns that re-made tiling, equal to ``t`` and with the
+    field types the kernel was compiled for.
+
+    The arguments' own errors are raised as the tiling function raises them; the tiling's are 561002: ``tiling``
+    for an object of another class (a dict, another op's tiling), ``tiling.<field>`` for a field of the wrong type,
+    a free choice the tiling function refuses (with the rule it refuses it by) or the first field that differs
+    from the derived one (its value and the derived value). Nothing is built from a field's value before it is
+    checked: a count of 2**31 is a mismatch, not a loop."""
+    official = make(*args, **arguments)
+    cls = type(official)
+    if type(t) is not cls:
+        raise tiling_error("tiling", f"must be a {cls.__module__}.{cls.__qualname__} (what {make.__name__} makes), "
+                                     f"got {type(t).__module__}.{type(t).__qualname__}")
+    _same_types(t, official, "tiling")
+    carriers = t.choice_fields()
+    choices = {c: None if f is None else getattr(t, f) for c, f in carriers.items()}
+    said = ", ".join(f"{c}={v!r}" if f in (None, c) else f"{c}={v!r} ({f})"
+                     for (c, v), f in zip(choices.items(), carriers.values(), strict=True))
     try:
-        want = make(*args, **choices)
+        want = make(*args, **arguments, **choices)
     except AclnnError as e:
-        raise tiling_error("tiling", f"its free choices are refused: {e.message}") from None
-    for f in (f.name for f in fields(t) if getattr(t, f.name) != getattr(want, f.name)):
-        raise tiling_error(f"tiling.{f}", f"{getattr(t, f)} does not match the arguments and the free choices: "
-                                          f"{getattr(want, f)}")
-    return t
+        refused = [c for c in carriers if carriers[c] and e.message.startswith(f"{c}:")]
+        if refused:
+            c = refused[0]
+            raise tiling_error(f"tiling.{carriers[c]}", f"{choices[c]!r} is refused as the tiling function's {c}: "
+                                                        f"{e.message}") from None
+        raise tiling_error("tiling", f"its free choices ({said}) are refused: {e.message}") from None
+    for f in fields(cls):
+        v, w = getattr(t, f.name), getattr(want, f.name)
+        if not (v == w or (v != v and w != w)):  # NaN equals NaN here: a derived float may be one
+            raise tiling_error(f"tiling.{f.name}", f"is {v!r} but the arguments and the free choices ({said}) give "
+                                                   f"{w!r}")
+    return want
+
+
+def _same_types(v: Any, w: Any, name: str) -> None:
+    """``v`` (a hand-made tiling's field) of the type ``w`` (the official tiling's) has, dataclasses and tuples
+    field by field and element by element: an int field takes an int or a numpy integer, a float field a real
+    number, a bool field a bool; so comparing them is a plain comparison (an array would not give one)."""
+    if is_dataclass(w):
+        if type(v) is not type(w):
+            raise tiling_error(name, f"must be a {type(w).__qualname__}, got {type(v).__qualname__}")
+        for f in fields(w):
+            _same_types(getattr(v, f.name), getattr(w, f.name), f"{name}.{f.name}")
+        return
+    if isinstance(w, tuple):
+        if type(v) is not tuple or len(v) != len(w):
+            raise tiling_error(name, f"must be a tuple of {len(w)}, got {type(v).__name__}")
+        for i, (a, b) in enumerate(zip(v, w, strict=True)):
+            _same_types(a, b, f"{name}[{i}]")
+        return
+    if isinstance(w, bool | np.bool_):
+        kind, ok = "a bool", isinstance(v, bool | np.bool_)
+    elif isinstance(w, int | np.integer):
+        kind, ok = "an integer", isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_)
+    elif isinstance(w, float | np.floating):
+        kind, ok = "a real number", isinstance(v, int | float | np.integer | np.floating) and not isinstance(
+            v, bool | np.bool_)
+    elif isinstance(w, str):
+        kind, ok = "a str", isinstance(v, str)
+    else:
+        return
+    if not ok:
+        raise tiling_error(name, f"must be {kind}, got {type(v).__name__} {reprlib.repr(v)}")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import reprlib
 import threading
 from typing import Any
 
 import numpy as np
 
-from tilesim.errors import null_error
+from tilesim.errors import invalid, null_error
 from tilesim.memo import by_identity
 
 FP32, FP16, BF16 = "float32", "float16", "bfloat16"
@@ -68,10 +69,29 @@ def numel(shape: tuple[int, ...]) -> int:
 
 
 def require(**tensors: Any) -> None:
-    """None for a required tensor is ACLNN_ERR_PARAM_NULLPTR (161001)."""
+    """None for a required tensor is ACLNN_ERR_PARAM_NULLPTR (161001); anything without a ``.shape`` and a
+    ``.dtype`` (a list given to a tiling function, which reads only those) is ACLNN_ERR_PARAM_INVALID (161002)."""
     for name, t in tensors.items():
         if t is None:
             raise null_error(name)
+        if not (hasattr(t, "shape") and hasattr(t, "dtype")):
+            raise invalid(name, f"must be an array or tensor (anything with .shape and .dtype), got "
+                                f"{type(t).__name__}")
+
+
+def integer(name: str, v: Any) -> int:
+    """``v`` as an int where a parameter is an integer (an int64 of aclnn): an int or a numpy integer, not a bool,
+    a float (1.5 would be truncated silently), a string or None (161002)."""
+    if isinstance(v, bool | np.bool_) or not isinstance(v, int | np.integer):
+        raise invalid(name, f"must be an integer, got {type(v).__name__} {reprlib.repr(v)}")
+    return int(v)
+
+
+def flag(name: str, v: Any) -> bool:
+    """``v`` as a bool where a parameter is a bool: True or False (numpy's too), not 'yes' or 1 (161002)."""
+    if not isinstance(v, bool | np.bool_):
+        raise invalid(name, f"must be True or False, got {type(v).__name__} {reprlib.repr(v)}")
+    return bool(v)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,11 +17,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tilesim.errors import invalid, null_error, tiling_error
+import numpy as np
+
+from tilesim.errors import invalid, tiling_error
+from tilesim.opspec import match_tiling
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan, shared_plan
 
-from .common import BF16, FP16, FP32, align_up, ceil_div, dtype_name, numel, remembered, shape_of
+from .common import (
+    BF16,
+    FP16,
+    FP32,
+    align_up,
+    ceil_div,
+    dtype_name,
+    flag,
+    integer,
+    numel,
+    remembered,
+    require,
+    shape_of,
+)
 
 MODE_0, MODE_1, MODE_2, MODE_3, MODE_5 = 0, 1, 2, 3, 5
 UB_MODES = (MODE_0, MODE_1, MODE_2, MODE_3, MODE_5)
@@ -81,6 +97,12 @@ class GroupNormBackwardTiling:
         """The two-stage reduction over N (selected by N > 2, not by the global deterministic flag)."""
         return self.tiling_key >= DETERMINISTIC_KEY
 
+    def choice_fields(self) -> dict[str, str | None]:
+        """The overrides of :func:`group_norm_backward` and the fields that carry them (block_dim: the core count;
+        mode 3's chunk, ``mode2_ub_capacity_ele``, in mode 3 only)."""
+        return {"core_num": "block_dim", "ub_mode": "ub_mode",
+                "mode3_capacity": "mode2_ub_capacity_ele" if self.ub_mode == MODE_3 else None}
+
     def tasks_of_core(self, core: int) -> tuple[int, int]:
         """(first task, task count) of a core: the first ``tail_core`` cores take one task more."""
         if core < self.tail_core:
@@ -105,12 +127,14 @@ def check_args(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: Any, n: i
     wrong-length mask and a required output missing included, is 161002 (the code's codes; the doc says 161001
     for the mask). ``outputs`` is (gradInput, gradGammaOut, gradBetaOut) of the two-phase form, or None when
     the op allocates them."""
-    for name, t in (("gradOut", grad_out), ("input", input), ("mean", mean), ("rstd", rstd)):
-        if t is None:
-            raise null_error(name)
+    require(gradOut=grad_out, input=input, mean=mean, rstd=rstd)
+    if gamma is not None:
+        require(gamma=gamma)
     if output_mask is None:
         raise invalid("outputMask", "must not be null")
-    mask = tuple(bool(m) for m in output_mask)
+    if not isinstance(output_mask, tuple | list | np.ndarray):
+        raise invalid("outputMask", f"must be a sequence of 3 bools, got {type(output_mask).__name__}")
+    mask = tuple(flag(f"outputMask[{i}]", m) for i, m in enumerate(output_mask))
     if len(mask) != 3:
         raise invalid("outputMask", f"length must be 3, got {len(mask)}")
     out_names = ("gradInput", "gradGammaOut", "gradBetaOut")
@@ -118,6 +142,8 @@ def check_args(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: Any, n: i
         for i in range(3):
             if mask[i] and outputs[i] is None:
                 raise invalid(out_names[i], f"must not be null when outputMask[{i}] is true")
+            if mask[i]:
+                require(**{out_names[i]: outputs[i]})
     t = dtype_name(grad_out)
     allowed = (FP32, FP16, BF16) if soc.supports_bf16 else (FP32, FP16)
     if t not in allowed:
@@ -128,6 +154,10 @@ def check_args(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: Any, n: i
     for name, a in named:
         if a is not None and dtype_name(a) != t:
             raise invalid(name, f"dtype {dtype_name(a)} must equal gradOut's dtype {t}")
+    n, c, hxw, group = integer("N", n), integer("C", c), integer("HxW", hxw), integer("group", group)
+    for name, v in (("N", n), ("C", c), ("HxW", hxw)):
+        if v < 0:
+            raise invalid(name, f"must not be negative, got {v}")
     if group <= 0:
         raise invalid("group", f"must be greater than 0, got {group}")
     if c % group != 0:
@@ -284,34 +314,14 @@ def group_norm_backward(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: 
     return t
 
 
-def check_tiling(t: GroupNormBackwardTiling, official: GroupNormBackwardTiling, soc: SocSpec) -> None:
-    """A hand-made tiling must describe the same problem as the official one, give every task to exactly one
-    core, and have the UB mode, chunks, stage-2 plan and workspace its own choices imply (561002 otherwise)."""
-    for f in ("n", "c", "hxw", "g", "nxg", "c_g", "dtype", "dx_is_require", "dgamma_is_require",
-              "dbeta_is_require", "tiling_key"):
-        if getattr(t, f) != getattr(official, f):
-            raise tiling_error(f, f"is {getattr(t, f)!r} but these arguments give {getattr(official, f)!r}")
-    if not 1 <= t.block_dim <= soc.core_num_aiv:
-        raise tiling_error("block_dim", f"{t.block_dim} must be in [1, {soc.core_num_aiv}] (the vector cores of "
-                                        f"{soc.name}: SyncAll needs every block resident)")
-    if t.ub_mode not in UB_MODES:
-        raise tiling_error("ub_mode", f"must be one of {UB_MODES}, got {t.ub_mode}")
-    seen = []
-    for core in range(t.block_dim):
-        first, count = t.tasks_of_core(core)
-        seen.extend(range(first, first + count))
-    if sorted(seen) != list(range(t.nxg)):
-        raise tiling_error("task_num_per_core", f"task_num_per_core {t.task_num_per_core}, task_num_per_tail_core "
-                                                f"{t.task_num_per_tail_core}, tail_core {t.tail_core} over "
-                                                f"{t.block_dim} cores must cover the {t.nxg} tasks exactly once")
-    want = _stage1(t.c_g, t.hxw, t.dtype, soc.ub_size, t.ub_mode,
-                   t.mode2_ub_capacity_ele if t.ub_mode == MODE_3 else None)
-    want |= _stage2(t.n, t.c, t.block_dim, t.dtype, t.deterministic, soc.ub_size)
-    want["workspace_size"] = SYS_WORKSPACE + want.pop("user_ws")
-    for f, v in want.items():
-        if getattr(t, f) != v:
-            raise tiling_error(f, f"is {getattr(t, f)} but ub_mode {t.ub_mode} on {t.block_dim} cores gives {v}")
-    ub_plan(t, soc).check()
+def check_tiling(t: Any, grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: Any, N: int, C: int,  # noqa: N803
+                 HxW: int, group: int, output_mask: Any = (True, True, True), *,  # noqa: N803
+                 soc: str | SocSpec = DEFAULT_SOC) -> GroupNormBackwardTiling:
+    """A hand-made tiling, if it is what its free choices give for these arguments, field for field
+    (:func:`tilesim.opspec.match_tiling`; 561002 naming the field otherwise); the tiling function checks the UB
+    plan of the choices."""
+    return match_tiling(t, group_norm_backward, grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask,
+                        soc=soc)
 
 
 # GroupNormGrad's InitBuffer calls, one order for every dtype and mode (kernels.group_norm_backward places a buffer a

@@ -23,16 +23,30 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tilesim.errors import ACLNN_ERR_INNER_TILING_ERROR, AclnnError, invalid, tiling_error
+from tilesim.errors import invalid, tiling_error
+from tilesim.opspec import match_tiling
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan, shared_plan
 
-from .common import FP16, FP32, ITEMSIZE, align_up, ceil_div, dtype_name, numel, remembered, replace, require, shape_of
+from .common import (
+    FP16,
+    FP32,
+    ITEMSIZE,
+    align_up,
+    ceil_div,
+    dtype_name,
+    flag,
+    numel,
+    remembered,
+    replace,
+    require,
+    shape_of,
+)
 from .layer_norm_grad_api import (
     LNG_FLOAT_BUF_NUM,
     LNG_HALF_BUF_NUM,
@@ -89,6 +103,12 @@ class LayerNormGradOpTiling:
         """The kernel variant: data_type · 10 + tmp_mode · 2 + is_reuse_source."""
         return self.data_type * 10 + self.tmp_mode * 2 + self.is_reuse_source
 
+    @staticmethod
+    def choice_fields() -> dict[str, str | None]:
+        """The overrides of :func:`layer_norm_grad` and the fields that carry them (block_dim: the core count).
+        The tmp mode and isReuseSource are not: they are the op's ``tmp`` and ``is_reuse_source`` arguments."""
+        return {"core_num": "block_dim", "ub_rows": "ub_rows"}
+
 
 def check_args(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, epsilon: Any, is_reuse_source: bool,
                tmp: str) -> tuple[int, int, str]:
@@ -119,7 +139,7 @@ def check_args(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, epsilon: A
         raise invalid("epsilon", f"must be a real number, got {type(epsilon).__name__}")
     if not 0 <= float(epsilon) < float("inf"):
         raise invalid("epsilon", f"{float(epsilon)} must be a finite, non-negative number")
-    if is_reuse_source and dt != FP32:
+    if flag("is_reuse_source", is_reuse_source) and dt != FP32:
         raise invalid("is_reuse_source", "isReuseSource is supported for float only, not half")
     if tmp not in TMP_MODES:
         raise invalid("tmp", f"{tmp!r} must be \"shared\" or \"framework\"")
@@ -239,37 +259,11 @@ def _lng_tiling(n: int, r: int, hp: int, h: int, reuse: bool) -> LayerNormGradTi
     return replace(full, s_length=n, loop_num=0, tail_size=part.one_cal_size, noh_tail_size=n)
 
 
-def check_tiling(t: LayerNormGradOpTiling, official: LayerNormGradOpTiling, soc: str | SocSpec) -> None:
-    """A user-made tiling must describe the same problem, split it consistently, fit the UB, and carry the
-    derived fields (tail, region, API tilings) its split implies, with at least the workspace it needs (561002
-    otherwise)."""
-    def bad(field: str, rule: str) -> AclnnError:
-        return AclnnError(ACLNN_ERR_INNER_TILING_ERROR, f"tiling.{field}: {rule}")
-
-    for name in ("rows", "h", "h_align", "data_type", "tmp_mode", "is_reuse_source", "epsilon"):
-        if getattr(t, name) != getattr(official, name):
-            raise bad(name, f"{getattr(t, name)} does not match the arguments ({getattr(official, name)})")
-    spec = get_soc(soc)
-    if not 1 <= t.block_dim <= spec.core_num_aiv:
-        raise bad("block_dim", f"{t.block_dim} must be in [1, {spec.core_num_aiv}]")
-    covered = (t.block_dim - 1) * t.block_factor + t.tail_rows
-    if covered != t.rows or not 1 <= t.tail_rows <= t.block_factor:
-        raise bad("block_factor", f"{t.block_dim} cores of {t.block_factor} rows, {t.tail_rows} on the last: the "
-                                  f"cores cover {covered} rows, not {t.rows} (the last core holds 1 to block_factor)")
-    if not 1 <= t.block_factor <= t.rows:
-        raise bad("block_factor", f"{t.block_factor} must be in [1, rows {t.rows}]")
-    if not 1 <= t.ub_rows <= t.block_factor:
-        raise bad("ub_rows", f"{t.ub_rows} must be in [1, block_factor {t.block_factor}]")
-    want = _build(t.rows, t.h, t.h_align, t.dtype, bool(t.is_reuse_source), t.tmp_mode, t.block_factor, t.ub_rows,
-                  spec, t.epsilon)
-    if not 1 <= want.block_dim <= spec.core_num_aiv:
-        raise bad("block_factor", f"{t.block_factor} rows per core need {want.block_dim} cores; {spec.name} has "
-                                  f"{spec.core_num_aiv}")
-    if t.workspace_size < want.workspace_size:
-        raise bad("workspace_size", f"{t.workspace_size} B is less than the {want.workspace_size} B the split needs")
-    for f in fields(t):
-        if f.name != "workspace_size" and getattr(t, f.name) != getattr(want, f.name):
-            raise bad(f.name, f"{getattr(t, f.name)!r} is not what block_factor {t.block_factor} and ub_rows "
-                              f"{t.ub_rows} imply ({getattr(want, f.name)!r})")
-    if not _fits(t.ub_rows, t.h_align, bool(t.is_reuse_source), t.block_dim, spec, t.tmp_mode):
-        raise bad("ub_rows", f"{t.ub_rows} rows of H = {t.h} and their temporaries do not fit the UB")
+def check_tiling(t: Any, dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, *, epsilon: float = 1e-5,
+                 soc: str | SocSpec = DEFAULT_SOC, tmp: str = "shared",
+                 is_reuse_source: bool = False) -> LayerNormGradOpTiling:
+    """A hand-made tiling, if it is what its free choices give for these arguments (``tmp`` and
+    ``is_reuse_source`` included), field for field (:func:`tilesim.opspec.match_tiling`; 561002 naming the field
+    otherwise); the tiling function checks that the choices fit the UB."""
+    return match_tiling(t, layer_norm_grad, dy, x, variance, mean, gamma, epsilon=epsilon, soc=soc, tmp=tmp,
+                        is_reuse_source=is_reuse_source)

@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from tilesim.errors import invalid, tiling_error
+from tilesim.errors import invalid, null_error, tiling_error
+from tilesim.opspec import match_tiling
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import BF16, FP16, ceil_div, dtype_name, remembered, require, shape_of
+from .common import BF16, FP16, ceil_div, dtype_name, integer, remembered, require, shape_of
 
 SYS_WORKSPACE = 16 * 1024 * 1024  # WORKSIZE
 UB_PRESERVE = 24 * 1024  # the kernel keeps 24 KiB of UB for its tmp buffers
@@ -77,6 +78,11 @@ class NsaCompressGradTiling:
         base, rem = self.head_to_process, self.head_remainder
         return base * core + min(core, rem), base + (1 if core < rem else 0)
 
+    @staticmethod
+    def choice_fields() -> dict[str, str | None]:
+        """The override of :func:`nsa_compress_grad` and the field that carries it: block_dim, the core count."""
+        return {"core_num": "block_dim"}
+
 
 def windows(lengths: list[int], block_size: int, stride: int) -> list[int]:
     """CompressBlkNum per batch: ⌊(L − blockSize)/stride⌋ + 1, or 0 when L < blockSize."""
@@ -89,17 +95,36 @@ def seq_lengths(act_seq_len: Any) -> list[int]:
     return [c - p for p, c in zip([0] + cum[:-1], cum, strict=True)]
 
 
+def seq_ends(act_seq_len: Any) -> list[int]:
+    """actSeqLen (an aclIntArray: a sequence or 1-D array of integers, by value) as a list of ints; floats (which
+    would be truncated), strings, NaN, a 2-D array or an empty one are 161002."""
+    try:
+        a = np.asarray(act_seq_len)
+    except (ValueError, TypeError):
+        a = None
+    if a is not None and a.size == 0:
+        raise invalid("actSeqLen", "must not be empty")
+    if a is None or a.dtype.kind not in "iu":
+        got = type(act_seq_len).__name__ if a is None else f"{type(act_seq_len).__name__} of {a.dtype}"
+        raise invalid("actSeqLen", f"must be a 1-D sequence of integers, got {got}")
+    if a.ndim != 1:
+        raise invalid("actSeqLen", f"must be 1-D, got shape {list(a.shape)}")
+    return [int(v) for v in a]
+
+
 def check_args(output_grad: Any, input: Any, weight: Any, act_seq_len: Any, compress_block_size: int,
                compress_stride: int, act_seq_len_type: int, layout: str, soc: SocSpec) -> tuple[int, int, int, int]:
     """The checks of aclnnNsaCompressGrad and its tiling; returns (T, N, D, total windows).
 
     None is 161001, everything else 161002."""
-    require(outputGrad=output_grad, input=input, weight=weight, actSeqLen=act_seq_len)
+    require(outputGrad=output_grad, input=input, weight=weight)
+    if act_seq_len is None:
+        raise null_error("actSeqLen")
     if soc.short_soc not in SOCS:
         raise invalid("soc", f"NsaCompressGrad runs on Ascend910B and Ascend910_93 only, not {soc.name}")
-    if layout != "TND":
+    if not isinstance(layout, str) or layout != "TND":
         raise invalid("layout", f"{layout!r}: only \"TND\" is supported")
-    if act_seq_len_type != 0:
+    if integer("actSeqLenType", act_seq_len_type) != 0:
         raise invalid("actSeqLenType", f"{act_seq_len_type}: only 0 (cumulative ends) is supported")
     dt = dtype_name(input)
     if dt not in (FP16, BF16):
@@ -107,7 +132,7 @@ def check_args(output_grad: Any, input: Any, weight: Any, act_seq_len: Any, comp
     for name, t in (("outputGrad", output_grad), ("weight", weight)):
         if dtype_name(t) != dt:
             raise invalid(name, f"dtype {dtype_name(t)} must equal input's dtype {dt}")
-    bs, stride = int(compress_block_size), int(compress_stride)
+    bs, stride = integer("compressBlockSize", compress_block_size), integer("compressStride", compress_stride)
     if bs % BLOCK_16 or bs <= 0:
         raise invalid("compressBlockSize", f"{bs} must be a positive multiple of 16")
     if stride % BLOCK_16 or stride <= 0:
@@ -128,9 +153,7 @@ def check_args(output_grad: Any, input: Any, weight: Any, act_seq_len: Any, comp
         raise invalid("input", f"N = {n} must be at most {MAX_HEADS}")
     if shape_of(weight) != (bs, n):
         raise invalid("weight", f"shape {list(shape_of(weight))} must be [compressBlockSize, N] = [{bs}, {n}]")
-    cum = [int(v) for v in np.asarray(act_seq_len).reshape(-1)]
-    if not cum:
-        raise invalid("actSeqLen", "must not be empty")
+    cum = seq_ends(act_seq_len)
     if cum[0] < 0 or any(b < a for a, b in zip(cum, cum[1:], strict=False)):
         raise invalid("actSeqLen", f"{cum}: cumulative ends must be non-negative and non-decreasing")
     if cum[-1] != t:
@@ -157,8 +180,17 @@ def nsa_compress_grad(output_grad: Any, input: Any, weight: Any, act_seq_len: An
     bs = int(compress_block_size)
     ws = SYS_WORKSPACE + bs * n * 4 * cores + t * n * d * 4 + 1024 * 1024
     return NsaCompressGradTiling(
-        batch_size=len(np.asarray(act_seq_len).reshape(-1)), num_of_block=total, num_of_head=n, dim_of_head=d,
+        batch_size=len(seq_ends(act_seq_len)), num_of_block=total, num_of_head=n, dim_of_head=d,
         block_size=bs, block_stride=int(compress_stride), seq_len_type=int(act_seq_len_type),
         head_to_process=t * n // cores, head_remainder=t * n % cores, ub_max_size=spec.ub_size, block_dim=cores,
         tiling_key=0, workspace_size=ws)
 
+
+
+def check_tiling(t: Any, output_grad: Any, input: Any, weight: Any, act_seq_len: Any,  # noqa: A002
+                 compress_block_size: int, compress_stride: int, act_seq_len_type: int = 0, layout: str = "TND", *,
+                 soc: str | SocSpec = DEFAULT_SOC) -> NsaCompressGradTiling:
+    """A hand-made tiling, if it is what its core count gives for these arguments, field for field
+    (:func:`tilesim.opspec.match_tiling`; 561002 naming the field otherwise)."""
+    return match_tiling(t, nsa_compress_grad, output_grad, input, weight, act_seq_len, compress_block_size,
+                        compress_stride, act_seq_len_type, layout, soc=soc)

@@ -131,6 +131,11 @@ class RmsNormTiling:
         """The rows core ``core`` takes: ``block_factor``, the last core ``last_block_factor``."""
         return self.last_block_factor if core == self.block_dim - 1 else self.block_factor
 
+    @staticmethod
+    def choice_fields() -> dict[str, str | None]:
+        """The overrides of :func:`rms_norm` and the fields that carry them (block_dim: the core count)."""
+        return {"core_num": "block_dim", "mode": "tiling_key", "row_factor": "row_factor", "ub_factor": "ub_factor"}
+
 
 def check_args(x: Any, gamma: Any, epsilon: Any, soc: SocSpec) -> tuple[int, int]:
     """The checks of aclnnRmsNorm and its tiling, in their order; returns (numRow, numCol), numRow 0 for an empty
@@ -319,16 +324,12 @@ def rms_norm(x: Any, gamma: Any, epsilon: float = 1e-6, *, soc: str | SocSpec = 
     return t
 
 
-def check_tiling(t: Any, x: Any, gamma: Any, epsilon: float, soc: str | SocSpec) -> RmsNormTiling:
-    """A hand-made tiling runs only if it is what its free choices (block_dim as the core count, the mode,
-    row_factor, ub_factor) give for these arguments, and its plan fits the UB (561002 naming the field)."""
-    spec = get_soc(soc)
-    if not isinstance(t, RmsNormTiling):
-        raise tiling_error("tiling", f"must be a tilesim.tiling.rms_norm.RmsNormTiling, got {type(t).__name__}")
-    if not 1 <= t.block_dim <= spec.core_num_aiv:
-        raise tiling_error("tiling.block_dim", f"{t.block_dim} must be in [1, {spec.core_num_aiv}]")
-    return match_tiling(t, rms_norm, x, gamma, epsilon, soc=spec, core_num=t.block_dim, mode=t.tiling_key,
-                        row_factor=t.row_factor, ub_factor=t.ub_factor)
+def check_tiling(t: Any, x: Any, gamma: Any, epsilon: float = 1e-6, *,
+                 soc: str | SocSpec = DEFAULT_SOC) -> RmsNormTiling:
+    """A hand-made tiling, if it is what its free choices give for these arguments, field for field
+    (:func:`tilesim.opspec.match_tiling`; 561002 naming the field otherwise), whose UB plan fits (the tiling
+    function checks the plan of overridden choices)."""
+    return match_tiling(t, rms_norm, x, gamma, epsilon, soc=soc)
 
 
 @shared_plan

@@ -13,11 +13,25 @@ from typing import Any
 
 import numpy as np
 
-from tilesim.errors import ACLNN_ERR_INNER_TILING_ERROR, AclnnError, invalid, tiling_error
+from tilesim.errors import invalid, tiling_error
+from tilesim.opspec import match_tiling
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan, shared_plan
 
-from .common import BF16, FP16, FP32, U32, align_up, ceil_div, dtype_name, numel, remembered, require, shape_of
+from .common import (
+    BF16,
+    FP16,
+    FP32,
+    U32,
+    align_up,
+    ceil_div,
+    dtype_name,
+    flag,
+    numel,
+    remembered,
+    require,
+    shape_of,
+)
 
 SPLIT_N = 1
 SPLIT_D = 2
@@ -77,6 +91,13 @@ class RmsNormGradTiling:
         """The rows core ``core`` takes: ``block_factor``, the last core ``core_calc_tail`` where that is not 0."""
         last = core == self.block_dim - 1
         return self.core_calc_tail if (last and self.core_calc_tail) else self.block_factor
+
+    @staticmethod
+    def choice_fields() -> dict[str, str | None]:
+        """The overrides of :func:`rms_norm_grad` and the fields that carry them (block_dim: the core count).
+        ``fixed_output`` is not one: it is the op's ``deterministic`` argument."""
+        return {"core_num": "block_dim", "ub_factor": "ub_factor", "buffer_num": "buffer_num",
+                "tiling_key": "tiling_key"}
 
 
 def small_d_buffer_size(col_val_align: int) -> int:
@@ -171,6 +192,7 @@ def rms_norm_grad(dy: Any, x: Any, rstd: Any, gamma: Any, *, soc: str | SocSpec 
     """
     spec = get_soc(soc)
     rows, cols = check_args(dy, x, rstd, gamma, spec)
+    deterministic = flag("deterministic", deterministic)
     t_dy = dtype_name(dy)
     align = ALIGN_32 if t_dy == FP32 else 16
     cva = align_up(cols, align)
@@ -217,7 +239,7 @@ def rms_norm_grad(dy: Any, x: Any, rstd: Any, gamma: Any, *, soc: str | SocSpec 
         ub_split_dim=split_dim, ub_factor=uf, ub_calc_num=uf, ub_calc_tail=tail, ub_calc_loop=loop,
         ub_calc_tail_num=t_num, ub_calc_tail_tail=t_tail, ub_calc_tail_loop=t_loop, row=rows, col=cols,
         col_val_align=cva, avg_factor=float(np.float32(1.0) / np.float32(cols)), data_type=DATA_TYPE[t_dy],
-        fixed_output=int(bool(deterministic)), need_chunk=need_chunk, chunk_size=chunk_size, chunk_num=chunk_num,
+        fixed_output=int(deterministic), need_chunk=need_chunk, chunk_size=chunk_size, chunk_num=chunk_num,
         chunk_tail=chunk_tail, tiling_key=key, workspace_size=ws, buffer_num=int(buffer_num))
 
 
@@ -254,35 +276,9 @@ def ub_plan(t: RmsNormGradTiling, soc: str | SocSpec = DEFAULT_SOC) -> UbPlan:
     return plan
 
 
-def check_tiling(t: RmsNormGradTiling, rows: int, cols: int, data_type: int, soc: str | SocSpec) -> None:
-    """A user-made tiling must match the arguments and cover every row (and column) exactly once."""
-    def bad(field: str, rule: str) -> AclnnError:
-        return AclnnError(ACLNN_ERR_INNER_TILING_ERROR, f"tiling.{field}: {rule}")
-
-    for name, want in (("row", rows), ("col", cols), ("data_type", data_type)):
-        if getattr(t, name) != want:
-            raise bad(name, f"{getattr(t, name)} does not match the arguments ({want})")
-    spec = get_soc(soc)
-    if not 1 <= t.block_dim <= spec.core_num_aiv:
-        raise bad("block_dim", f"{t.block_dim} must be in [1, {spec.core_num_aiv}]")
-    if t.tiling_key not in (SPLIT_N, SPLIT_D) or t.buffer_num not in (1, 2):
-        raise bad("tiling_key", f"key {t.tiling_key} / buffer_num {t.buffer_num}: key must be 1 or 2, "
-                                "buffer_num 1 or 2")
-    covered = sum(t.rows_of_core(c) for c in range(t.block_dim))
-    if t.block_factor < 1 or covered != rows or (t.core_calc_tail and t.core_calc_tail > t.block_factor):
-        raise bad("block_factor", f"cores cover {covered} rows, not the {rows} rows (block_factor "
-                                  f"{t.block_factor}, block_dim {t.block_dim}, core_calc_tail {t.core_calc_tail})")
-    if t.ub_factor < 1:
-        raise bad("ub_factor", f"{t.ub_factor} must be at least 1")
-    loops = [(t.ub_calc_loop, t.ub_calc_num, t.ub_calc_tail, t.block_factor if t.tiling_key == SPLIT_N else cols)]
-    if t.core_calc_tail:
-        loops.append((t.ub_calc_tail_loop, t.ub_calc_tail_num, t.ub_calc_tail_tail,
-                      t.core_calc_tail if t.tiling_key == SPLIT_N else cols))
-    for loop, num, tail, want in loops:
-        got = (loop - 1) * num + (tail or num) if loop > 0 else 0
-        if num < 1 or num > t.ub_factor or got != want:
-            raise bad("ub_calc_loop", f"UB loop of {loop} x {num} (tail {tail}) covers {got}, not {want}")
-    if t.tiling_key == SPLIT_D and t.ub_factor % (8 if data_type == 0 else 16):
-        raise bad("ub_factor", f"{t.ub_factor} columns must be a multiple of 32 B")
-    if t.col_val_align != align_up(cols, 8 if data_type == 0 else 16):
-        raise bad("col_val_align", f"{t.col_val_align} must be col rounded up to 32 B")
+def check_tiling(t: Any, dy: Any, x: Any, rstd: Any, gamma: Any, *, soc: str | SocSpec = DEFAULT_SOC,
+                 deterministic: bool = False) -> RmsNormGradTiling:
+    """A hand-made tiling, if it is what its free choices give for these arguments (``deterministic`` included),
+    field for field (:func:`tilesim.opspec.match_tiling`; 561002 naming the field otherwise). The op checks its
+    UB plan."""
+    return match_tiling(t, rms_norm_grad, dy, x, rstd, gamma, soc=soc, deterministic=deterministic)

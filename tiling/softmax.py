@@ -222,6 +222,11 @@ class SoftmaxOpTiling:
         """Bytes of one queue buffer: tile_rows rows of cols_align elements."""
         return self.tile_rows * self.cols_align * self.itemsize
 
+    @staticmethod
+    def choice_fields() -> dict[str, str | None]:
+        """The overrides of :func:`softmax` and the fields that carry them (block_dim: the core count)."""
+        return {"core_num": "block_dim", "tile_rows": "tile_rows", "buffer_num": "buffer_num", "tmp_size": "tmp_size"}
+
     def rows_of_core(self, c: int) -> tuple[int, int]:
         """(first row, rows) of core ``c``."""
         return c * self.block_rows + min(c, self.former_num), self.block_rows + (c < self.former_num)
@@ -349,40 +354,26 @@ def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, core_num
             raise tiling_error("tile_rows", f"{rows_t} must be in [1, {min(core_rows, _row_cap(cols))}] (a core's "
                                             "rows, the SoftMax API's and DataCopyPad's row limits)")
         nb = buffer_num or (1 if rows_t >= core_rows else 2)
-    tmp = get_soft_max_max_tmp_size((rows_t, cols_align), isz) if tmp_size is None else int(tmp_size)
+    if tmp_size is None:
+        tmp = get_soft_max_max_tmp_size((rows_t, cols_align), isz)
+    else:
+        tmp = int(tmp_size)
+        low = get_soft_max_min_tmp_size((1, cols_align), isz)
+        if tmp < low or tmp % BLOCK:
+            raise tiling_error("tmp_size", f"{tmp} must be a multiple of 32 B and at least {low} B "
+                                           "(GetSoftMaxMinTmpSize: one row a pass)")
     t = _build(rows, cols, dtype, spec, block_dim, rows_t, nb, tmp)
-    check_tiling(t, t, spec)
-    return t
-
-
-def check_tiling(t: SoftmaxOpTiling, official: SoftmaxOpTiling, soc: str | SocSpec) -> SoftmaxOpTiling:
-    """A user-made tiling must be a SoftmaxOpTiling of the same problem (rows, cols, cols_align, itemsize, key,
-    workspace) whose free choices are legal and whose other fields are what they give (the API's tiling
-    included), with a UB plan that fits (561002 naming the field otherwise). Returns ``t``."""
-    spec = get_soc(soc)
-    if not isinstance(t, SoftmaxOpTiling):
-        raise tiling_error("tiling", f"must be a tilesim.tiling.softmax.SoftmaxOpTiling, got {type(t).__name__}")
-    for f in ("rows", "cols", "cols_align", "itemsize", "tiling_key", "workspace_size"):
-        if getattr(t, f) != getattr(official, f):
-            raise tiling_error(f"tiling.{f}", f"{getattr(t, f)} does not match x: {getattr(official, f)}")
-    if not 1 <= t.block_dim <= min(spec.core_num_aiv, t.rows):
-        raise tiling_error("tiling.block_dim", f"{t.block_dim} must be in [1, {min(spec.core_num_aiv, t.rows)}] "
-                                               "(the vector cores, at most one a row)")
-    cap = min(ceil_div(t.rows, t.block_dim), _row_cap(t.cols))
-    if not 1 <= t.tile_rows <= cap:
-        raise tiling_error("tiling.tile_rows", f"{t.tile_rows} must be in [1, {cap}] (a core's rows, the SoftMax "
-                                               "API's and DataCopyPad's row limits)")
-    if t.buffer_num not in (1, 2):
-        raise tiling_error("tiling.buffer_num", f"{t.buffer_num} must be 1 or 2")
-    low = get_soft_max_min_tmp_size((1, t.cols_align), t.itemsize)
-    if t.tmp_size < low or t.tmp_size % BLOCK:
-        raise tiling_error("tiling.tmp_size", f"{t.tmp_size} must be a multiple of 32 B and at least {low} B "
-                                              "(GetSoftMaxMinTmpSize: one row a pass)")
-    match_tiling(t, _build, t.rows, t.cols, official.dtype, spec, t.block_dim, t.tile_rows, t.buffer_num, t.tmp_size)
     if t.reduce_m < 1:
-        raise tiling_error("tiling.tmp_size", f"{t.tmp_size} B gives the SoftMax API no rows a pass")
+        raise tiling_error("tmp_size", f"{t.tmp_size} B gives the SoftMax API no rows a pass")
     ub_plan(t, spec).check()
     return t
+
+
+def check_tiling(t: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC) -> SoftmaxOpTiling:
+    """A hand-made tiling, if it is what its free choices give for these arguments, field for field (the API's
+    tiling included: :func:`tilesim.opspec.match_tiling`; 561002 naming the field otherwise); the tiling function
+    checks the choices' tmp size and UB plan."""
+    return match_tiling(t, softmax, x, dim, soc=soc)
 
 
 @shared_plan

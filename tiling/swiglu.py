@@ -31,6 +31,7 @@ import numpy as np
 
 from tilesim.cast import CAST_NONE, CAST_RINT
 from tilesim.errors import ACLNN_ERR_INNER_FIND_KERNEL_ERROR, AclnnError, invalid, tiling_error
+from tilesim.opspec import match_tiling
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan, shared_plan
 
@@ -44,9 +45,9 @@ from .swiglu_grad import (
     SwiGluGradTiling,
     _Opt,
     _Search,
+    check_copies,
     split_view,
 )
-from .swiglu_grad import check_tiling as _check_grad_tiling
 
 QUEUES = 3  # XXGLU_TQUE_NUM: A and B in, y out
 TBUFS = {FP32: 1, FP16: 2, BF16: 2}  # SWIGLU_TBUF_NUM_FLOAT / _HALF / _BF16: fp32 temporaries of one tile each
@@ -179,23 +180,17 @@ def swiglu(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, core_num:
                      row_len=row_len, col_len=col_len, base_row_len=br, base_col_len=bc,
                      block_dim=min(total, cores), tiling_key=TILING_KEY[dtype], workspace_size=WORKSPACE_BUFFER,
                      round_mode=CAST_RINT if spec.arch == 220 else CAST_NONE)
-    if base_row_len is not None or base_col_len is not None:
-        check_tiling(t, t, spec)  # an override DataCopy cannot move is refused here, not at launch
+    if base_row_len is not None or base_col_len is not None:  # an override that cannot run is refused here
+        check_copies(t, spec)
+        ub_plan(t, spec).check()
     return t
 
 
-def check_tiling(t: SwiGluTiling, official: SwiGluTiling, soc: str | SocSpec) -> SwiGluTiling:
-    """A user-made tiling must be a SwiGluTiling of the same problem and kernel build (``round_mode``), cover it
-    with tiles DataCopy can move (SwiGluGrad's rules: the same TilingData and copies) and fit the UB (561002
-    otherwise). Returns ``t``."""
-    if not isinstance(t, SwiGluTiling):
-        raise tiling_error("tiling", f"must be a tilesim.tiling.swiglu.SwiGluTiling, got {type(t).__name__}")
-    if t.round_mode != official.round_mode:
-        raise tiling_error("tiling.round_mode", f"{t.round_mode} does not match the kernel built for the SoC "
-                                                f"({official.round_mode})")
-    _check_grad_tiling(t, official, soc)
-    ub_plan(t, soc).check()
-    return t
+def check_tiling(t: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC) -> SwiGluTiling:
+    """A hand-made tiling, if it is what its free choices give for these arguments on this SoC (``round_mode``,
+    the kernel build, included), field for field (:func:`tilesim.opspec.match_tiling`; 561002 naming the field
+    otherwise); the tiling function checks that overridden tiles are ones DataCopy can move and fit the UB."""
+    return match_tiling(t, swiglu, x, dim, soc=soc)
 
 
 @shared_plan

@@ -18,13 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from tilesim.errors import (
-    ACLNN_ERR_INNER_FIND_KERNEL_ERROR,
-    ACLNN_ERR_INNER_TILING_ERROR,
-    AclnnError,
-    invalid,
-    tiling_error,
-)
+from tilesim.errors import ACLNN_ERR_INNER_FIND_KERNEL_ERROR, AclnnError, invalid, tiling_error
+from tilesim.opspec import match_tiling
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 from tilesim.ub import UbPlan, shared_plan
 
@@ -107,6 +102,13 @@ class SwiGluGradTiling:
     def total_tile_num(self) -> int:
         """Tiles in all: row_tile_num · col_tile_num, shared out over the cores."""
         return self.row_tile_num * self.col_tile_num
+
+    @staticmethod
+    def choice_fields() -> dict[str, str | None]:
+        """The overrides of the tiling function and the fields that carry them (block_dim: the core count;
+        buffer_num: is_double_buffer's)."""
+        return {"core_num": "block_dim", "buffer_num": "buffer_num", "base_row_len": "base_row_len",
+                "base_col_len": "base_col_len"}
 
     def tiles_of_core(self, core: int) -> range:
         """The tiles core ``core`` runs, in order (the kernel's ``tileIdx += blockNum`` loop)."""
@@ -303,7 +305,7 @@ def swiglu_grad(y_grad: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFA
                             base_row_len=br, base_col_len=bc, block_dim=min(total, cores),
                             tiling_key=TILING_KEY[dtype], workspace_size=WORKSPACE_BUFFER)
     if base_row_len is not None or base_col_len is not None:
-        check_tiling(t, t, spec)  # an override DataCopy cannot move is refused here, not at launch
+        check_copies(t, spec)  # an override DataCopy cannot move is refused here, not at launch
     return t
 
 
@@ -328,40 +330,42 @@ def ub_plan(t: SwiGluGradTiling, soc: str | SocSpec = DEFAULT_SOC) -> UbPlan:
     return plan
 
 
-def check_tiling(t: SwiGluGradTiling, official: SwiGluGradTiling, soc: str | SocSpec) -> None:
-    """A user-made tiling must describe the same problem, cover it with tiles DataCopy can move, and fit the UB
-    (561002 otherwise)."""
-    def bad(field: str, rule: str) -> AclnnError:
-        return AclnnError(ACLNN_ERR_INNER_TILING_ERROR, f"tiling.{field}: {rule}")
-
-    for name in ("row_len", "col_len", "is_32b_aligned", "tiling_key"):
-        if getattr(t, name) != getattr(official, name):
-            raise bad(name, f"{getattr(t, name)} does not match the arguments ({getattr(official, name)})")
+def check_copies(t: SwiGluGradTiling, soc: str | SocSpec) -> None:
+    """The tile of overridden choices must be one DataCopy can move (561002 naming the choice otherwise): at
+    most 4095 rows (blockCount), a row of at most 65535 blocks (aligned) or bytes (DataCopyPad), whole 32 B
+    blocks when colLen is aligned, and one row where the gap between x's rows exceeds the stride field. The UB
+    plan is checked apart (:func:`ub_plan`)."""
     spec = get_soc(soc)
-    if not 1 <= t.block_dim <= spec.core_num_aiv:
-        raise bad("block_dim", f"{t.block_dim} must be in [1, {spec.core_num_aiv}]")
-    if t.is_double_buffer not in (0, 1):
-        raise bad("is_double_buffer", f"{t.is_double_buffer} must be 0 or 1")
     if not 1 <= t.base_row_len <= MAX_BLOCK_COUNT:
-        raise bad("base_row_len", f"{t.base_row_len} must be in [1, {MAX_BLOCK_COUNT}] (DataCopy blockCount)")
+        raise tiling_error("base_row_len", f"{t.base_row_len} must be in [1, {MAX_BLOCK_COUNT}] (DataCopy "
+                                           "blockCount)")
     isz, m = t.itemsize, t.ub_min_block_len
     if t.base_col_len < 1 or t.base_col_len > t.col_len:
-        raise bad("base_col_len", f"{t.base_col_len} must be in [1, colLen {t.col_len}]")
+        raise tiling_error("base_col_len", f"{t.base_col_len} must be in [1, colLen {t.col_len}]")
     if t.is_32b_aligned:
         if t.base_col_len % m:
-            raise bad("base_col_len", f"{t.base_col_len} must be a multiple of {m} elements (32 B): colLen is "
-                                      "aligned, so tiles move with DataCopy in whole blocks")
+            raise tiling_error("base_col_len", f"{t.base_col_len} must be a multiple of {m} elements (32 B): colLen "
+                                               "is aligned, so tiles move with DataCopy in whole blocks")
         if t.base_col_len // m > MAX_BLOCK_LEN:
-            raise bad("base_col_len", f"{t.base_col_len} elements are more than {MAX_BLOCK_LEN} blocks (blockLen)")
+            raise tiling_error("base_col_len", f"{t.base_col_len} elements are more than {MAX_BLOCK_LEN} blocks "
+                                               "(blockLen)")
     elif t.base_col_len * isz > MAX_BLOCK_LEN:
-        raise bad("base_col_len", f"{t.base_col_len * isz} B per row is more than DataCopyPad's blockLen "
-                                  f"{MAX_BLOCK_LEN} B")
+        raise tiling_error("base_col_len", f"{t.base_col_len * isz} B per row is more than DataCopyPad's blockLen "
+                                           f"{MAX_BLOCK_LEN} B")
     if t.base_row_len > 1:
         s = _Search(t.row_len, t.col_len, isz, spec.core_num_aiv, 0)
         for cols in {t.base_col_len, t.col_len % t.base_col_len or t.base_col_len}:
             if s.must_single_row(cols):
                 gap = 2 * t.col_len - cols
                 unit = f"{gap // m} blocks of 32 B" if t.is_32b_aligned else f"{gap * isz} B"
-                raise bad("base_row_len", f"{t.base_row_len} rows of {cols} columns: the gap between rows of x "
-                                          f"({gap} elements, {unit}) exceeds DataCopy's stride field "
-                                          f"({MAX_STRIDE}); such tiles must be one row")
+                raise tiling_error("base_row_len", f"{t.base_row_len} rows of {cols} columns: the gap between rows "
+                                                   f"of x ({gap} elements, {unit}) exceeds DataCopy's stride field "
+                                                   f"({MAX_STRIDE}); such tiles must be one row")
+
+
+def check_tiling(t: Any, y_grad: Any, x: Any, dim: int = -1, *,
+                 soc: str | SocSpec = DEFAULT_SOC) -> SwiGluGradTiling:
+    """A hand-made tiling, if it is what its free choices give for these arguments, field for field
+    (:func:`tilesim.opspec.match_tiling`; 561002 naming the field otherwise); the tiling function checks that
+    overridden tiles are ones DataCopy can move (:func:`check_copies`). The op checks its UB plan."""
+    return match_tiling(t, swiglu_grad, y_grad, x, dim, soc=soc)
