@@ -16,7 +16,7 @@ from tilesim.cast import KIND_BF16, KIND_FP16, b16_to_f32_bits
 from tilesim.errors import invalid
 from tilesim.intrinsics import u32_as_f32
 from tilesim.jit import OVERLOAD_OPTIONS
-from tilesim.launch import checks_enabled, copy_back, write_targets  # noqa: F401  (the ops' names for them)
+from tilesim.launch import checks_enabled, copy_back, shares_memory, write_targets  # noqa: F401  (the ops' names for them)
 
 NUMPY_DTYPE = {FP32: np.dtype(np.float32), FP16: np.dtype(np.float16), BF16: np.dtype(ml_dtypes.bfloat16)}
 KIND = {FP32: 0, FP16: KIND_FP16, BF16: KIND_BF16}
@@ -81,12 +81,8 @@ def distinct(named: list[tuple[str, np.ndarray]]) -> None:
     one's values in the other. Arrays that own their memory and are distinct objects share none."""
     for i, (a, x) in enumerate(named):
         for b, y in named[i + 1:]:
-            if (x is y or not (_owner(x) and _owner(y))) and np.may_share_memory(x, y):
+            if shares_memory(x, y):
                 raise invalid(b, f"shares memory with {a}: each output needs its own memory")
-
-
-def _owner(a: np.ndarray) -> bool:
-    return a.base is None and a.flags.owndata
 
 
 def checks_default(checks: Any) -> bool:

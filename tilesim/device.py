@@ -387,7 +387,6 @@ def stop_if_asked(core):
         raise RuntimeError(STOPPED)
 
 
-
 @njit(cache=True)
 def count_vector(core, cls, kind, nbytes, dst, a, b):
     """A vector instruction of class ``cls`` and kind ``kind`` (:func:`tilesim.vec_kinds.vec_kind`: its
@@ -460,9 +459,8 @@ def count_mte3(core, g, src, off, rows, row_len, stride, atomic):
 
 
 # at is called from many places. It is a plain function, not inline="always": Numba inlines at the
-# level of its own IR, translating the callee's bytecode again at every call site, while LLVM inlines a plain
-# function this small anyway once its code is linked into the caller (measured on the primitives the programming
-# model replaced: every kernel's cold compile 116 s inlined against 93 s, the kernels as fast either way).
+# level of its own IR, translating the callee's bytecode again at every call site (compile time), while LLVM
+# inlines a plain function this small anyway once its code is linked into the caller.
 @njit(cache=True)
 def at(t, nbytes):
     """``tensor[k]`` of Ascend C, in bytes: the same buffer, ``nbytes`` further on."""

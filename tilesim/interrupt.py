@@ -96,7 +96,7 @@ def stop_word() -> int:
                 _WORD[S_HANDLER] = _make_handler()
     if _WORD[S_COUNT]:
         _WORD[S_COUNT] = 0
-    _WORD[S_ARMED] = _signal.getsignal(signal.SIGINT) is _signal.default_int_handler  # (signal's costs 10 µs)
+    _WORD[S_ARMED] = _signal.getsignal(signal.SIGINT) is _signal.default_int_handler
     return _STATE_AT
 
 

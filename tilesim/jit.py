@@ -46,9 +46,8 @@ DEVICE_OPTIONS = {"no_cfunc_wrapper": True, "no_cpython_wrapper": True, "forcein
 OVERLOAD_OPTIONS = {**DEVICE_OPTIONS, "cache": True}
 # An instruction as a kernel calls it, its call and the form it takes (the checks, the counters, the call of its
 # walk), inlined into every caller (Numba's forceinline: LLVM's alwaysinline), as Ascend C's API functions are
-# ``__aicore__ inline``. LLVM's own heuristic inlined them only while they stayed under its size threshold, which
-# the count forms sat just under: their operands' bounds checks made each a call, with its twenty-odd arguments,
-# and the kernel's loads of the core's words no longer left its loops.
+# ``__aicore__ inline``: left to LLVM's size threshold, which their operands' bounds checks cross, each would be a
+# call with twenty-odd arguments, and the kernel's loads of the core's words would no longer leave its loops.
 INLINE_OPTIONS = {**OVERLOAD_OPTIONS, "forceinline": True}
 
 

@@ -353,11 +353,16 @@ def run_cores(cores: Callable[..., None], block_dim: int, *args: Any) -> None:
             if _pool is None:
                 _pool = ThreadPoolExecutor(max_workers=numba.config.NUMBA_NUM_THREADS, thread_name_prefix="tilesim")
     cuts = [block_dim * k // n for k in range(n + 1)]
+    stop_at = _local.launch.stop_at if _local.launch is not None else 0
+    # not under _lock (as run_synced's jobs are): these jobs wait for nothing, so no launch's jobs wait behind them
     futures = [_pool.submit(_run_fenced, cores, cuts[k], cuts[k + 1], *_thread_ub(args, k, n)) for k in range(1, n)]
     try:
         _run_fenced(cores, cuts[0], cuts[1], *_thread_ub(args, 0, n))
+    except KeyboardInterrupt:  # raised by a handler of the program's own once this thread's cores ended
+        interrupt.request(stop_at)
+        raise
     finally:
-        _join(futures, _local.launch.stop_at if _local.launch is not None else 0)
+        _join(futures, stop_at)
     _end_phase()
 
 
@@ -611,23 +616,17 @@ def write_targets(outs: Sequence[np.ndarray | None], checks: bool,
     return temps
 
 
-def _owner(a: np.ndarray) -> bool:
-    """``a`` allocated its own memory: two such arrays that are distinct objects share none."""
-    return a.base is None and a.flags.owndata
+def shares_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether arrays ``a`` and ``b`` may share memory. Distinct arrays that own their memory (the usual case) are
+    told apart without ``np.may_share_memory``, whose calls (one per pair) a small call would pay for."""
+    owners = a.base is None and a.flags.owndata and b.base is None and b.flags.owndata
+    return (a is b or not owners) and np.may_share_memory(a, b)
 
 
 def _overlap(outs: Sequence[np.ndarray | None], inputs: Sequence[Any]) -> bool:
-    """Whether an output may share memory with an input array. Distinct arrays that own their memory (the usual
-    case) are told apart without ``np.may_share_memory``, whose calls (one per pair) a small call paid for."""
-    ins = [(i, _owner(i)) for i in inputs if isinstance(i, np.ndarray)]
-    for o in outs:
-        if o is None:
-            continue
-        own = _owner(o)
-        for i, i_own in ins:
-            if (o is i or not (own and i_own)) and np.may_share_memory(o, i):
-                return True
-    return False
+    """Whether an output may share memory with an input array."""
+    ins = [i for i in inputs if isinstance(i, np.ndarray)]
+    return any(shares_memory(o, i) for o in outs if o is not None for i in ins)
 
 
 def copy_back(outs: Sequence[np.ndarray | None], targets: Sequence[np.ndarray | None]) -> None:

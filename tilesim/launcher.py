@@ -244,6 +244,7 @@ def _cache_file(name: str, src: str) -> Path | None:
 
 
 _CORE_LOOPS: dict[tuple[Any, ...], Any] = {}
+_core_loops_lock = threading.Lock()
 
 
 _NUMBER = (int, float, bool, np.number)
@@ -431,11 +432,18 @@ def _core_loop(k: Kernel, t: Any, elems: tuple[dtypes.DType, ...]) -> Any:
     """The generated ``cores(first, last, ...)`` of kernel ``k`` for tilings of ``type(t)`` and GM arrays of the
     element types ``elems``: constants of the loop (an element type passed from Python would cost the call a
     typing of each in Python, microseconds a launch)."""
-    n_gm = len(elems)
     key = (k.py_func, type(t), elems)
     loop = _CORE_LOOPS.get(key)
     if loop is not None:
         return loop
+    with _core_loops_lock:  # one module and file per loop, however many threads launch its kernel first at once
+        loop = _CORE_LOOPS.get(key)
+        return loop if loop is not None else _new_core_loop(k, t, elems, key)
+
+
+def _new_core_loop(k: Kernel, t: Any, elems: tuple[dtypes.DType, ...], key: tuple[Any, ...]) -> Any:
+    """:func:`_core_loop`'s loop, generated, run and kept under ``key``."""
+    n_gm = len(elems)
     mod = sys.modules[k.py_func.__module__]
     src_file = getattr(mod, "__file__", None) or ""
     names = _tiling_fields(type(t), t)
