@@ -309,3 +309,44 @@ def test_a_checkouts_tilesim_kernels_and_tiling_are_found_by_their_names_alone()
     assert [m.name for m in pkgutil.iter_modules(tilesim.__path__) if m.ispkg] == ["machine"]
     for name in ("tilesim", "examples", "bench"):
         assert importlib.util.find_spec(f"tilesim.{name}") is None
+
+
+_EDITED_KERNEL = '''from dataclasses import dataclass
+from tilesim.launcher import kernel
+
+@dataclass(frozen=True)
+class T:
+    n: int
+
+@kernel
+def edited(ctx, t, x):
+    if t.n > 0:
+        raise ValueError("version {v}")
+'''
+
+
+def test_a_kernel_edited_while_a_process_runs_it_compiles_again(tmp_path: Path) -> None:
+    """A kernel's file edited after a process imported it: that process's core loop (the old code) is cached under
+    the source it ran, so a new process runs the file as it is now."""
+    code = """
+    import sys
+    from pathlib import Path
+    import numpy as np
+    sys.path.insert(0, sys.argv[1])
+    path, edit = Path(sys.argv[1]) / "edited_kernel.py", sys.argv[2]
+    import edited_kernel
+    if edit:
+        path.write_text(edit)
+    from tilesim.launcher import launch
+    try:
+        launch(edited_kernel.edited, edited_kernel.T(1), np.zeros(8, np.float32), block_dim=1, outputs=0)
+    except ValueError as e:
+        done(raised=str(e))
+    """
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "edited_kernel.py").write_text(_EDITED_KERNEL.format(v="A"))
+    env = _env(tmp_path)
+    edit = _EDITED_KERNEL.format(v="B") + "# edited\n"
+    assert _run(code, mods, edit, env=env)["raised"] == "version A"  # the code it imported
+    assert _run(code, mods, "", env=env)["raised"] == "version B"
