@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -116,7 +117,7 @@ def test_an_exception_a_core_raises_reaches_the_caller_as_it_is(checks: bool, ca
     with pytest.raises(ValueError) as raised:
         _run(case, cores=cores, checks=checks)
     assert str(raised.value) == message
-    line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if text.strip() == statement)
+    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if text.strip() == statement)
     assert raised.value.__notes__ == [f"two_phases, core {cores - 1} raised this at {__file__}, line {line}"]
     total, _ = _run(0, cores=3, checks=checks)  # and the next launch runs
     np.testing.assert_array_equal(total, 3 * np.arange(N, dtype=np.float32) + 3)
