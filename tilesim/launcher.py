@@ -545,25 +545,25 @@ def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec, raised: dict[int, tup
         kind = int(kinds[c])
         if not kind:
             exc, where = raised[c]
-            exc.__notes__ = [*getattr(exc, "__notes__", []),  # PEP 678's notes: shown under its message
+            # PEP 678's notes, shown under the message from Python 3.11 (add_note is 3.11's)
+            exc.__notes__ = [*getattr(exc, "__notes__", []),
                              f"{k.name}, core {c} raised this" + (f" at {where}" if where else "")]
             raise exc from None
-        if kind:
-            buf, detail = int(ctx[c, X_FAULT + 1]), int(ctx[c, X_FAULT + 2])
-            plan = _plan_of(ctx[c], k.buffer_names, soc)
-            name = plan.buffers[buf].name if 0 <= buf < len(plan.buffers) else "an instruction"
-            if kind == FAULT_DTYPE:
-                op, dt = divmod(detail, 100)
-                detail = f"{INSTRUCTIONS[op]} on {dtypes.ALL[dt].name}"
-            if kind == FAULT_CAST:
-                a, b = divmod(detail, 100)
-                detail = f"{dtypes.ALL[a].name} to {dtypes.ALL[b].name}"
-            if kind == FAULT_API_TABLE:
-                detail = api_fault_text(detail)
-            text = FAULT_TEXT[kind].format(detail=detail)
-            if kind == FAULT_UB_OVERFLOW:
-                raise UbOverflowError(f"{k.name}, core {c}: {text} ({soc.ub_size} B): {plan.table()}")
-            raise KernelError(f"{k.name}, core {c}, {name}: {text}")
+        buf, detail = int(ctx[c, X_FAULT + 1]), int(ctx[c, X_FAULT + 2])
+        plan = _plan_of(ctx[c], k.buffer_names, soc)
+        name = plan.buffers[buf].name if 0 <= buf < len(plan.buffers) else "an instruction"
+        if kind == FAULT_DTYPE:
+            op, dt = divmod(detail, 100)
+            detail = f"{INSTRUCTIONS[op]} on {dtypes.ALL[dt].name}"
+        if kind == FAULT_CAST:
+            a, b = divmod(detail, 100)
+            detail = f"{dtypes.ALL[a].name} to {dtypes.ALL[b].name}"
+        if kind == FAULT_API_TABLE:
+            detail = api_fault_text(detail)
+        text = FAULT_TEXT[kind].format(detail=detail)
+        if kind == FAULT_UB_OVERFLOW:
+            raise UbOverflowError(f"{k.name}, core {c}: {text} ({soc.ub_size} B): {plan.table()}")
+        raise KernelError(f"{k.name}, core {c}, {name}: {text}")
 
 
 def _check_args(k: Kernel, block_dim: Any, outputs: Any, gm: tuple[Any, ...], names: list[str]) -> None:
