@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +21,9 @@ N = 64
 
 @dataclass(frozen=True)
 class Case:
-    case: int  # 0: correct; 1: core 1 skips the SyncAll; 2: core 1 stops (DeQue of an empty queue) before it
+    case: int  # 0: correct; 1: core 1 skips the SyncAll; 2: core 1 stops (DeQue of an empty queue) before it;
+    # after it, the last core raises 3: a ValueError of constants, 4: one of values known when it runs, where the
+    # others wait at a second SyncAll
 
 
 @kernel
@@ -44,6 +47,12 @@ def two_phases(ctx, t, x, parts, total):
     if t.case == 2 and c == 1:
         q.deque(asc.float32)
     if not (t.case == 1 and c == 1):
+        asc.sync_all(ctx)
+    if t.case >= 3:  # the last core raises; the others wait for it at the next SyncAll
+        if c == n - 1:
+            if t.case == 3:
+                raise ValueError("the last part is not ready")
+            raise ValueError("part", c, n * 10)
         asc.sync_all(ctx)
     if c == n - 1:
         s = qo.alloc_tensor(asc.float32)
@@ -92,6 +101,25 @@ def test_a_core_that_stops_before_the_sync_all_is_the_one_reported() -> None:
     with pytest.raises(KernelError, match="core 1, q: DeQue of an empty queue"):
         _run(2, checks=False)
     total, _ = _run(0, cores=3, checks=False)  # and the next launch runs
+    np.testing.assert_array_equal(total, 3 * np.arange(N, dtype=np.float32) + 3)
+
+
+_RAISES = {3: ('raise ValueError("the last part is not ready")', "the last part is not ready"),
+           4: ('raise ValueError("part", c, n * 10)', "('part', 3, 40)")}  # on 4 cores
+
+
+@pytest.mark.parametrize("checks", [False, True])
+@pytest.mark.parametrize(("case", "cores"), [(3, 4), (4, 4), (3, 1)])
+def test_an_exception_a_core_raises_reaches_the_caller_as_it_is(checks: bool, case: int, cores: int) -> None:
+    """The exception the kernel raised after a SyncAll, its type and message (constant or computed), blamed on the
+    core that raised it, not on the cores that gave the SyncAll up because it stopped."""
+    statement, message = _RAISES[case]
+    with pytest.raises(ValueError) as raised:
+        _run(case, cores=cores, checks=checks)
+    assert str(raised.value) == message
+    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if text.strip() == statement)
+    assert raised.value.__notes__ == [f"two_phases, core {cores - 1} raised this at {__file__}, line {line}"]
+    total, _ = _run(0, cores=3, checks=checks)  # and the next launch runs
     np.testing.assert_array_equal(total, 3 * np.arange(N, dtype=np.float32) + 3)
 
 

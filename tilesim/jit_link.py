@@ -16,6 +16,14 @@ on purpose, before it is inlined: a loop is vectorised where it is written, as N
 tree in the host function alone compiles as fast but inlines and vectorises otherwise, and some kernels then ran
 slower (figures in ``bench/RESULTS.md``).
 
+A function's code finds its Numba environment (what boxing a value for Python reads: a raise with values computed
+at run time boxes them) through a global that Numba points at it when the function gets machine code, and, for a
+function loaded from the cache, at those of the code it links. Device code never gets machine code, and a cfunc (a
+SyncAll launch's entries) gets none set when it is compiled: so a library that gets machine code sets the
+environments of everything linked into it. The environments a global points at are kept for the life of the
+process, as the machine code is (Numba never takes code out of its engine; a cfunc drops the compile result that
+held them, and the launcher keeps only its entries' addresses).
+
 Numba names a compiled function by its qualified name, a counter of the process and its argument types, and a
 linker keeps one definition per name. Code from the cache was named in another process, so a cached callee and a
 fresh one of the same name (``<lambda>`` number 5 of two processes, on the same types) would share one body, the
@@ -33,6 +41,7 @@ from numba import _dynfunc  # type: ignore[attr-defined]
 from numba.core import bytecode, codegen, typed_passes
 from numba.core.compiler import CompileResult
 from numba.core.cpu import CPUContext
+from numba.core.environment import lookup_environment
 
 _LINKABLE = "tilesim-linkable"  # the serialisation kind of a link-only library
 
@@ -42,6 +51,9 @@ _numba_serialize = codegen.CPUCodeLibrary.serialize_using_object_code
 _numba_unserialize = codegen.CPUCodeLibrary._unserialize.__func__
 _numba_get_executable = CPUContext.get_executable
 _numba_referenced_environments = CompileResult._find_referenced_environments
+_numba_rebuild = CompileResult._rebuild.__func__
+_ENV_PREFIX = "_ZN08NumbaEnv"  # the mangled names of Numba's environment globals
+_ENVIRONMENTS: dict[str, Any] = {}  # every environment machine code points at, by name: kept as the code is
 
 
 def _is_link_only(library: Any) -> bool:
@@ -60,10 +72,20 @@ def _run_pass(self, state):  # type: ignore[no-untyped-def]
 
 
 def _finalize(self):  # type: ignore[no-untyped-def]
-    """Numba's finalize; for a link-only library Numba's optimisation of its own code, then its callees linked in,
-    and no machine code (it is not added to the execution engine)."""
+    """Numba's finalize, then the environments of the functions linked in set; for a link-only library Numba's
+    optimisation of its own code, then its callees linked in, and no machine code (it is not added to the execution
+    engine)."""
     if not _is_link_only(self):
-        return _numba_finalize(self)
+        done = _numba_finalize(self)
+        if not isinstance(self, codegen.JITCodeLibrary):  # ahead-of-time code: no engine
+            return done
+        envs = [lookup_environment(gv.name) for gv in self._final_module.global_variables
+                if gv.name.startswith(_ENV_PREFIX)]
+        for env in envs:
+            if env is not None:
+                self.codegen.set_env(env.env_name, env)
+                _ENVIRONMENTS[env.env_name] = env
+        return done
     codegen.require_global_compiler_lock()
     self._raise_if_finalized()
     self._optimize_final_module()  # before the callees are linked in: they were optimised where they were built
@@ -117,6 +139,14 @@ def _referenced_environments(self):  # type: ignore[no-untyped-def]
     return _numba_referenced_environments(self)
 
 
+def _rebuild(cls, target_context, *payload):  # type: ignore[no-untyped-def]
+    """Numba's function loaded from its cache, which sets the environments of the code it links: kept."""
+    cres = _numba_rebuild(cls, target_context, *payload)
+    for env in cres.referenced_envs:
+        _ENVIRONMENTS[env.env_name] = env
+    return cres
+
+
 def install() -> None:
     """Finalise device code link-only from now on (idempotent)."""
     typed_passes.BaseNativeLowering.run_pass = _run_pass
@@ -125,6 +155,7 @@ def install() -> None:
     codegen.CPUCodeLibrary._unserialize = classmethod(_unserialize)
     CPUContext.get_executable = _get_executable
     CompileResult._find_referenced_environments = _referenced_environments
+    CompileResult._rebuild = classmethod(_rebuild)
     if not getattr(bytecode.FunctionIdentity, "_tilesim_random_ids", False):
         bytecode.FunctionIdentity._unique_ids = itertools.count(random.SystemRandom().getrandbits(62))
         bytecode.FunctionIdentity._tilesim_random_ids = True

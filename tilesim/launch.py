@@ -49,6 +49,7 @@ from .device import (
     schedule_queue,
 )
 from .errors import CheckError
+from .excinfo import rebuilt
 from .intrinsics import UCONTEXT_BYTES, store_fence
 from .jit import njit
 from .machine import waits
@@ -417,6 +418,16 @@ class SyncAllMismatch(RuntimeError):
     hangs)."""
 
 
+class CoresRaised(RuntimeError):
+    """Cores of a SyncAll launch that ended with an exception (among them those that gave a SyncAll up because
+    another core stopped): ``raised`` has each one's exception and where it was raised
+    (:func:`tilesim.excinfo.rebuilt`), by core."""
+
+    def __init__(self, raised: dict[int, tuple[BaseException, str]]) -> None:
+        super().__init__(f"cores {sorted(raised)} raised an exception in compiled code")
+        self.raised = raised
+
+
 def run_synced(entry: int, block_dim: int, bar: np.ndarray, contexts: np.ndarray, record: np.ndarray) -> None:
     """A kernel with SyncAll (:func:`tilesim.machine.sync.sync_all`): its cores as coroutines on the host threads
     (:mod:`tilesim.coroutines`), host thread k of n running cores k, k + n, ... through the generated C entry at
@@ -424,8 +435,9 @@ def run_synced(entry: int, block_dim: int, bar: np.ndarray, contexts: np.ndarray
     every core waits at the next SyncAll, which then releases them. ``bar``: the barrier words the cores see
     (BAR_WORDS of :mod:`tilesim.machine.waits`, set here): a core goes on with a phase once the core n before it
     has finished it, so the cores run in order as in :func:`run_cores`; ``contexts``: the cores' context blocks.
-    Raises :class:`SyncAllMismatch` when the cores cannot all reach a SyncAll, a RuntimeError naming the cores that
-    raised (a core that stopped on a fault leaves its fault word, which the launcher reports instead)."""
+    Raises :class:`SyncAllMismatch` when the cores cannot all reach a SyncAll, :class:`CoresRaised` with the
+    exceptions of the cores that raised (a core that stopped on a fault also leaves its fault word, which the
+    launcher reports instead)."""
     global _pool
     n = _thread_count(block_dim)
     bar[:] = 0
@@ -456,7 +468,9 @@ def run_synced(entry: int, block_dim: int, bar: np.ndarray, contexts: np.ndarray
                     g += 1
                     waits.release(at)
                     continue
-                if waiting > 0 and waiting + int(bar[waits.BAR_EXITED]) == block_dim:  # the others will never come
+                # the others will never come (the abort read after the count: a core that raised sets it before
+                # it counts as ended)
+                if waiting > 0 and waiting + int(bar[waits.BAR_EXITED]) == block_dim and not bar[waits.BAR_ABORT]:
                     stuck = (g, np.flatnonzero(contexts[:block_dim, X_ARRIVED] >= DONE).tolist())
                     waits.give_up(at)
             rung = waits.listen(at, rung, 100_000)  # asleep till a core arrives or ends (a timeout: Ctrl-C)
@@ -468,14 +482,24 @@ def run_synced(entry: int, block_dim: int, bar: np.ndarray, contexts: np.ndarray
         waits.give_up(at)
         raise
     finally:
-        _join(futures, int(contexts[0, X_STOP_AT]))
-    failed = [int(c) for j in jobs for c in j[j[:, waits.J_STATE] == waits.FAILED, waits.J_CORE]]
+        try:
+            _join(futures, int(contexts[0, X_STOP_AT]))
+        finally:
+            raised = _raised(jobs)
     if stuck is not None:
         raise SyncAllMismatch(f"cores {stuck[1]} ended without reaching SyncAll number {stuck[0] + 1}, where the "
                               f"other cores wait (the NPU hangs)")
-    if failed:
-        raise RuntimeError(f"cores {sorted(failed)} raised an exception in compiled code")
+    if raised:
+        raise CoresRaised(raised)
     _end_phase()
+
+
+def _raised(jobs: list[np.ndarray]) -> dict[int, tuple[BaseException, str]]:
+    """By core, the exception of each core of a SyncAll launch that ended with one, and where it was raised, rebuilt
+    from the launch's job records (:func:`tilesim.excinfo.rebuilt`): once, after the cores have ended, which frees
+    what a raise with values computed at run time allocated."""
+    return {int(row[waits.J_CORE]): rebuilt(int(row[waits.J_STATUS]), int(row[waits.J_EXCINFO]))
+            for j in jobs for row in j[j[:, waits.J_STATE] == waits.FAILED]}
 
 
 def _thread_ub(args: tuple[Any, ...], k: int, n: int) -> tuple[Any, ...]:

@@ -340,7 +340,8 @@ def _record_layout(n_gm: int) -> tuple[dict[str, int], int]:
 def _entries(t: Any, n_gm: int) -> str:
     """The C entries of a SyncAll kernel's core loop, one per build (tilesim.coroutines): ``entry_fast(job)``
     and ``entry_checked(job)`` rebuild the loop's arguments from the launch's argument record and run the
-    job's core."""
+    job's core; an exception it raises is kept in the job record (:mod:`tilesim.excinfo`), for the launching
+    thread to raise."""
     slots, at = _record_layout(n_gm)
     leaves = _leaves(_tiling_values(t))
     words = at + len(leaves)
@@ -373,9 +374,11 @@ def _entries(t: Any, n_gm: int) -> str:
     out = f"""
 
 from numba import carray
+from tilesim.excinfo import call_caught
 from tilesim.intrinsics import address_as_pointer, store_fence
 from tilesim.machine.tensor import CTX_WORDS, X_ARRIVED, X_CORO
-from tilesim.machine.waits import ENDED, FAILED, J_ARGS, J_CORE, J_STATE, JOB_WORDS, RUNNING, leave
+from tilesim.machine.waits import ENDED, FAILED, J_ARGS, J_CORE, J_EXCINFO, J_STATE, J_STATUS, JOB_WORDS, RUNNING
+from tilesim.machine.waits import leave
 
 WORDS = {words}
 """
@@ -391,11 +394,11 @@ def entry_{build}(job):
     ctx[c, X_CORO] = job
     j[J_STATE] = RUNNING
     tv = {tv}
-    failed = False
-    try:
-        cores(c, c + 1, a[{_A_BLOCK_DIM}], arena, cnt, err, {checks}, ctx, ws, a[{_A_SYNC_AT}], alog, order, tv{gm})
-    except Exception:
-        failed = True
+    status, raised = call_caught(cores, (c, c + 1, a[{_A_BLOCK_DIM}], arena, cnt, err, {checks}, ctx, ws,
+                                         a[{_A_SYNC_AT}], alog, order, tv{gm}))
+    failed = status != 0
+    j[J_STATUS] = status
+    j[J_EXCINFO] = raised
     store_fence()
     leave(a[{_A_SYNC_AT}], a[{_A_BLOCK_DIM}], failed, ctx.ctypes.data + (c * CTX_WORDS + X_ARRIVED) * 8)
     j[J_STATE] = FAILED if failed else ENDED
@@ -578,33 +581,42 @@ def _ub_range_text(op: int, addr: int, nbytes: int, buf_offset: int, ub_size: in
             f"checked mode reports the buffer's own bounds)")
 
 
-def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec) -> None:
-    """Raise what a core's fault word says stopped it (the first such core, before those that gave up a SyncAll
-    because it stopped), if any."""
+def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec, raised: dict[int, tuple[BaseException, str]]) -> None:
+    """Raise what stopped the first core that stopped of its own (before those that gave up a SyncAll because it
+    stopped), if any: what its fault word says, else the exception it raised (``raised``: a SyncAll launch's, by
+    core, with where; :class:`tilesim.launch.CoresRaised`), with a note that names the kernel and the core."""
     kinds = ctx[:, X_FAULT].copy()
     ctx[:, X_FAULT] = 0
     first = np.where((kinds == FAULT_SYNC_ALL) & (ctx[:, X_FAULT + 2] >= 0), 0, kinds)
+    for c in raised:
+        if not kinds[c]:
+            first[c] = -1
     for c in np.flatnonzero(first if first.any() else kinds).tolist():
         kind = int(kinds[c])
-        if kind:
-            buf, detail = int(ctx[c, X_FAULT + 1]), int(ctx[c, X_FAULT + 2])
-            plan = _plan_of(ctx[c], k.buffer_names, soc)
-            name = plan.buffers[buf].name if 0 <= buf < len(plan.buffers) else "an instruction"
-            if kind == FAULT_DTYPE:
-                op, dt = divmod(detail, 100)
-                detail = f"{INSTRUCTIONS[op]} on {dtypes.ALL[dt].name}"
-            if kind == FAULT_CAST:
-                a, b = divmod(detail, 100)
-                detail = f"{dtypes.ALL[a].name} to {dtypes.ALL[b].name}"
-            if kind == FAULT_API_TABLE:
-                detail = api_fault_text(detail)
-            if kind == FAULT_UB_RANGE:
-                detail = _ub_range_text(detail, int(ctx[c, X_FAULT + 3]), int(ctx[c, X_FAULT + 4]),
-                                        plan.buffers[buf].offset if 0 <= buf < len(plan.buffers) else 0, soc.ub_size)
-            text = FAULT_TEXT[kind].format(detail=detail)
-            if kind == FAULT_UB_OVERFLOW:
-                raise UbOverflowError(f"{k.name}, core {c}: {text} ({soc.ub_size} B): {plan.table()}")
-            raise KernelError(f"{k.name}, core {c}, {name}: {text}")
+        if not kind:
+            exc, where = raised[c]
+            # PEP 678's notes, shown under the message from Python 3.11 (add_note is 3.11's)
+            exc.__notes__ = [*getattr(exc, "__notes__", []),
+                             f"{k.name}, core {c} raised this" + (f" at {where}" if where else "")]
+            raise exc from None
+        buf, detail = int(ctx[c, X_FAULT + 1]), int(ctx[c, X_FAULT + 2])
+        plan = _plan_of(ctx[c], k.buffer_names, soc)
+        name = plan.buffers[buf].name if 0 <= buf < len(plan.buffers) else "an instruction"
+        if kind == FAULT_DTYPE:
+            op, dt = divmod(detail, 100)
+            detail = f"{INSTRUCTIONS[op]} on {dtypes.ALL[dt].name}"
+        if kind == FAULT_CAST:
+            a, b = divmod(detail, 100)
+            detail = f"{dtypes.ALL[a].name} to {dtypes.ALL[b].name}"
+        if kind == FAULT_API_TABLE:
+            detail = api_fault_text(detail)
+        if kind == FAULT_UB_RANGE:
+            detail = _ub_range_text(detail, int(ctx[c, X_FAULT + 3]), int(ctx[c, X_FAULT + 4]),
+                                    plan.buffers[buf].offset if 0 <= buf < len(plan.buffers) else 0, soc.ub_size)
+        text = FAULT_TEXT[kind].format(detail=detail)
+        if kind == FAULT_UB_OVERFLOW:
+            raise UbOverflowError(f"{k.name}, core {c}: {text} ({soc.ub_size} B): {plan.table()}")
+        raise KernelError(f"{k.name}, core {c}, {name}: {text}")
 
 
 def _check_args(k: Kernel, block_dim: Any, outputs: Any, gm: tuple[Any, ...], names: list[str]) -> None:
@@ -686,8 +698,8 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
                 raise KeyboardInterrupt from None
             if isinstance(e, _launch.SyncAllMismatch):
                 raise KernelError(f"{k.name}: {e}") from None
-            if isinstance(e, Exception):
-                _raise_fault(ctx, k, spec)  # a fault the kernel recorded, else the exception as it is
+            if isinstance(e, Exception):  # a fault the kernel recorded, a SyncAll core's exception, else e as it is
+                _raise_fault(ctx, k, spec, e.raised if isinstance(e, _launch.CoresRaised) else {})
             raise
         ln.plan = _plan_of(ctx[0], k.buffer_names, spec)  # the plan the kernel placed
         ln.plan_array = ln.plan.as_array()

@@ -38,8 +38,9 @@ SLEEP_US = 128_000  # a wait's sleeps are at most this long: how late a stop nob
 
 # A core run as a coroutine (tilesim.coroutines) has a job record: its context and its scheduler's (ucontext_t
 # addresses), its state, what it waits for (the word, the target, the word's waiter count, the two stop words),
-# the launch's argument record and its core index
-J_OWN, J_SCHED, J_STATE, J_AT, J_TARGET, J_WAITERS, J_STOP_A, J_STOP_B, J_ARGS, J_CORE = range(10)
+# the launch's argument record, its core index, and how it ended (Numba's status and the address of the exception
+# it raised: tilesim.excinfo)
+J_OWN, J_SCHED, J_STATE, J_AT, J_TARGET, J_WAITERS, J_STOP_A, J_STOP_B, J_ARGS, J_CORE, J_STATUS, J_EXCINFO = range(12)
 JOB_WORDS = 16
 NEW, RUNNING, WAITING, ENDED, FAILED = 0, 1, 2, 3, 4
 
