@@ -354,13 +354,18 @@ def test_user_tilings_give_the_official_bits(rng, dtype, shape, overrides):
             assert (t.base_row_len, t.base_col_len) == (kw["base_row_len"], kw["base_col_len"])
         assert rep.ub_plan.buffers[0].buffer_num == t.buffer_num
         assert_bitwise(out, official, f"tiling {kw}")
-    # replace(): fields edited by hand, still a valid problem cover
+    # replace(): fields edited by hand, still what the free choices give
     t0 = tiling.swiglu_grad(dy, x, -1)
-    for changes in (dict(block_dim=1), dict(block_dim=5), dict(is_double_buffer=1 - t0.is_double_buffer),
+    for changes in (dict(block_dim=1), dict(block_dim=min(5, t0.total_tile_num)),
+                    dict(is_double_buffer=1 - t0.is_double_buffer),
                     dict(base_row_len=1, block_dim=min(48, shape[0] * t0.col_tile_num))):
         out, rep = run(dy, x, tiling=replace(t0, **changes))
         assert rep.block_dim == changes.get("block_dim", t0.block_dim)
         assert_bitwise(out, official, f"replace {changes}")
+    # more cores than tiles: no core_num gives it (the tiling takes min(core_num, total_tile_num))
+    with pytest.raises(tilesim.AclnnError) as e:
+        run(dy, x, tiling=replace(t0, block_dim=t0.total_tile_num + 1))
+    assert e.value.status == 561002 and "tiling.block_dim" in str(e.value)
 
 
 def test_user_tiling_that_overflows_ub_writes_nothing(rng):
