@@ -41,7 +41,7 @@ from .machine import dtypes, waits
 from .machine.atomic import DONE, LOG_ROW_BYTES, finish_phase
 from .machine.convert import api_fault_text
 from .machine.hazard import INSTRUCTIONS, hz_end
-from .machine.pipe import FAULT_API_TABLE, FAULT_CAST, FAULT_DTYPE, FAULT_TEXT, FAULT_UB_OVERFLOW
+from .machine.pipe import FAULT_API_TABLE, FAULT_CAST, FAULT_DTYPE, FAULT_MIXED_TYPES, FAULT_TEXT, FAULT_UB_OVERFLOW
 from .machine.sync import FAULT_SYNC_ALL, enter_phase
 from .machine.tensor import (
     CTX_WORDS,
@@ -80,6 +80,7 @@ from .machine.tensor import (
     ctx_words,
     make_context,
 )
+from .machine.vector import mixed_types_text
 from .memo import by_identity
 from .soc import DEFAULT_SOC, SocSpec, get_soc
 from .tilings import name_of
@@ -574,6 +575,8 @@ def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec) -> None:
                 detail = f"{dtypes.ALL[a].name} to {dtypes.ALL[b].name}"
             if kind == FAULT_API_TABLE:
                 detail = api_fault_text(detail)
+            if kind == FAULT_MIXED_TYPES:
+                detail = mixed_types_text(detail)
             text = FAULT_TEXT[kind].format(detail=detail)
             if kind == FAULT_UB_OVERFLOW:
                 raise UbOverflowError(f"{k.name}, core {c}: {text} ({soc.ub_size} B): {plan.table()}")

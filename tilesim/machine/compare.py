@@ -72,6 +72,8 @@ from .vector import (
     level0_mask,
     load,
     marker,
+    mixed_fault,
+    mixed_types,
     op_name,
     params_ok,
     reset_mask,
@@ -216,8 +218,10 @@ def _cmp_op(op, dst, a, b, s, mode, args):  # type: ignore[no-untyped-def]
     code, two = op_code(name), name == "Compare"
     t, u = a.dtype.dt, dst.dtype.dt
     ti, ui = type_index(t), type_index(u)
-    bad = bad_type((t, ("half", "float", "int32_t")), (b.dtype.dt, (t.name,)),
-                    (u, ("uint8_t", "int8_t") if two else ("uint8_t",)))
+    mixed = mixed_types(name, ("src0", a), ("src1", b))
+    if mixed is not None:
+        return lambda op, dst, a, b, s, mode, args: mixed_fault(dst.ctx, mixed)
+    bad = bad_type((t, ("half", "float", "int32_t")), (u, ("uint8_t", "int8_t") if two else ("uint8_t",)))
     if bad is not None:  # a run-time stop, not a compile error, so that a branch not taken may hold it
         code_t = code * 100 + bad
         return lambda op, dst, a, b, s, mode, args: type_fault(dst.ctx, code_t)
@@ -373,8 +377,10 @@ def _sel_op(dst, sel, a, b, mode, args):  # type: ignore[no-untyped-def]
     t, u = dst.dtype.dt, sel.dtype.dt
     ti, ui = type_index(t), type_index(u)
     tensor = isinstance(b, LocalTensorType)
-    bad = bad_type((t, ("half", "float")), (a.dtype.dt, (t.name,)), (b.dtype.dt if tensor else t, (t.name,)),
-                    (u, ("uint8_t", "uint16_t", "uint32_t")))
+    mixed = mixed_types("Select", ("dst", dst), ("src0", a), *([("src1", b)] if tensor else []))
+    if mixed is not None:
+        return lambda dst, sel, a, b, mode, args: mixed_fault(dst.ctx, mixed)
+    bad = bad_type((t, ("half", "float")), (u, ("uint8_t", "uint16_t", "uint32_t")))
     if bad is not None:
         code_t = _SELECT * 100 + bad
         return lambda dst, sel, a, b, mode, args: type_fault(dst.ctx, code_t)

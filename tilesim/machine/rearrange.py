@@ -68,7 +68,7 @@ from ..vec_kinds import vec_kind
 from .convert import apart, api_fault, bad_type, type_fault, type_index
 from .hazard import hz_access, hz_instruction, op_code
 from .tensor import core_of, plan_tensor
-from .vector import LOOP_OPTIONS, lane_on, level0_mask, mask_bits, params_ok, span
+from .vector import LOOP_OPTIONS, lane_on, level0_mask, mask_bits, mixed_fault, mixed_types, params_ok, span
 
 _GATHER, _TRANSPOSE, _BROADCAST = op_code("Gather"), op_code("Transpose"), op_code("Broadcast")
 GATHER_TYPES = ("int16_t", "uint16_t", "half", "bfloat16_t", "int32_t", "uint32_t", "float")
@@ -177,7 +177,10 @@ def gather(dst, src, src_offset, src_base_addr, *args):  # type: ignore[no-untyp
 @overload(gather, jit_options=OVERLOAD_OPTIONS)
 def _gather(dst, src, src_offset, src_base_addr, *args):  # type: ignore[no-untyped-def]
     t = dst.dtype.dt
-    bad = bad_type((t, GATHER_TYPES), (src.dtype.dt, (t.name,)), (src_offset.dtype.dt, ("uint32_t",)))
+    mixed = mixed_types("Gather", ("dst", dst), ("src", src))
+    if mixed is not None:
+        return lambda dst, src, src_offset, src_base_addr, *args: mixed_fault(dst.ctx, mixed)
+    bad = bad_type((t, GATHER_TYPES), (src_offset.dtype.dt, ("uint32_t",)))
     if bad is not None:  # a run-time stop, not a compile error, so that a branch not taken may hold it
         code = _GATHER * 100 + bad
         return lambda dst, src, src_offset, src_base_addr, *args: type_fault(dst.ctx, code)
@@ -215,7 +218,10 @@ def transpose(dst, src):  # type: ignore[no-untyped-def]
 @overload(transpose, jit_options=OVERLOAD_OPTIONS)
 def _transpose(dst, src):  # type: ignore[no-untyped-def]
     t = dst.dtype.dt
-    bad = bad_type((t, TRANSPOSE_TYPES), (src.dtype.dt, (t.name,)))
+    mixed = mixed_types("Transpose", ("dst", dst), ("src", src))
+    if mixed is not None:
+        return lambda dst, src: mixed_fault(dst.ctx, mixed)
+    bad = bad_type((t, TRANSPOSE_TYPES))
     if bad is not None:
         code = _TRANSPOSE * 100 + bad
         return lambda dst, src: type_fault(dst.ctx, code)
@@ -257,7 +263,10 @@ def broadcast(dst, src, dst_shape, src_shape, axis, shared_tmp=None):  # type: i
 @overload(broadcast, jit_options=OVERLOAD_OPTIONS)
 def _broadcast(dst, src, dst_shape, src_shape, axis, shared_tmp=None):  # type: ignore[no-untyped-def]
     t = dst.dtype.dt
-    bad = bad_type((t, BROADCAST_TYPES), (src.dtype.dt, (t.name,)))
+    mixed = mixed_types("Broadcast", ("dst", dst), ("src", src))
+    if mixed is not None:
+        return lambda dst, src, dst_shape, src_shape, axis, shared_tmp=None: mixed_fault(dst.ctx, mixed)
+    bad = bad_type((t, BROADCAST_TYPES))
     if bad is not None:
         code = _BROADCAST * 100 + bad
         return lambda dst, src, dst_shape, src_shape, axis, shared_tmp=None: type_fault(dst.ctx, code)

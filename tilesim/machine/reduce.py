@@ -40,8 +40,9 @@ here rather than in a module of its own, as the reductions' partner in softmax):
 and fills 32 B block j at ``(i * dst_rep_stride + j * dst_blk_stride) * 32`` with ``src[8i+j]`` (dst_blk_stride 0
 counts as 1); b16 and b32 types. It takes no mask and resets the mask register to all ones (``ResetMask``).
 
-Zero repeats, count or mask is no instruction (A2). The reductions take half and float, src and dst of one type;
-Brcb int16, uint16, half, bfloat16, int32, uint32, float; another type stops the kernel when it runs.
+Zero repeats, count or mask is no instruction (A2). The reductions take half and float, Brcb int16, uint16, half,
+bfloat16, int32, uint32, float; another type stops the kernel when it runs, and so do tensors of different types
+(each API has one T for dst, src and the sharedTmpBuffer).
 
 Arithmetic (the ``vcadd`` trees: adjacent pairs, then pairs of those, ``ReduceDataBlock.md`` 关键特性说明): half
 rounds every addition to half, as the saturation example of ``ReduceDataBlock.md`` shows (60000 + 60000 overflows
@@ -113,6 +114,8 @@ from .vector import (
     load,
     marker,
     mask_span,
+    mixed_fault,
+    mixed_types,
     op_name,
     params_ok,
     reset_mask,
@@ -490,8 +493,11 @@ def _repeat_op(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  #
     name = op_name(op)
     family, kind = _family(name)
     dt = src.dtype.dt
-    if dt.name not in _F or dst.dtype.dt is not dt:  # a run-time stop, so that a branch not taken may hold it
-        code = _fault_code(name, dst.dtype.dt)
+    mixed = mixed_types(name, ("dst", dst), ("src", src))
+    if mixed is not None:
+        return lambda op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order: mixed_fault(dst.ctx, mixed)
+    if dt.name not in _F:  # a run-time stop, so that a branch not taken may hold it
+        code = _fault_code(name, dt)
         return lambda op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order: fault(
             ctx_words(dst.ctx), FAULT_DTYPE, np.int64(-1), code)
     sz = dt.size
@@ -537,8 +543,11 @@ def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
     name = op_name(op)
     kind = _family(name)[1]
     dt = src.dtype.dt
-    if dt.name not in _F or dst.dtype.dt is not dt:
-        code = _fault_code(name, dst.dtype.dt)
+    mixed = mixed_types(name, ("dst", dst), ("src", src), ("sharedTmpBuffer", work))
+    if mixed is not None:
+        return lambda op, dst, src, work, args: mixed_fault(dst.ctx, mixed)
+    if dt.name not in _F:
+        code = _fault_code(name, dt)
         return lambda op, dst, src, work, args: fault(ctx_words(dst.ctx), FAULT_DTYPE, np.int64(-1), code)
     st, sz = dt.storage, dt.size
     per, epb = 256 // sz, 32 // sz
@@ -614,7 +623,10 @@ def brcb_op(dst, src, repeat, params):  # type: ignore[no-untyped-def]
 @overload(brcb_op, jit_options=OVERLOAD_OPTIONS)
 def _brcb_op(dst, src, repeat, params):  # type: ignore[no-untyped-def]
     dt = dst.dtype.dt
-    if dt.name not in _BRCB or src.dtype.dt.size != dt.size:
+    mixed = mixed_types("Brcb", ("dst", dst), ("src", src))
+    if mixed is not None:
+        return lambda dst, src, repeat, params: mixed_fault(dst.ctx, mixed)
+    if dt.name not in _BRCB:
         code = _fault_code("Brcb", dt)
         return lambda dst, src, repeat, params: fault(ctx_words(dst.ctx), FAULT_DTYPE, np.int64(-1), code)
     st, sz = dt.storage, dt.size
