@@ -65,7 +65,10 @@ values: masked-off lanes and the gaps a stride leaves are not read); ``work`` (b
 at least the size ``ReduceSum.md`` / ``ReduceMax.md`` give (in elements, with per = 32 / sizeof(T) and R =
 repeat_times, or for the count forms max(count // elements-per-repeat, 1): Sum ceil(R / per)·per; Max / Min
 ceil(2R / per)·per, with the index the sum of the rounds' aligned outputs); dst's results and the scribbled
-``work`` count as written, Brcb's blocks take their source element's state. Counters: VEC_REDUCE, the 256 B
+``work`` count as written, Brcb's blocks take their source element's state; the overlap rule
+(:mod:`tilesim.machine.overlap`): a repeat's results may be written over its own source (in place) but not over a
+later repeat's, likewise the Reduce* first pass into ``work``; Reduce*'s dst, written last, may overlap src and
+``work`` (``ReduceSum.md``); Brcb's src and dst apart (``Brcb.md``). Counters: VEC_REDUCE, the 256 B
 repeats of the source (the count forms: its bytes); Brcb VEC_DUP, the 256 B repeats of dst. Each call is one
 instruction to the pipe-hazard check (``work`` written).
 """
@@ -103,6 +106,7 @@ from ..schedule import PIPE_VECTOR
 from ..vec_kinds import vec_kind
 from .dtypes import ALL
 from .hazard import hz_access, hz_instruction, hz_level0, op_code
+from .overlap import SAME, SRC, WORK, blocks_apart, results_ok
 from .pipe import FAULT_DTYPE, fault
 from .tensor import X_MASK_HI, X_MASK_LO, core_of, ctx_words, plan_tensor
 from .vector import (
@@ -520,9 +524,11 @@ def _repeat_op(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  #
         ds, sb, sr = np.int64(dst_rep), np.int64(src_blk), np.int64(src_rep)
         step = _dst_step(op, dt, o)
         src_bytes = mask_span(n, sb, sr, last_lane(lo, hi, tail, lanes), tail, sz, lanes)
-        dst_bytes = (n - 1) * ds * step + (top // group) * sz + (step if whole else sz)
+        out = (top // group) * sz + (step if whole else sz)  # a repeat's results, from its first
+        dst_bytes = (n - 1) * ds * step + out
         if not (vec_ok(core, ps, src_bytes) and _src_in(core, ps, lo, hi, n, sb, sr, tail, sz)
-                and _dst_ok(core, pd, dst_bytes, 32 if pair else step)):
+                and _dst_ok(core, pd, dst_bytes, 32 if pair else step)
+                and results_ok(core, code, SRC, SAME, pd, ds * step, out, ps, sz, sb, sr, lo, hi, n, tail, lanes)):
             return
         hz_level0(core, code, pd, 1, 8, dst_bytes, ps, sb, sr, src_bytes, ps, 1, 8, 0, n)
         _walk(op, dst, src, lo, hi, n, sb, sr, tail, ds, o)
@@ -569,7 +575,11 @@ def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
                 return
             if not is_sum:  # Sum's count form leaves the sharedTmpBuffer alone on A2
                 need = _tmp_elems(1, max(n // per, 1), with_index, sz) * sz
-                if not _work_ok(core, plan_tensor(work), work.nbytes, need):
+                reps = (n + per - 1) // per  # the first pass: each repeat's [value, index] into the sharedTmpBuffer
+                if not (_work_ok(core, plan_tensor(work), work.nbytes, need)
+                        and results_ok(core, code, WORK, SAME, plan_tensor(work), 2 * sz, 2 * sz, ps, sz, np.int64(1),
+                                       np.int64(8), np.uint64(_ALL_ON), np.uint64(_ALL_ON), reps,
+                                       n - (reps - 1) * per if n % per else np.int64(0), per)):
                     return
                 hz_access(core, PIPE_VECTOR, code, work.buf, work.addr, need, True, work.gen >= 0)
             hz_instruction(core, PIPE_VECTOR, code, pd, out, ps, n * sz, ps, 0)
@@ -594,8 +604,11 @@ def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
         out = 2 * sz if with_index else sz
         src_bytes = mask_span(n, 1, sr, last_lane(lo, hi, np.int64(0), per), np.int64(0), sz, per)
         need = _tmp_elems(0 if is_sum else 1, n, with_index, sz) * sz
+        first = sz if is_sum else 2 * sz  # the first pass's result of each repeat, into the sharedTmpBuffer
         if not (vec_ok(core, ps, src_bytes) and _src_in(core, ps, lo, hi, n, 1, sr, 0, sz)
-                and _dst_ok(core, pd, out, out) and _work_ok(core, pw, work.nbytes, need)):
+                and _dst_ok(core, pd, out, out) and _work_ok(core, pw, work.nbytes, need)
+                and results_ok(core, code, WORK, SAME, pw, first, first, ps, sz, np.int64(1), sr, lo, hi, n,
+                               np.int64(0), per)):
             return
         hz_access(core, PIPE_VECTOR, code, work.buf, work.addr, need, True, work.gen >= 0)
         hz_instruction(core, PIPE_VECTOR, code, pd, out, ps, src_bytes, ps, 0)
@@ -646,7 +659,8 @@ def _brcb_op(dst, src, repeat, params):  # type: ignore[no-untyped-def]
         if not params_ok(core, pd, n, 1) or n <= 0:
             return
         src_bytes, dst_bytes = n * 8 * sz, span(n, db, dr)
-        if not (vec_ok(core, ps, src_bytes) and vec_ok(core, pd, dst_bytes)):
+        if not (vec_ok(core, ps, src_bytes) and vec_ok(core, pd, dst_bytes)  # Brcb.md: src and dst apart
+                and blocks_apart(core, code, SRC, pd, db, dr, n, ps, src_bytes)):
             return
         hz_level0(core, code, pd, db, dr, dst_bytes, ps, 1, 8, src_bytes, ps, 1, 8, 0, n)
         s = carray(address_as_pointer(core.base + src.addr, st), 8 * n)

@@ -15,9 +15,10 @@ Each has the two forms of the Ascend C API (``MV/基础算术/*.md``):
   Masked-off lanes keep their old values; zero repeats or mask is no instruction.
 
 One piece of code (:func:`vec_op`) serves every instruction: it checks the operands (checked mode: 32 B alignment,
-bounds, repeat_times <= 255, a zero dst block stride), walks the count or the repeats and strides, counts the
-256 B repeats and keeps the UB shadow (the count form flows its sources' state; the level-0 form marks the span it
-walks written). The operation is a type (a :class:`Marker`), so each instruction compiles to its own loops.
+bounds, repeat_times <= 255, a zero dst block stride, the overlap rule of :mod:`tilesim.machine.overlap` with
+Add/Sub/Mul/Max/Min's exception for src1), walks the count or the repeats and strides, counts the 256 B repeats
+and keeps the UB shadow (the count form flows its sources' state; the level-0 form marks the span it walks
+written). The operation is a type (a :class:`Marker`), so each instruction compiles to its own loops.
 Types: half, float, and int16 / int32 where the API allows them (another type stops the kernel when it runs); the
 API's one template T for all its tensors (``Adds<T>(dst, src, ...)``): tensors of different types stop the kernel
 when the call runs (:func:`mixed_types`), where Ascend C would not compile it;
@@ -57,6 +58,7 @@ from ..schedule import PIPE_VECTOR
 from ..vec_kinds import vec_kind
 from .dtypes import ALL
 from .hazard import INSTRUCTIONS, hz_instruction, hz_level0, op_code
+from .overlap import ACCUMULATE, SAME, SRC, SRC0, SRC1, count_ok, walk_ok
 from .pipe import FAULT_DTYPE, FAULT_MIXED_TYPES, fault
 from .structs import ConstantType, constant_type
 from .tensor import X_COUNTER_MODE, X_MASK_HI, X_MASK_LO, KernelContextType, core_of, ctx_words, plan_tensor
@@ -492,6 +494,10 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
     per = 256 // sz
     code = op_code(name)
     kind = vec_kind(name, sz)
+    # the one exception to the overlap rule's across-repeat part (通用地址重叠约束): src1 of these, with a repeat
+    # stride of dst or src1 of 0
+    accumulates = name in ("Add", "Sub", "Mul", "Max", "Min") and dt.name in ("half", "int32_t", "float")
+    first = SRC0 if two else SRC
     if len(args) == 1:  # the count form
         def count_form(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
             n = np.int64(args[0])
@@ -503,13 +509,16 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
             if has_src:
                 if two:
                     if not (vec_ok(core, plan_tensor(a), nb) and vec_ok(core, plan_tensor(b), nb)
-                            and vec_ok(core, plan_tensor(dst), nb)):
+                            and vec_ok(core, plan_tensor(dst), nb)
+                            and count_ok(core, code, SRC0, SAME, plan_tensor(dst), sz, plan_tensor(a), sz, n)
+                            and count_ok(core, code, SRC1, SAME, plan_tensor(dst), sz, plan_tensor(b), sz, n)):
                         return
                     flow2(core, plan_tensor(dst), plan_tensor(a), plan_tensor(b), nb)
                     hz_instruction(core, PIPE_VECTOR, code, plan_tensor(dst), nb, plan_tensor(a), nb, plan_tensor(b),
                                    nb)
                 else:
-                    if not (vec_ok(core, plan_tensor(a), nb) and vec_ok(core, plan_tensor(dst), nb)):
+                    if not (vec_ok(core, plan_tensor(a), nb) and vec_ok(core, plan_tensor(dst), nb)
+                            and count_ok(core, code, SRC, SAME, plan_tensor(dst), sz, plan_tensor(a), sz, n)):
                         return
                     flow1(core, plan_tensor(dst), plan_tensor(a), nb)
                     hz_instruction(core, PIPE_VECTOR, code, plan_tensor(dst), nb, plan_tensor(a), nb, plan_tensor(a),
@@ -562,6 +571,12 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
             return
         # the shadow: the strided walk's span counts as written (its lanes' own states are not followed yet)
         if not vec_out(core, pd, d_end):
+            return
+        if has_src and not walk_ok(core, code, first, SAME, pd, sz, ds, dr, plan_tensor(a), sz, as_, ar, lo, hi,
+                                   repeat, tail, per):
+            return
+        if two and not walk_ok(core, code, SRC1, ACCUMULATE if accumulates and (br == 0 or dr == 0) else SAME, pd,
+                               sz, ds, dr, plan_tensor(b), sz, bs, br, lo, hi, repeat, tail, per):
             return
         hz_level0(core, code, pd, ds, dr, d_end, plan_tensor(src), as_, ar, a_end, plan_tensor(b if two else src),
                   bs, br, b_end, repeat)
