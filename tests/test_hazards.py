@@ -27,8 +27,10 @@ class Case:
 
 @kernel
 def fixtures(ctx, t, x, z):
-    """Each case copies x in, computes, copies z out, with one sync left out unless ``t.synced``."""
+    """Each case copies x in, computes, copies z out, with one sync left out unless ``t.synced``. The first buffer
+    is a TBuf whose init_buffer is part of a chain (no target of its own): the buffers after it keep their names."""
     pipe = asc.TPipe(ctx)
+    tc = pipe.init_buffer(asc.TBuf(asc.VECCALC), N * 4).get(asc.float32)
     qi = pipe.init_buffer(asc.TQue(asc.VECIN, 1), 1, N * 4)
     qo = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), 1, N * 4)
     tb = pipe.init_buffer(asc.TBuf(asc.VECCALC), 2 * N * 4)
@@ -139,6 +141,17 @@ def fixtures(ctx, t, x, z):
     elif c == 11:  # an event id out of range stops the kernel (CPU-debug asserts)
         asc.set_flag(ctx, asc.HardEvent.V_S, 8 if not synced else 7)
         asc.wait_flag(ctx, asc.HardEvent.V_S, 7)
+    elif c == 12:  # case 5 on the chained TBuf: a finding names it, not the queue placed after it
+        asc.data_copy(tc, x, N)
+        if synced:
+            asc.set_flag(ctx, asc.HardEvent.MTE2_V, 0)
+            asc.wait_flag(ctx, asc.HardEvent.MTE2_V, 0)
+        b = qo.alloc_tensor(asc.float32)
+        asc.exp(b, tc, N)
+        qo.enque(b)
+        b = qo.deque(asc.float32)
+        asc.data_copy(z, b, N)
+        qo.free_tensor(b)
 
 
 # case -> (the first finding's kind, buffer or "the flags", byte offset, bytes, words of its sentence, needs auto-sync
@@ -164,6 +177,8 @@ FINDINGS = {
         "and id before it", False),
     10: ("SetFlag twice", "the flags", 0, 0, "SetFlag<HardEvent::MTE3_V>(0) on a flag set and not waited for",
          False),
+    12: ("pipe hazard (RAW)", 'UB buffer "tc"', 0, 256, "V (Exp) reads tc[0:256] (bytes) written by MTE2 (DataCopy) "
+         "with no MTE2_V sync between them", False),
 }
 
 
@@ -221,6 +236,7 @@ def test_fast_mode_counts_the_syncs_and_the_queue_calls_syncs() -> None:
     # EnQue and FreeTensor set a flag each (qi: 1 + 1, qo: 1 + 1), and the kernel its V_S and S_V; the two DeQues
     # and the kernel wait (4), and no AllocTensor found a freed buffer
     assert (rep.total("set_flags"), rep.total("wait_flags"), rep.total("pipe_barriers")) == (6, 4, 0)
+    assert rep.ub_plan.names() == ["tc", "qi", "qo", "tb"]  # the chained TBuf's name, the others' their own
 
 
 @pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])

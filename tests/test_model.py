@@ -18,12 +18,15 @@ from tilesim import CheckError, UbOverflowError
 from tilesim.expf import exp_values
 from tilesim.launcher import KernelError, kernel, launch
 from tilesim.machine import (
+    CMPMODE,
     MASK_PLACEHOLDER,
     PIPE_V,
+    SELMODE,
     VECCALC,
     VECIN,
     VECOUT,
     BinaryRepeatParams,
+    BrcbRepeatParams,
     CopyRepeatParams,
     DataCopyParams,
     HardEvent,
@@ -34,24 +37,35 @@ from tilesim.machine import (
     abs_,
     add,
     adds,
+    brcb,
+    broadcast,
+    compare,
     copy,
     data_copy,
     div,
     duplicate,
     exp,
+    gather,
+    int16,
+    int32,
     max_,
     maxs,
     min_,
     mul,
     muls,
     pipe_barrier,
+    reduce_sum,
     relu,
+    select,
     set_flag,
     set_mask_count,
     set_mask_norm,
     size_of,
     sqrt,
     sub,
+    transpose,
+    uint8,
+    uint32,
     wait_flag,
     whole_reduce_sum,
 )
@@ -351,6 +365,67 @@ def test_an_instruction_on_a_type_its_api_does_not_take() -> None:
     a = np.zeros(16, ml_dtypes.bfloat16)
     with pytest.raises(KernelError, match="Add on bfloat16_t: the A2 API does not take"):
         launch(wrong_type, Rows(0), a, a.copy(), block_dim=1)
+
+
+@kernel
+def mixed_types(ctx, t, a, h, out):
+    """Case ``t.n``: one instruction of a family with one element type T, given a float and a half tensor (or
+    another type of T's size)."""
+    pipe = TPipe(ctx)
+    b = pipe.init_buffer(TBuf(VECCALC), 2048)
+    x, y = b.get(a.dtype), b.get(h.dtype)
+    bits, offs = b.get(uint8), b.get(uint32)
+    if t.n == 1:
+        adds(x, y, 1.0, 64)
+    elif t.n == 2:
+        add(y, x, x, 64)
+    elif t.n == 3:
+        exp(x, y, 64, 1, UnaryRepeatParams(1, 1, 8, 8))
+    elif t.n == 4:
+        copy(y, x, 64, 1, CopyRepeatParams(1, 1, 8, 8))
+    elif t.n == 5:
+        whole_reduce_sum(x, y, 64, 1, 1, 1, 8)
+    elif t.n == 6:
+        reduce_sum(x, x, y, 64)
+    elif t.n == 7:
+        brcb(x, x.reinterpret_cast(int32), 1, BrcbRepeatParams(1, 8))
+    elif t.n == 8:
+        compare(bits, x, y, CMPMODE.LT, 64)
+    elif t.n == 9:
+        select(x, bits, x, y, SELMODE.VSEL_TENSOR_TENSOR_MODE, 64)
+    elif t.n == 10:
+        gather(x, y, offs, 0, 64)
+    elif t.n == 11:
+        transpose(y, y.reinterpret_cast(int16))
+    elif t.n == 12:
+        broadcast(x, y, (2, 64), (1, 64), 0)
+    else:
+        data_copy(x, a, 64)
+        set_flag(ctx, HardEvent.MTE2_MTE3, 0)
+        wait_flag(ctx, HardEvent.MTE2_MTE3, 0)
+        data_copy(out, x, 8)
+
+
+@pytest.mark.parametrize("checks", [False, True])
+@pytest.mark.parametrize("case,words", [
+    (1, "Adds with dst float and src half"), (2, "Add with dst half and src0 float"),
+    (3, "Exp with dst float and src half"), (4, "Copy with dst half and src float"),
+    (5, "WholeReduceSum with dst float and src half"), (6, "ReduceSum with dst float and sharedTmpBuffer half"),
+    (7, "Brcb with dst float and src int32_t"), (8, "Compare with src0 float and src1 half"),
+    (9, "Select with dst float and src1 half"), (10, "Gather with dst float and src half"),
+    (11, "Transpose with dst half and src int16_t"), (12, "Broadcast with dst float and src half")])
+def test_an_instruction_of_one_element_type_refuses_two(case: int, words: str, checks: bool) -> None:
+    """Ascend C's instructions have one template T for their tensors (Adds<T>(dst, src, ...)): a call mixing
+    types does not compile there, and stops the kernel here, in either build, naming both types (a run-time stop,
+    so that a branch for another dtype may hold it; before, the call ran reading half bits as floats, or failed
+    in Numba's typing)."""
+    a, h, out = np.ones(64, np.float32), np.ones(64, np.float16), np.zeros(8, np.float32)
+    with pytest.raises(KernelError, match=f"mixed_types, core 0, an instruction: {words}: the API has one element "
+                                          "type T for these tensors"):
+        launch(mixed_types, Rows(case), a, h, out, block_dim=1, checks=checks)
+    np.testing.assert_array_equal(out, 0)
+    launch(mixed_types, Rows(0), a, h, out, block_dim=1, checks=checks)  # the branches not taken hold them
+    np.testing.assert_array_equal(out, 1)
 
 
 @kernel

@@ -46,7 +46,7 @@ from .machine import dtypes, waits
 from .machine.atomic import DONE, LOG_ROW_BYTES, finish_phase
 from .machine.convert import api_fault_text
 from .machine.hazard import INSTRUCTIONS, hz_end
-from .machine.pipe import FAULT_API_TABLE, FAULT_CAST, FAULT_DTYPE, FAULT_TEXT, FAULT_UB_OVERFLOW
+from .machine.pipe import FAULT_API_TABLE, FAULT_CAST, FAULT_DTYPE, FAULT_MIXED_TYPES, FAULT_TEXT, FAULT_UB_OVERFLOW
 from .machine.sync import FAULT_SYNC_ALL, enter_phase
 from .machine.tensor import (
     CTX_WORDS,
@@ -86,6 +86,7 @@ from .machine.tensor import (
     ctx_words,
     make_context,
 )
+from .machine.vector import mixed_types_text
 from .memo import by_identity
 from .soc import DEFAULT_SOC, SocSpec, get_soc
 from .tilings import name_of
@@ -148,8 +149,8 @@ def exit_core(kc):
 
 @dataclasses.dataclass
 class Kernel:
-    """A per-core kernel function, compiled as device code, and the names of its buffers (the targets of its
-    ``init_buffer`` calls, in source order, for reports)."""
+    """A per-core kernel function, compiled as device code, and the names of its buffers (one per ``init_buffer``
+    call, in the order they run: :func:`_buffer_names`, for reports)."""
 
     fn: Any
     py_func: Any
@@ -167,36 +168,67 @@ class Kernel:
 
 
 def _in_order(node: ast.AST) -> Any:
-    """The nodes under ``node``, depth first in source order (``ast.walk`` goes breadth first)."""
+    """The nodes under ``node`` in the order Python evaluates them (near enough): each node after the nodes under
+    it (a call after its arguments), siblings in source order."""
     for child in ast.iter_child_nodes(node):
-        yield child
         yield from _in_order(child)
+        yield child
+
+
+def _is_init_buffer(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "init_buffer"
+
+
+def _targets(tree: ast.AST) -> dict[int, str]:
+    """The name each ``init_buffer`` call of ``tree`` is known by: the target its value is assigned to, whole or
+    as part of an expression (``b = pipe.init_buffer(TBuf(VECCALC), n).get(float32)`` names the buffer ``b``), the
+    matching element of a tuple assignment; a second call into one target is ``target#2``."""
+    named: dict[int, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            pairs = [(node.targets[0], node.value)]
+        elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+            pairs = [(node.target, node.value)]
+        else:
+            continue
+        target, value = pairs[0]
+        if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
+            pairs = list(zip(target.elts, value.elts, strict=True))
+        for t, v in pairs:
+            name = t.id if isinstance(t, ast.Name) else ast.unparse(t)
+            calls = [c for c in _in_order(v) if _is_init_buffer(c)] + ([v] if _is_init_buffer(v) else [])
+            for k, call in enumerate(calls):
+                named.setdefault(id(call), name if k == 0 else f"{name}#{k + 1}")
+    return named
 
 
 def _buffer_names(fn: Any) -> list[str]:
-    """The targets of the ``init_buffer`` calls a kernel makes, in the order they run: in its body and in the
-    functions of its module it calls (an Init of its own), source order within each."""
+    """The names of the buffers a kernel's ``init_buffer`` calls place, one per call in the order they run: in its
+    body and in the functions of its module it calls (an Init of its own), source order within each. A call is
+    named by the target of the assignment it is part of (:func:`_targets`), one that has none by its place
+    (``init_buffer@file.py:line``): a call never takes another's name, whatever the calls around it."""
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
-        return []
-    try:
-        module = ast.parse(inspect.getsource(inspect.getmodule(fn)))  # type: ignore[arg-type]
+        module_source = inspect.getsource(inspect.getmodule(fn))  # type: ignore[arg-type]
+        module = ast.parse(module_source)
         defs = {d.name: d for d in module.body if isinstance(d, ast.FunctionDef)}
     except (OSError, TypeError, SyntaxError):
         defs = {}
+    tree: ast.AST | None = defs.get(fn.__name__)
+    if tree is None:  # not at the module's top level: its own source, its lines counted from its first
+        try:
+            lines, first = inspect.getsourcelines(fn)
+            tree = ast.parse(textwrap.dedent("".join(lines)))
+            ast.increment_lineno(tree, first - 1)
+        except (OSError, TypeError, SyntaxError):
+            return []
+    where = os.path.basename(inspect.getsourcefile(fn) or "") or "kernel"
     names: list[str] = []
 
     def visit(body: ast.AST, seen: frozenset[str]) -> None:
-        skip: set[int] = set()
+        named = _targets(body)
         for node in _in_order(body):
-            if id(node) in skip:
-                continue
-            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
-                    and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "init_buffer"):
-                target = node.targets[0]
-                names.append(target.id if isinstance(target, ast.Name) else ast.unparse(target))
-                skip.update(id(n) for n in ast.walk(node.value))
+            if _is_init_buffer(node):
+                names.append(named.get(id(node), f"init_buffer@{where}:{node.lineno}"))  # type: ignore[attr-defined]
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in defs \
                     and node.func.id not in seen:
                 visit(defs[node.func.id], seen | {node.func.id})
@@ -610,6 +642,8 @@ def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec, raised: dict[int, tup
             detail = f"{dtypes.ALL[a].name} to {dtypes.ALL[b].name}"
         if kind == FAULT_API_TABLE:
             detail = api_fault_text(detail)
+        if kind == FAULT_MIXED_TYPES:
+            detail = mixed_types_text(detail)
         if kind == FAULT_UB_RANGE:
             detail = _ub_range_text(detail, int(ctx[c, X_FAULT + 3]), int(ctx[c, X_FAULT + 4]),
                                     plan.buffers[buf].offset if 0 <= buf < len(plan.buffers) else 0, soc.ub_size)

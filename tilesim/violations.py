@@ -43,6 +43,7 @@ from .device import (
     RULE_SCRATCH,
 )
 from .machine.hazard import INSTRUCTIONS
+from .machine.overlap import ANY, FORWARD, PARTIAL, SOURCE_NAMES, WORK
 from .machine.sync import EVENT_DST, EVENT_SRC, PIPE_LETTERS, HardEvent
 
 KIND_NAMES = {ERR_DATACOPY_LEN: "misaligned DataCopy length", ERR_UB_OOB: "UB out of bounds",
@@ -71,6 +72,37 @@ def _hazard(kind: int, where: str, offset: int, nbytes: int, extra: int) -> str:
             else f"no {theirs}_{mine} sync{_QUEUE_SYNC.get((theirs, mine), '') if queued else ''}")
     return (f"{mine} ({INSTRUCTIONS[op]}) {_HAZARDS[kind]} {where}[{offset}:{offset + nbytes}] (bytes) {did} by "
             f"{theirs} ({INSTRUCTIONS[other_op]}) with {sync} between them")
+
+
+_RULE = "通用地址重叠约束"
+# why an instruction allows no overlap at all (tilesim.machine.overlap's table)
+_NO_OVERLAP = {"Brcb": "Brcb.md does not allow src and dst in the same memory",
+               "Gather": "Gather.md does not allow src and dst in the same memory",
+               "Axpy": "Axpy.md allows no overlap with half src and float dst",
+               "Transpose": "Transpose.md allows src and dst as one tensor only",
+               "Select": "selMask is of another type, which cannot overlap dst 100% (" + _RULE + ")"}
+
+
+def _overlap(op: str, extra: int) -> str:
+    """A RULE_OVERLAP finding's sentence (``extra``: tilesim.machine.overlap.overlap_extra's word)."""
+    kind, which = (extra >> 16) & 15, (extra >> 20) & 15
+    r, r2, bd, bs = (extra >> 24) & 0xFFFF, (extra >> 40) & 0xFFFF, (extra >> 56) & 7, (extra >> 60) & 7
+    src = SOURCE_NAMES[which] if which < len(SOURCE_NAMES) else "a source"
+    head = (f"{op}'s sharedTmpBuffer (its first pass's destination) overlaps src" if which == WORK
+            else f"{op}'s destination overlaps a source it reads ({src})")
+    if kind == ANY:
+        why = _NO_OVERLAP.get(op, f"its API states no overlap rule, so allows none ({_RULE})")
+        return f"{head}: {why}"
+    if kind == PARTIAL:
+        return (f"{head} partly within repeat {r}: dst block {bd} is {src}'s block {bs}; within a repeat the two "
+                f"must overlap 100% or not at all ({_RULE})")
+    if kind == FORWARD:
+        return (f"{head} across repeats: repeat {r2} reads block {bs} of its {src}, which repeat {r} writes (its "
+                f"block {bd}); a later repeat must not read what an earlier one wrote ({_RULE}: only Add, Sub, Mul, "
+                f"Max and Min in half, int32 or float may, on src1 with a src1 or dst repeat stride of 0)")
+    return (f"{head} within repeat {r}: dst block {bd} lies on {src}'s block {bs} and writes over lanes the repeat "
+            f"reads after it; of two widths, a lane of dst may lie only on source lanes of its own or earlier lanes "
+            f"({_RULE} asks one width for a 100% overlap; Cast.md: a widening Cast in place may go wrong)")
 
 
 def _sync_detail(kind: int, event: int, event_id: int) -> str:
@@ -135,7 +167,7 @@ def _detail(kind: int, nbytes: int, extra: int, stack: bool) -> str:
     if kind == ERR_API_RULE:
         rule, op = extra & 255, INSTRUCTIONS[(extra >> 8) & 255]
         if rule == RULE_OVERLAP:
-            return f"{op}'s destination overlaps a source it reads, which its API does not allow"
+            return _overlap(op, extra)
         if rule == RULE_CMP_COUNT:
             return (f"{op} of {nbytes} B of source: count * sizeof(T) must be a multiple of 256 B (A2 compares only "
                     f"the whole 256 B repeats and leaves the rest of dst unwritten)")

@@ -28,7 +28,9 @@ vsel, so a plan reaching into it is clobbered; checked mode reports it. The form
 CMPMASK register set by SetCmpMask are not emulated (tilesim has no CMPMASK register).
 
 One piece of code per family (:func:`cmp_op`, :func:`sel_op`) checks the operands (checked mode: 32 B alignment,
-bounds, repeat_times <= 255, Select's zero dst block stride), walks, counts (Compare and Select: ``vec_binary``,
+bounds, repeat_times <= 255, Select's zero dst block stride, the overlap rule of :mod:`tilesim.machine.overlap`:
+Compare's bits apart from its sources, as its silent page has it, Select's dst and sources by the general rule and
+its selMask apart), walks, counts (Compare and Select: ``vec_binary``,
 CompareScalar: ``vec_scalar``, in 256 B repeats of the sources) and keeps the UB shadow: Compare's mask bytes count
 as written (the sources' state is not followed into the bits), Select's count form flows its sources' state, its
 level-0 form marks the span it walks written. A type or mode outside the A2 table stops the kernel when it runs.
@@ -63,6 +65,7 @@ from ..schedule import PIPE_VECTOR
 from ..vec_kinds import vec_kind
 from .convert import api_fault, bad_type, type_fault, type_index
 from .hazard import hz_access, hz_instruction, op_code
+from .overlap import NONE, SAME, SEL_MASK, SRC, SRC0, SRC1, apart, count_ok, results_ok, walk_ok
 from .tensor import LocalTensorType, core_of, ctx_words, plan_tensor
 from .vector import (
     LOOP_OPTIONS,
@@ -72,6 +75,8 @@ from .vector import (
     level0_mask,
     load,
     marker,
+    mixed_fault,
+    mixed_types,
     op_name,
     params_ok,
     reset_mask,
@@ -186,8 +191,10 @@ def _compare_one_impl(op, dst, a, b, s, m, repeat, as_, ar, bs, br):  # type: ig
     name = op_name(op)
     code, two = op_code(name), name == "Compare"
     cls = VEC_BINARY if two else VEC_SCALAR
-    kind = vec_kind(name, a.dtype.dt.size)
-    nb = 256 // a.dtype.dt.size // 8
+    sz = a.dtype.dt.size
+    kind = vec_kind(name, sz)
+    nb = 256 // sz // 8
+    per = 256 // sz
 
     def one(op, dst, a, b, s, m, repeat, as_, ar, bs, br):  # type: ignore[no-untyped-def]
         core = core_of(dst)
@@ -199,6 +206,12 @@ def _compare_one_impl(op, dst, a, b, s, m, repeat, as_, ar, bs, br):  # type: ig
         a_span, b_span = span(repeat, as_, ar), span(repeat, bs, br) if two else 0
         if not (vec_ok(core, pa, a_span, code) and vec_ok(core, pb, b_span, code)
                 and vec_out(core, pd, repeat * nb, code)):
+            return
+        # Compare.md and Compares.md state no overlap rule: none is allowed (通用地址重叠约束)
+        if not (results_ok(core, code, SRC0 if two else SRC, NONE, pd, nb, nb, pa, sz, as_, ar, _ALL_LANES,
+                           _ALL_LANES, repeat, np.int64(0), per)
+                and (not two or results_ok(core, code, SRC1, NONE, pd, nb, nb, pb, sz, bs, br, _ALL_LANES,
+                                           _ALL_LANES, repeat, np.int64(0), per))):
             return
         hz_instruction(core, PIPE_VECTOR, code, pd, repeat * nb, pa, a_span, pb, b_span)
         _compare_walk(op, dst, a, b, s, m, repeat, as_, ar, bs, br)
@@ -217,8 +230,10 @@ def _cmp_op(op, dst, a, b, s, mode, args):  # type: ignore[no-untyped-def]
     code, two = op_code(name), name == "Compare"
     t, u = a.dtype.dt, dst.dtype.dt
     ti, ui = type_index(t), type_index(u)
-    bad = bad_type((t, ("half", "float", "int32_t")), (b.dtype.dt, (t.name,)),
-                    (u, ("uint8_t", "int8_t") if two else ("uint8_t",)))
+    mixed = mixed_types(name, ("src0", a), ("src1", b))
+    if mixed is not None:
+        return lambda op, dst, a, b, s, mode, args: mixed_fault(dst.ctx, mixed)
+    bad = bad_type((t, ("half", "float", "int32_t")), (u, ("uint8_t", "int8_t") if two else ("uint8_t",)))
     if bad is not None:  # a run-time stop, not a compile error, so that a branch not taken may hold it
         code_t = code * 100 + bad
         return lambda op, dst, a, b, s, mode, args: type_fault(dst.ctx, code_t)
@@ -375,8 +390,10 @@ def _sel_op(dst, sel, a, b, mode, args):  # type: ignore[no-untyped-def]
     t, u = dst.dtype.dt, sel.dtype.dt
     ti, ui = type_index(t), type_index(u)
     tensor = isinstance(b, LocalTensorType)
-    bad = bad_type((t, ("half", "float")), (a.dtype.dt, (t.name,)), (b.dtype.dt if tensor else t, (t.name,)),
-                    (u, ("uint8_t", "uint16_t", "uint32_t")))
+    mixed = mixed_types("Select", ("dst", dst), ("src0", a), *([("src1", b)] if tensor else []))
+    if mixed is not None:
+        return lambda dst, sel, a, b, mode, args: mixed_fault(dst.ctx, mixed)
+    bad = bad_type((t, ("half", "float")), (u, ("uint8_t", "uint16_t", "uint32_t")))
     if bad is not None:
         code_t = _SELECT * 100 + bad
         return lambda dst, sel, a, b, mode, args: type_fault(dst.ctx, code_t)
@@ -406,13 +423,19 @@ def _sel_op(dst, sel, a, b, mode, args):  # type: ignore[no-untyped-def]
                 and vec_ok(core, pm, m_bytes, _SELECT)):
             return
         if counted:
-            if not vec_ok(core, pd, d_span, _SELECT):
+            if not (vec_ok(core, pd, d_span, _SELECT) and count_ok(core, _SELECT, SRC0, SAME, pd, sz, pa, sz, n)
+                    and (not tensor or count_ok(core, _SELECT, SRC1, SAME, pd, sz, pb, sz, n))):
                 return
             if tensor:
                 flow2(core, pd, pa, pb, d_span)
             else:
                 flow1(core, pd, pa, d_span)
-        elif not vec_out(core, pd, d_span, _SELECT):  # the strided walk's span counts as written
+        elif not (vec_out(core, pd, d_span, _SELECT)  # the strided walk's span counts as written
+                  and walk_ok(core, _SELECT, SRC0, SAME, pd, sz, ds, dr, pa, sz, as_, ar, lo, hi, repeat, tail, per)
+                  and (not tensor or walk_ok(core, _SELECT, SRC1, SAME, pd, sz, ds, dr, pb, sz, bs, br, lo, hi,
+                                             repeat, tail, per))):
+            return
+        if not apart(core, _SELECT, SEL_MASK, pd, d_span, pm, m_bytes):  # two types: no 100% overlap to have
             return
         if m != 0:  # the impl's Duplicate into the API scratch, which set_cmpmask then reads
             at = core.ub_size - SCRATCH_BYTES

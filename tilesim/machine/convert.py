@@ -13,10 +13,12 @@
 
 One piece of code (:func:`mixed_op`) serves both, as :func:`tilesim.machine.vector.vec_op` serves the one-width
 families: the operand checks (checked mode: 32 B alignment, bounds, repeat_times <= 255, a zero dst block stride,
-Axpy's overlap rule), the walk, the counters (Cast: ``vec_cast``; Axpy: ``vec_scalar``, in 256 B repeats of the
-wider operand) and the UB shadow (the count form flows the sources' state, the level-0 form marks its span
-written). ``dst`` may overlap ``src`` as kernels widen and narrow in place: element k is read before any write
-reaches a later element's source.
+the overlap rule of :mod:`tilesim.machine.overlap`), the walk, the counters (Cast: ``vec_cast``; Axpy:
+``vec_scalar``, in 256 B repeats of the wider operand) and the UB shadow (the count form flows the sources' state,
+the level-0 form marks its span written). ``dst`` may overlap ``src`` as kernels widen and narrow in place (the
+narrow type at the start or the end of the wide one's bytes, as RmsNormGrad's Cast2FloatIf and its dx Cast do),
+where no repeat reads what an earlier one wrote: element k is read before any write reaches a later element's
+source.
 
 **Cast.** ``round_mode`` is one of :mod:`tilesim.cast`'s CAST_NONE ... CAST_ODD. The pairs and the modes each admits
 are Cast.md's A2 table (:data:`PAIRS`); another pair stops the kernel (a KernelError when it runs, so that a branch
@@ -64,8 +66,6 @@ from ..cast import (
     widen_bits,
 )
 from ..device import (
-    ERR_API_RULE,
-    RULE_OVERLAP,
     VEC_CAST,
     VEC_SCALAR,
     checked_only,
@@ -74,8 +74,6 @@ from ..device import (
     flow_lanes,
     lane_state,
     mix_state,
-    plan_of,
-    report,
     shadow_of,
     u16,
     u32,
@@ -88,6 +86,7 @@ from ..schedule import PIPE_VECTOR
 from ..vec_kinds import vec_kind
 from .dtypes import ALL
 from .hazard import INSTRUCTIONS, hz_instruction, op_code
+from .overlap import NONE, SAME, SRC, count_ok, walk_ok
 from .pipe import FAULT_API_TABLE, FAULT_CAST, FAULT_DTYPE, fault
 from .tensor import core_of, ctx_words, plan_tensor
 from .vector import (
@@ -141,24 +140,26 @@ def bad_type(*checks: tuple) -> int | None:  # type: ignore[type-arg]
     return None
 
 
-@njit(cache=True, inline="always")
-def _ok_lanes(core, dst, src, n_dst, n_src, dst_lane, src_lane, step):
-    """Operands of a cast: ``n_dst // dst_lane`` lanes, each from source lane ``i * step``; the shadow state
-    flows lane to lane."""
-    if not (vec_ok(core, src, n_src, _CAST_CODE) and vec_ok(core, dst, n_dst, _CAST_CODE)):
-        return False
-    flow_lanes(core, dst, src, n_dst // dst_lane, dst_lane, src_lane, step)
-    return True
-
-
 _CAST_KIND = vec_kind("Cast", 4)  # a b16 <-> fp32 Cast's throughput
+
+
+@njit(cache=True, inline="always")
+def _ok_lanes(core, dst, src, n, dst_lane, src_lane):
+    """Operands of a count-form cast of ``n`` lanes (checked mode: alignment, bounds, the overlap rule); the
+    shadow state flows lane to lane."""
+    if not (vec_ok(core, src, n * src_lane, _CAST_CODE) and vec_ok(core, dst, n * dst_lane, _CAST_CODE)
+            and count_ok(core, _CAST_CODE, SRC, SAME, dst, dst_lane, src, src_lane, n)):
+        return False
+    flow_lanes(core, dst, src, n, dst_lane, src_lane, 1)
+    return True
 
 
 @njit(cache=True)
 def _cast_to_f32(core, dst, src, n, kind):
     """Cast b16 (``kind``: fp16 or bf16 bits) to fp32, exactly. ``src`` may be the upper half of ``dst``'s
-    buffer (the kernels' in-place widening): element k is read before any write can reach it."""
-    if not _ok_lanes(core, dst, src, 4 * n, 2 * n, 4, 2, 1):
+    buffer (the kernels' in-place widening, which the overlap rule allows): element k is read before any write can
+    reach it."""
+    if not _ok_lanes(core, dst, src, n, 4, 2):
         return
     d, s = u32(core, dst, n), u16(core, src, n)
     widen_bits(s, d, n, kind)
@@ -168,7 +169,7 @@ def _cast_to_f32(core, dst, src, n, kind):
 @njit(cache=True)
 def _cast_from_f32(core, dst, src, n, kind, mode):
     """Cast fp32 to b16 bits with RoundMode ``mode``; ``dst`` may be ``src`` reinterpreted (in place)."""
-    if not _ok_lanes(core, dst, src, 2 * n, 4 * n, 2, 4, 1):
+    if not _ok_lanes(core, dst, src, n, 2, 4):
         return
     d, s = u16(core, dst, n), u32(core, src, n)
     narrow_bits(s, d, n, kind, mode)
@@ -362,16 +363,6 @@ def _strided_impl(op, dst, src, s, mode, lo, hi, repeat, ds, dr, ss, sr, tail): 
     return walk
 
 
-@checked_only(True)
-def apart(core, op, dst, dst_bytes, src, src_bytes):
-    """Checked mode: ``dst``'s bytes do not overlap ``src``'s, where instruction ``op`` (its code) forbids it."""
-    if core.checks and dst.addr < src.addr + src_bytes and src.addr < dst.addr + dst_bytes:
-        report(core, ERR_API_RULE, dst.buf, dst.addr - plan_of(core)[dst.buf, 0], dst_bytes,
-               RULE_OVERLAP | (np.int64(op) << 8))
-        return False
-    return True
-
-
 @checked_only(None)
 def _accumulate(core, dst, src, n, dst_size, src_size):
     """Checked mode: lane i of ``dst`` takes the combined state of itself and lane i of ``src`` (an instruction
@@ -428,7 +419,7 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
     per = 256 // wide
     kind = vec_kind(name, wide)
     axpy = name == "Axpy"
-    apart_only = axpy and dsz != ssz  # Axpy.md: half src with float dst does not support overlap
+    rule = NONE if axpy and dsz != ssz else SAME  # Axpy.md: half src with float dst does not support overlap
     # the pairs the count form casts in vector blocks (_cast_to_f32, _cast_from_f32: the kernels' casts, bit for bit)
     widen = name == "Cast" and d.name == "float" and sdt.name in _KIND
     narrow = name == "Cast" and sdt.name == "float" and d.name in _KIND
@@ -450,9 +441,8 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
                 else:
                     _cast_from_f32(core, pd, ps, n, kind, m)
                 return
-            if not (vec_ok(core, ps, n * ssz, code) and vec_ok(core, pd, n * dsz, code)):
-                return
-            if apart_only and not apart(core, code, pd, n * dsz, ps, n * ssz):
+            if not (vec_ok(core, ps, n * ssz, code) and vec_ok(core, pd, n * dsz, code)
+                    and count_ok(core, code, SRC, rule, pd, dsz, ps, ssz, n)):
                 return
             if axpy:
                 _accumulate(core, pd, ps, n, dsz, ssz)
@@ -482,10 +472,9 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
                                                                                      per)
         if not vec_ok(core, ps, s_span, code):
             return
-        if apart_only and not apart(core, code, pd, d_span, ps, s_span):
-            return
         # the shadow: the strided walk's span counts as written (its lanes' own states are not followed yet)
-        if not vec_out(core, pd, d_span, code):
+        if not (vec_out(core, pd, d_span, code)
+                and walk_ok(core, code, SRC, rule, pd, dsz, ds, dr, ps, ssz, ss, sr, lo, hi, repeat, tail, per)):
             return
         hz_instruction(core, PIPE_VECTOR, code, pd, d_span, ps, s_span, pd, d_span if axpy else 0)
         _strided(op, dst, src, s, m, lo, hi, repeat, ds, dr, ss, sr, tail)

@@ -96,6 +96,8 @@ FAULT_CAST = 9  # a Cast between types tilesim does not convert (detail: src * 1
 # tilesim.device (an access outside the core's UB)
 FAULT_API_TABLE = 12  # element types or a mode outside an instruction's A2 table (detail: op_code * 10**6 + (mode
 # + 1) * 10**4 + type * 100 + second type, the types' indices in tilesim.machine.dtypes.ALL, 99 for none)
+FAULT_MIXED_TYPES = 14  # tensors of one instruction's one element type T given different types (detail:
+# tilesim.machine.vector.mixed_types)
 
 TQue = namedtuple("TQue", ["pos", "depth"])
 TQue.__doc__ = """TQue<pos, depth>: a queue to be placed by :meth:`TPipe.init_buffer`. ``pos`` VECIN (GM to UB:
@@ -434,6 +436,8 @@ FAULT_TEXT = {
     FAULT_DTYPE: "{detail}: the A2 API does not take this element type",
     FAULT_CAST: "Cast from {detail}: not a conversion tilesim emulates",
     FAULT_API_TABLE: "{detail}: not in the A2 API's table of element types and modes",
+    FAULT_MIXED_TYPES: "{detail}: the API has one element type T for these tensors (in Ascend C the call does not "
+                       "compile)",
     FAULT_EVENT_POOL: "AllocEventID / FetchEventID of HardEvent {detail} with all its 8 ids taken (CPU-debug asserts; "
                       "release one, or wait for a queue's EnQue / FreeTensor to be consumed)",
     FAULT_EVENT_ID: "{detail}: an event id must be 0 to 7, and PipeBarrier takes PIPE_V, PIPE_MTE2, PIPE_MTE3 or "

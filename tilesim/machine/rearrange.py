@@ -13,8 +13,9 @@ blocks apart; masked lanes keep dst. The count form is what A2's impl makes of i
 reports them) and one of the rest. An address outside the core's UB reads 0 (the NPU's behaviour there is not
 documented; tilesim never reads outside the UB). Checked mode: 32 B alignment, repeat_times <= 255, a source
 element outside the src tensor's buffer slot (``UB out of bounds``, at the element), dst overlapping an element it
-gathers (the API does not support src and dst in the same memory), the offsets read as values (they must have
-been written); each dst lane takes the shadow state of the element it gathered. Counted as ``vec_unary``.
+gathers or the offsets (the API does not support src and dst in the same memory), the offsets read as values (they
+must have been written); each dst lane takes the shadow state of the element it gathered. Counted as
+``vec_unary``.
 
 **Transpose** ``transpose(dst, src)``: one 16 x 16 matrix of b16 (int16, uint16, half), ``dst = src.T``; src may
 be dst (in place), other overlaps are reported in checked mode (the API's overlap rule: all or nothing). The
@@ -47,7 +48,6 @@ from numba.extending import overload
 from ..device import (
     ERR_API_RULE,
     ERR_UB_OOB,
-    RULE_OVERLAP,
     VEC_DUP,
     VEC_UNARY,
     checked_only,
@@ -65,10 +65,11 @@ from ..jit import OVERLOAD_OPTIONS
 from ..schedule import PIPE_VECTOR
 from ..ub import PlanTensor
 from ..vec_kinds import vec_kind
-from .convert import apart, api_fault, bad_type, type_fault, type_index
+from .convert import api_fault, bad_type, type_fault, type_index
 from .hazard import hz_access, hz_instruction, op_code
+from .overlap import ANY, SRC, SRC_OFFSET, apart, overlap_extra
 from .tensor import core_of, plan_tensor
-from .vector import LOOP_OPTIONS, lane_on, level0_mask, mask_bits, params_ok, span
+from .vector import LOOP_OPTIONS, lane_on, level0_mask, mask_bits, mixed_fault, mixed_types, params_ok, span
 
 _GATHER, _TRANSPOSE, _BROADCAST = op_code("Gather"), op_code("Transpose"), op_code("Broadcast")
 GATHER_TYPES = ("int16_t", "uint16_t", "half", "bfloat16_t", "int32_t", "uint32_t", "float")
@@ -104,7 +105,7 @@ def _gathered(core, dst, d_span, src, off, base, lo, hi, repeat, dr, tail, size)
                 oob = True
             if dst.addr <= at < dst.addr + d_span and not overlap:
                 report(core, ERR_API_RULE, dst.buf, dst.addr - p[dst.buf, 0], d_span,
-                       RULE_OVERLAP | (np.int64(_GATHER) << 8))
+                       overlap_extra(_GATHER, ANY, SRC, r, r, 0, 0))
                 overlap = True
             if 0 <= at and at + size <= core.ub_size:
                 hz_access(core, PIPE_VECTOR, _GATHER, src.buf, at, size, False, src.gen >= 0)
@@ -158,7 +159,8 @@ def _gather_one_impl(dst, src, off, base, lo, hi, repeat, dr, tail):  # type: ig
         d_span = span(repeat, 1, dr)
         o_bytes = (repeat * per if tail == 0 else (repeat - 1) * per + tail) * 4  # the offsets of its lanes
         if not (vec_ok(core, ps, sz, _GATHER) and vec_in(core, po, o_bytes, _GATHER)
-                and vec_out(core, pd, d_span, _GATHER)):
+                and vec_out(core, pd, d_span, _GATHER)
+                and apart(core, _GATHER, SRC_OFFSET, pd, d_span, po, o_bytes)):  # Gather.md: no overlap
             return
         _gathered(core, pd, d_span, ps, po, base, lo, hi, repeat, dr, tail, sz)
         hz_instruction(core, PIPE_VECTOR, _GATHER, pd, d_span, po, o_bytes, ps, 0)
@@ -176,7 +178,10 @@ def gather(dst, src, src_offset, src_base_addr, *args):  # type: ignore[no-untyp
 @overload(gather, jit_options=OVERLOAD_OPTIONS)
 def _gather(dst, src, src_offset, src_base_addr, *args):  # type: ignore[no-untyped-def]
     t = dst.dtype.dt
-    bad = bad_type((t, GATHER_TYPES), (src.dtype.dt, (t.name,)), (src_offset.dtype.dt, ("uint32_t",)))
+    mixed = mixed_types("Gather", ("dst", dst), ("src", src))
+    if mixed is not None:
+        return lambda dst, src, src_offset, src_base_addr, *args: mixed_fault(dst.ctx, mixed)
+    bad = bad_type((t, GATHER_TYPES), (src_offset.dtype.dt, ("uint32_t",)))
     if bad is not None:  # a run-time stop, not a compile error, so that a branch not taken may hold it
         code = _GATHER * 100 + bad
         return lambda dst, src, src_offset, src_base_addr, *args: type_fault(dst.ctx, code)
@@ -216,7 +221,10 @@ def transpose(dst, src):  # type: ignore[no-untyped-def]
 @overload(transpose, jit_options=OVERLOAD_OPTIONS)
 def _transpose(dst, src):  # type: ignore[no-untyped-def]
     t = dst.dtype.dt
-    bad = bad_type((t, TRANSPOSE_TYPES), (src.dtype.dt, (t.name,)))
+    mixed = mixed_types("Transpose", ("dst", dst), ("src", src))
+    if mixed is not None:
+        return lambda dst, src: mixed_fault(dst.ctx, mixed)
+    bad = bad_type((t, TRANSPOSE_TYPES))
     if bad is not None:
         code = _TRANSPOSE * 100 + bad
         return lambda dst, src: type_fault(dst.ctx, code)
@@ -227,7 +235,7 @@ def _transpose(dst, src):  # type: ignore[no-untyped-def]
         pd, ps = plan_tensor(dst), plan_tensor(src)
         if not (vec_ok(core, ps, 512, _TRANSPOSE) and vec_ok(core, pd, 512, _TRANSPOSE)):
             return
-        if pd.addr != ps.addr and not apart(core, _TRANSPOSE, pd, 512, ps, 512):
+        if pd.addr != ps.addr and not apart(core, _TRANSPOSE, SRC, pd, 512, ps, 512):
             return
         flow_lanes(core, pd, ps, 1, 512, 512, 1)  # each byte of dst: the state of the whole source
         hz_instruction(core, PIPE_VECTOR, _TRANSPOSE, pd, 512, ps, 512, ps, 0)
@@ -258,7 +266,10 @@ def broadcast(dst, src, dst_shape, src_shape, axis, shared_tmp=None):  # type: i
 @overload(broadcast, jit_options=OVERLOAD_OPTIONS)
 def _broadcast(dst, src, dst_shape, src_shape, axis, shared_tmp=None):  # type: ignore[no-untyped-def]
     t = dst.dtype.dt
-    bad = bad_type((t, BROADCAST_TYPES), (src.dtype.dt, (t.name,)))
+    mixed = mixed_types("Broadcast", ("dst", dst), ("src", src))
+    if mixed is not None:
+        return lambda dst, src, dst_shape, src_shape, axis, shared_tmp=None: mixed_fault(dst.ctx, mixed)
+    bad = bad_type((t, BROADCAST_TYPES))
     if bad is not None:
         code = _BROADCAST * 100 + bad
         return lambda dst, src, dst_shape, src_shape, axis, shared_tmp=None: type_fault(dst.ctx, code)
@@ -280,7 +291,7 @@ def _broadcast(dst, src, dst_shape, src_shape, axis, shared_tmp=None):  # type: 
         # tolerated overlaps, as the v220 implementation runs them (the module's docstring)
         tolerated = (axis == 0 and pd.addr == ps.addr) or axis == 1
         if not (vec_ok(core, ps, m, _BROADCAST) and vec_ok(core, pd, n, _BROADCAST)
-                and ((overlap and tolerated) or apart(core, _BROADCAST, pd, n, ps, m))):
+                and ((overlap and tolerated) or apart(core, _BROADCAST, SRC, pd, n, ps, m))):
             return
         for r in range(rows):  # each element of dst: the state of the one it copies
             row = PlanTensor(pd.buf, pd.addr + r * cols * sz, pd.gen)

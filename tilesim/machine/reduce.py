@@ -40,8 +40,9 @@ here rather than in a module of its own, as the reductions' partner in softmax):
 and fills 32 B block j at ``(i * dst_rep_stride + j * dst_blk_stride) * 32`` with ``src[8i+j]`` (dst_blk_stride 0
 counts as 1); b16 and b32 types. It takes no mask and resets the mask register to all ones (``ResetMask``).
 
-Zero repeats, count or mask is no instruction (A2). The reductions take half and float, src and dst of one type;
-Brcb int16, uint16, half, bfloat16, int32, uint32, float; another type stops the kernel when it runs.
+Zero repeats, count or mask is no instruction (A2). The reductions take half and float, Brcb int16, uint16, half,
+bfloat16, int32, uint32, float; another type stops the kernel when it runs, and so do tensors of different types
+(each API has one T for dst, src and the sharedTmpBuffer).
 
 Arithmetic (the ``vcadd`` trees: adjacent pairs, then pairs of those, ``ReduceDataBlock.md`` 关键特性说明): half
 rounds every addition to half, as the saturation example of ``ReduceDataBlock.md`` shows (60000 + 60000 overflows
@@ -64,7 +65,10 @@ values: masked-off lanes and the gaps a stride leaves are not read); ``work`` (b
 at least the size ``ReduceSum.md`` / ``ReduceMax.md`` give (in elements, with per = 32 / sizeof(T) and R =
 repeat_times, or for the count forms max(count // elements-per-repeat, 1): Sum ceil(R / per)·per; Max / Min
 ceil(2R / per)·per, with the index the sum of the rounds' aligned outputs); dst's results and the scribbled
-``work`` count as written, Brcb's blocks take their source element's state. Counters: VEC_REDUCE, the 256 B
+``work`` count as written, Brcb's blocks take their source element's state; the overlap rule
+(:mod:`tilesim.machine.overlap`): a repeat's results may be written over its own source (in place) but not over a
+later repeat's, likewise the Reduce* first pass into ``work``; Reduce*'s dst, written last, may overlap src and
+``work`` (``ReduceSum.md``); Brcb's src and dst apart (``Brcb.md``). Counters: VEC_REDUCE, the 256 B
 repeats of the source (the count forms: its bytes); Brcb VEC_DUP, the 256 B repeats of dst. Each call is one
 instruction to the pipe-hazard check (``work`` written).
 """
@@ -103,6 +107,7 @@ from ..schedule import PIPE_VECTOR
 from ..vec_kinds import vec_kind
 from .dtypes import ALL
 from .hazard import hz_access, hz_instruction, hz_level0, op_code
+from .overlap import SAME, SRC, WORK, blocks_apart, results_ok
 from .pipe import FAULT_DTYPE, fault
 from .tensor import X_MASK_HI, X_MASK_LO, core_of, ctx_words, plan_tensor
 from .vector import (
@@ -114,6 +119,8 @@ from .vector import (
     load,
     marker,
     mask_span,
+    mixed_fault,
+    mixed_types,
     op_name,
     params_ok,
     reset_mask,
@@ -503,8 +510,11 @@ def _repeat_op(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  #
     name = op_name(op)
     family, kind = _family(name)
     dt = src.dtype.dt
-    if dt.name not in _F or dst.dtype.dt is not dt:  # a run-time stop, so that a branch not taken may hold it
-        code = _fault_code(name, dst.dtype.dt)
+    mixed = mixed_types(name, ("dst", dst), ("src", src))
+    if mixed is not None:
+        return lambda op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order: mixed_fault(dst.ctx, mixed)
+    if dt.name not in _F:  # a run-time stop, so that a branch not taken may hold it
+        code = _fault_code(name, dt)
         return lambda op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order: fault(
             ctx_words(dst.ctx), FAULT_DTYPE, np.int64(-1), code)
     sz = dt.size
@@ -527,9 +537,11 @@ def _repeat_op(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  #
         ds, sb, sr = np.int64(dst_rep), np.int64(src_blk), np.int64(src_rep)
         step = _dst_step(op, dt, o)
         src_bytes = mask_span(n, sb, sr, last_lane(lo, hi, tail, lanes), tail, sz, lanes)
-        dst_bytes = rows_span(n, (top // group) * sz + (step if whole else sz), ds * step)  # a result row a repeat
+        out = (top // group) * sz + (step if whole else sz)  # a repeat's results, from its first
+        dst_bytes = rows_span(n, out, ds * step)  # a result row a repeat
         if not (vec_ok(core, ps, src_bytes, code) and _src_in(core, ps, lo, hi, n, sb, sr, tail, sz)
-                and _dst_ok(core, pd, dst_bytes, 32 if pair else step, code)):
+                and _dst_ok(core, pd, dst_bytes, 32 if pair else step, code)
+                and results_ok(core, code, SRC, SAME, pd, ds * step, out, ps, sz, sb, sr, lo, hi, n, tail, lanes)):
             return
         hz_level0(core, code, pd, 1, 8, dst_bytes, ps, sb, sr, src_bytes, ps, 1, 8, 0, n)
         _walk(op, dst, src, lo, hi, n, sb, sr, tail, ds, o)
@@ -550,8 +562,11 @@ def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
     name = op_name(op)
     kind = _family(name)[1]
     dt = src.dtype.dt
-    if dt.name not in _F or dst.dtype.dt is not dt:
-        code = _fault_code(name, dst.dtype.dt)
+    mixed = mixed_types(name, ("dst", dst), ("src", src), ("sharedTmpBuffer", work))
+    if mixed is not None:
+        return lambda op, dst, src, work, args: mixed_fault(dst.ctx, mixed)
+    if dt.name not in _F:
+        code = _fault_code(name, dt)
         return lambda op, dst, src, work, args: fault(ctx_words(dst.ctx), FAULT_DTYPE, np.int64(-1), code)
     st, sz = dt.storage, dt.size
     per, epb = 256 // sz, 32 // sz
@@ -573,7 +588,11 @@ def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
                 return
             if not is_sum:  # Sum's count form leaves the sharedTmpBuffer alone on A2
                 need = _tmp_elems(1, max(n // per, 1), with_index, sz) * sz
-                if not _work_ok(core, plan_tensor(work), work.nbytes, need, code):
+                reps = (n + per - 1) // per  # the first pass: each repeat's [value, index] into the sharedTmpBuffer
+                if not (_work_ok(core, plan_tensor(work), work.nbytes, need, code)
+                        and results_ok(core, code, WORK, SAME, plan_tensor(work), 2 * sz, 2 * sz, ps, sz, np.int64(1),
+                                       np.int64(8), np.uint64(_ALL_ON), np.uint64(_ALL_ON), reps,
+                                       n - (reps - 1) * per if n % per else np.int64(0), per)):
                     return
                 hz_access(core, PIPE_VECTOR, code, work.buf, work.addr, need, True, work.gen >= 0)
             hz_instruction(core, PIPE_VECTOR, code, pd, out, ps, n * sz, ps, 0)
@@ -598,8 +617,11 @@ def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
         out = 2 * sz if with_index else sz
         src_bytes = mask_span(n, 1, sr, last_lane(lo, hi, np.int64(0), per), np.int64(0), sz, per)
         need = _tmp_elems(0 if is_sum else 1, n, with_index, sz) * sz
+        first = sz if is_sum else 2 * sz  # the first pass's result of each repeat, into the sharedTmpBuffer
         if not (vec_ok(core, ps, src_bytes, code) and _src_in(core, ps, lo, hi, n, 1, sr, 0, sz)
-                and _dst_ok(core, pd, out, out, code) and _work_ok(core, pw, work.nbytes, need, code)):
+                and _dst_ok(core, pd, out, out, code) and _work_ok(core, pw, work.nbytes, need, code)
+                and results_ok(core, code, WORK, SAME, pw, first, first, ps, sz, np.int64(1), sr, lo, hi, n,
+                               np.int64(0), per)):
             return
         hz_access(core, PIPE_VECTOR, code, work.buf, work.addr, need, True, work.gen >= 0)
         hz_instruction(core, PIPE_VECTOR, code, pd, out, ps, src_bytes, ps, 0)
@@ -627,7 +649,10 @@ def brcb_op(dst, src, repeat, params):  # type: ignore[no-untyped-def]
 @overload(brcb_op, jit_options=OVERLOAD_OPTIONS)
 def _brcb_op(dst, src, repeat, params):  # type: ignore[no-untyped-def]
     dt = dst.dtype.dt
-    if dt.name not in _BRCB or src.dtype.dt.size != dt.size:
+    mixed = mixed_types("Brcb", ("dst", dst), ("src", src))
+    if mixed is not None:
+        return lambda dst, src, repeat, params: mixed_fault(dst.ctx, mixed)
+    if dt.name not in _BRCB:
         code = _fault_code("Brcb", dt)
         return lambda dst, src, repeat, params: fault(ctx_words(dst.ctx), FAULT_DTYPE, np.int64(-1), code)
     st, sz = dt.storage, dt.size
@@ -647,7 +672,8 @@ def _brcb_op(dst, src, repeat, params):  # type: ignore[no-untyped-def]
         if not params_ok(core, pd, n, 1) or n <= 0:
             return
         src_bytes, dst_bytes = n * 8 * sz, span(n, db, dr)
-        if not (vec_ok(core, ps, src_bytes, code) and vec_ok(core, pd, dst_bytes, code)):
+        if not (vec_ok(core, ps, src_bytes, code) and vec_ok(core, pd, dst_bytes, code)  # Brcb.md: src and dst apart
+                and blocks_apart(core, code, SRC, pd, db, dr, n, ps, src_bytes)):
             return
         hz_level0(core, code, pd, db, dr, dst_bytes, ps, 1, 8, src_bytes, ps, 1, 8, 0, n)
         s = carray(address_as_pointer(core.base + src.addr, st), 8 * n)

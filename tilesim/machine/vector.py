@@ -18,10 +18,13 @@ Each has the two forms of the Ascend C API (``MV/基础算术/*.md``):
   is no instruction.
 
 One piece of code (:func:`vec_op`) serves every instruction: it checks the operands (checked mode: 32 B alignment,
-bounds, repeat_times <= 255, a zero dst block stride), walks the count or the repeats and strides, counts the
-256 B repeats and keeps the UB shadow (the count form flows its sources' state; the level-0 form marks the span it
-walks written). The operation is a type (a :class:`Marker`), so each instruction compiles to its own loops.
-Types: half, float, and int16 / int32 where the API allows them (another type stops the kernel when it runs);
+bounds, repeat_times <= 255, a zero dst block stride, the overlap rule of :mod:`tilesim.machine.overlap` with
+Add/Sub/Mul/Max/Min's exception for src1), walks the count or the repeats and strides, counts the 256 B repeats
+and keeps the UB shadow (the count form flows its sources' state; the level-0 form marks the span it walks
+written). The operation is a type (a :class:`Marker`), so each instruction compiles to its own loops.
+Types: half, float, and int16 / int32 where the API allows them (another type stops the kernel when it runs); the
+API's one template T for all its tensors (``Adds<T>(dst, src, ...)``): tensors of different types stop the kernel
+when the call runs (:func:`mixed_types`), where Ascend C would not compile it;
 half computes through fp32 and rounds once (exact for + - * / and sqrt). Choices where the documentation is
 silent: Max and Min propagate NaN, Relu passes NaN on, int16 / int32 arithmetic wraps, Rsqrt and Reciprocal are
 exact (the NPU's are approximate on A2, and their error is not modelled).
@@ -64,8 +67,9 @@ from ..jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
 from ..vec_kinds import vec_kind
 from .dtypes import ALL
-from .hazard import hz_instruction, hz_level0, op_code
-from .pipe import FAULT_DTYPE, fault
+from .hazard import INSTRUCTIONS, hz_instruction, hz_level0, op_code
+from .overlap import ACCUMULATE, SAME, SRC, SRC0, SRC1, count_ok, walk_ok
+from .pipe import FAULT_DTYPE, FAULT_MIXED_TYPES, fault
 from .structs import ConstantType, constant_type
 from .tensor import X_COUNTER_MODE, X_MASK_HI, X_MASK_LO, KernelContextType, core_of, ctx_words, plan_tensor
 
@@ -137,6 +141,45 @@ for _n in OPS:
 def op_name(op):  # type: ignore[no-untyped-def]
     """The name of the operation a MarkerType stands for (its instruction's Ascend C name, ``"Add"``)."""
     return op.value.name
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One element type T: an instruction's template parameter
+
+ROLES = ("dst", "src", "src0", "src1", "sharedTmpBuffer")
+
+
+def mixed_types(name: str, *operands: tuple[str, object]) -> int | None:
+    """At typing time: the first operand whose element type differs from the first operand's, among ``operands``
+    (pairs of a role in :data:`ROLES` and a LocalTensor's Numba type) of instruction ``name``, which has one
+    element type T for all of them; its FAULT_MIXED_TYPES detail (:func:`mixed_types_text`), or None.
+
+    A run-time stop (:func:`mixed_fault`) rather than a compile error, as for a type the API does not take: a
+    kernel written for several dtypes types every branch for each, also those it does not take (``if sz == 2:
+    cast(...) else: muls(...)``), and only a call that runs is wrong."""
+    (role0, t0), *rest = operands
+    for role, t in rest:
+        if t.dtype.dt is not t0.dtype.dt:  # type: ignore[attr-defined]
+            names = [d.name for d in ALL]
+            return (((op_code(name) * 100 + ROLES.index(role0)) * 100 + ROLES.index(role)) * 100
+                    + names.index(t0.dtype.dt.name)) * 100 + names.index(t.dtype.dt.name)  # type: ignore[attr-defined]
+    return None
+
+
+def mixed_types_text(detail: int) -> str:
+    """FAULT_MIXED_TYPES's detail in words: the instruction and the two operands with their types."""
+    rest, b = divmod(detail, 100)
+    rest, a = divmod(rest, 100)
+    rest, role_b = divmod(rest, 100)
+    op, role_a = divmod(rest, 100)
+    return f"{INSTRUCTIONS[op]} with {ROLES[role_a]} {ALL[a].name} and {ROLES[role_b]} {ALL[b].name}"
+
+
+@njit(cache=True)
+def mixed_fault(ctx, detail):
+    """Stop the kernel: an instruction's tensors of its one element type T given different types
+    (FAULT_MIXED_TYPES, ``detail`` from :func:`mixed_types`)."""
+    fault(ctx_words(ctx), FAULT_MIXED_TYPES, np.int64(-1), detail)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -330,22 +373,6 @@ def lane_on(lo, hi, lane):
                                                                               & np.uint64(1)) != 0
 
 
-def _joined(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
-    """Repeats whose lanes lie end to end as :func:`_contiguous` of their ``n`` elements (True), when the operands
-    have dst's type (the walk reads them all as dst's); else nothing (False)."""
-
-
-@overload(_joined, jit_options=OVERLOAD_OPTIONS)
-def _joined_impl(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
-    if a.dtype != dst.dtype or not (isinstance(b, types.NoneType) or b.dtype == dst.dtype):
-        return lambda op, dst, a, b, s, n: False
-
-    def joined(op, dst, a, b, s, n):  # type: ignore[no-untyped-def]
-        _contiguous(op, dst, a, b, s, n)
-        return True
-    return joined
-
-
 def _strided(op, dst, a, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tail):  # type: ignore[no-untyped-def]
     """The level-0 walk: ``repeat`` repeats of 8 blocks, lanes selected by the 128-bit mask (lo, hi); block and
     repeat strides in 32 B blocks for dst, a and b. ``tail`` > 0: the last repeat has only ``tail`` lanes
@@ -365,9 +392,9 @@ def _strided_impl(op, dst, a, b, s, lo, hi, repeat, ds, dr, as_, ar, bs, br, tai
         k = prefix_lanes(lo, hi, 8 * epb)
         if k > 0 and ds == 1 and as_ == 1 and (not two or bs == 1):  # each repeat's lanes in one run: the
             run = k * sz  # same elements in the same order, in a loop that vectorises
-            if dr * 32 == run and ar * 32 == run and (not two or br * 32 == run) and _joined(
-                    op, dst, a, b, s, repeat * k if tail <= 0 else (repeat - 1) * k + min(k, tail)):
-                return  # each run right after the last: one loop did them all
+            if dr * 32 == run and ar * 32 == run and (not two or br * 32 == run):  # each run right after the
+                _contiguous(op, dst, a, b, s, repeat * k if tail <= 0 else (repeat - 1) * k + min(k, tail))
+                return  # last: one loop does them all
             for r in range(repeat):
                 m = min(k, tail) if (tail > 0 and r == repeat - 1) else k
                 d = carray(address_as_pointer(core.base + dst.addr + r * dr * 32, st), m)
@@ -528,15 +555,23 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
     name = op_name(op)
     cls, allowed = OPS[name]
     dt = dst.dtype.dt
+    two = not isinstance(b, types.NoneType)
+    has_src = not isinstance(a, types.NoneType)
+    mixed = mixed_types(name, ("dst", dst), *([("src0" if two else "src", a)] if has_src else []),
+                        *([("src1", b)] if two else []))
+    if mixed is not None:
+        return lambda op, dst, a, b, s, args: mixed_fault(dst.ctx, mixed)
     if dt.name not in allowed:  # a run-time stop, not a compile error, so that a branch not taken may hold it
         code = op_code(name) * 100 + [d.name for d in ALL].index(dt.name)
         return lambda op, dst, a, b, s, args: fault(ctx_words(dst.ctx), FAULT_DTYPE, np.int64(-1), code)
     sz = dt.size
     per = 256 // sz
-    two = not isinstance(b, types.NoneType)
-    has_src = not isinstance(a, types.NoneType)
     code = op_code(name)
     kind = vec_kind(name, sz)
+    # the one exception to the overlap rule's across-repeat part (通用地址重叠约束): src1 of these, with a repeat
+    # stride of dst or src1 of 0
+    accumulates = name in ("Add", "Sub", "Mul", "Max", "Min") and dt.name in ("half", "int32_t", "float")
+    first = SRC0 if two else SRC
     if len(args) == 1:  # the count form
         def count_form(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
             n = np.int64(args[0])
@@ -548,13 +583,16 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
             if has_src:
                 if two:
                     if not (vec_ok(core, plan_tensor(a), nb, code) and vec_ok(core, plan_tensor(b), nb, code)
-                            and vec_ok(core, plan_tensor(dst), nb, code)):
+                            and vec_ok(core, plan_tensor(dst), nb, code)
+                            and count_ok(core, code, SRC0, SAME, plan_tensor(dst), sz, plan_tensor(a), sz, n)
+                            and count_ok(core, code, SRC1, SAME, plan_tensor(dst), sz, plan_tensor(b), sz, n)):
                         return
                     flow2(core, plan_tensor(dst), plan_tensor(a), plan_tensor(b), nb)
                     hz_instruction(core, PIPE_VECTOR, code, plan_tensor(dst), nb, plan_tensor(a), nb, plan_tensor(b),
                                    nb)
                 else:
-                    if not (vec_ok(core, plan_tensor(a), nb, code) and vec_ok(core, plan_tensor(dst), nb, code)):
+                    if not (vec_ok(core, plan_tensor(a), nb, code) and vec_ok(core, plan_tensor(dst), nb, code)
+                            and count_ok(core, code, SRC, SAME, plan_tensor(dst), sz, plan_tensor(a), sz, n)):
                         return
                     flow1(core, plan_tensor(dst), plan_tensor(a), nb)
                     hz_instruction(core, PIPE_VECTOR, code, plan_tensor(dst), nb, plan_tensor(a), nb, plan_tensor(a),
@@ -607,6 +645,12 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
             return
         # the shadow: the strided walk's span counts as written (its lanes' own states are not followed yet)
         if not vec_out(core, pd, d_end, code):
+            return
+        if has_src and not walk_ok(core, code, first, SAME, pd, sz, ds, dr, plan_tensor(a), sz, as_, ar, lo, hi,
+                                   repeat, tail, per):
+            return
+        if two and not walk_ok(core, code, SRC1, ACCUMULATE if accumulates and (br == 0 or dr == 0) else SAME, pd,
+                               sz, ds, dr, plan_tensor(b), sz, bs, br, lo, hi, repeat, tail, per):
             return
         hz_level0(core, code, pd, ds, dr, d_end, plan_tensor(src), as_, ar, a_end, plan_tensor(b if two else src),
                   bs, br, b_end, repeat)
