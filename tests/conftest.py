@@ -32,6 +32,24 @@ def rms_inputs(rng: np.random.Generator, shape: tuple, n_gamma: int = 1, dtype: 
     return dy, x, rstd, gamma
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest hook: the ``no_launch_here`` marker."""
+    config.addinivalue_line("markers", "no_launch_here: the test launches no kernel in the pytest process (it runs "
+                                       "them in subprocesses, or host code only); pytest --tilesim-checks, a pass "
+                                       "that exists to check every launch, leaves it out")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """pytest hook: with checked mode forced (``--tilesim-checks``, ``make test``'s second pass), the tests marked
+    ``no_launch_here`` are deselected: forcing changes nothing they run, so they would repeat the first pass."""
+    if not checks_enabled(False):  # True only when forced
+        return
+    keep = [i for i in items if i.get_closest_marker("no_launch_here") is None]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("no_launch_here") is not None])
+        items[:] = keep
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261121)

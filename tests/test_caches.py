@@ -25,6 +25,8 @@ import tilesim.tiling
 
 import tilesim
 
+pytestmark = pytest.mark.no_launch_here  # its cases run in subprocesses
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # What every child runs first: CacheWarnings recorded (by their class's name: the tree before them had none), and

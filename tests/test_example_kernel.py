@@ -167,6 +167,7 @@ def test_opspec_candidates_run_and_match() -> None:
         assert p.ok, f"{c.params}: {p}"
 
 
+@pytest.mark.no_launch_here  # a subprocess
 def test_module_runs_as_a_script() -> None:
     r = subprocess.run([sys.executable, "-m", "examples.add_tail"], cwd=ROOT, capture_output=True, text=True,
                        timeout=600)  # -m puts the working directory, the repo root, on sys.path

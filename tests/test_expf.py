@@ -23,6 +23,8 @@ from tilesim.cast import (
 )
 from tilesim.expf import MAX_ULP, exp_f32, exp_values, ulp_distance
 
+pytestmark = pytest.mark.no_launch_here  # host numerics, no kernel
+
 
 @njit(cache=True)
 def _ours(x):

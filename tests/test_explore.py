@@ -343,6 +343,7 @@ def test_cli_unwritable_out_is_a_usage_error_before_any_run(command: str, where:
     assert e.value.code == 2 and f"--out {out}" in err and message in err and "Traceback" not in err
 
 
+@pytest.mark.no_launch_here  # a subprocess
 def test_python_dash_m_tilesim_runs_the_command() -> None:
     done = subprocess.run([sys.executable, "-m", "tilesim", "ops"], cwd=ROOT, capture_output=True, text=True,
                           check=True)

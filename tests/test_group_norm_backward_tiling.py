@@ -16,6 +16,8 @@ from tilesim.tiling.group_norm_backward import ub_plan
 
 from tilesim import AclnnError, get_soc
 
+pytestmark = pytest.mark.no_launch_here  # host tiling only
+
 MIB = 1024 * 1024
 DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
 SOCS = ["Ascend910B1", "Ascend910B3", "Ascend910_9391"]

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.no_launch_here  # its launches run in subprocesses
+
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ["1:plain:fast", "24:plain:fast", "24:synced:fast", "1:synced:fast", "24:plain:checked", "4:synced:checked",
          "24:plain:fast:reinstalled", "1:synced:fast:reinstalled"]

@@ -10,9 +10,12 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import tilesim  # noqa: F401  (installs the link-only finalisation)
 from tilesim.jit import njit
+
+pytestmark = pytest.mark.no_launch_here  # host functions and subprocesses, no kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,6 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.no_launch_here  # it reads the sources
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"tilesim": ROOT / "tilesim", "tilesim.machine": ROOT / "tilesim" / "machine",
             "tilesim.kernels": ROOT / "kernels", "tilesim.tiling": ROOT / "tiling"}

@@ -99,6 +99,7 @@ print(h.hexdigest())
 """
 
 
+@pytest.mark.no_launch_here  # subprocesses
 def test_bit_identical_across_host_thread_counts():
     digests = set()
     for threads in ("1", "2"):

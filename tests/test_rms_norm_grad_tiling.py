@@ -12,6 +12,8 @@ from tilesim.tiling.rms_norm_grad import check_tiling, ub_plan
 
 from tilesim import AclnnError, get_soc, list_socs
 
+pytestmark = pytest.mark.no_launch_here  # host tiling only
+
 MIB = 1024 * 1024
 
 

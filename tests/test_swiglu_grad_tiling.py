@@ -17,6 +17,8 @@ from tilesim.tiling.swiglu_grad import check_tiling, ub_plan
 
 from tilesim import AclnnError
 
+pytestmark = pytest.mark.no_launch_here  # host tiling only
+
 MIB = 1024 * 1024
 DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
 ISZ = {"float32": 4, "float16": 2, "bfloat16": 2}

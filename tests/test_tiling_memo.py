@@ -11,6 +11,8 @@ from tilesim.tiling.common import TensorMeta, remembered
 
 from tilesim.errors import AclnnError
 
+pytestmark = pytest.mark.no_launch_here  # host tiling only
+
 
 def _counting(tensors: int = 1, by_value: tuple[int, ...] = ()):
     """A remembered function that returns what it was called with, and the list of those calls."""

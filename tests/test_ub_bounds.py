@@ -27,6 +27,8 @@ from tilesim import machine as asc  # AscendC::
 from tilesim.launcher import KernelError, kernel, launch
 from tilesim.soc import get_soc
 
+pytestmark = pytest.mark.no_launch_here  # its launches run in a subprocess, each in the mode it asks for
+
 ROOT = Path(__file__).resolve().parents[1]
 SOC = get_soc("Ascend910B1")
 UB = SOC.ub_size

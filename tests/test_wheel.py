@@ -11,6 +11,10 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.no_launch_here  # it builds and installs the wheel in subprocesses
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
