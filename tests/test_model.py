@@ -406,6 +406,18 @@ def mixed_types(ctx, t, a, h, out):
         data_copy(out, x, 8)
 
 
+def test_every_fault_kind_has_a_number_of_its_own() -> None:
+    """The fault kinds, numbered in three modules (the pipe's, SyncAll's, the UB bounds'), never share a number:
+    a shared one words one stop as the other."""
+    from tilesim import device
+    from tilesim.machine import pipe, sync
+
+    kinds = {n: v for m in (pipe, sync, device) for n, v in vars(m).items()  # a name imported is one kind
+             if n.startswith("FAULT_") and n not in ("FAULT_WORDS", "FAULT_TEXT")}
+    assert len(set(kinds.values())) == len(kinds), kinds
+    assert set(pipe.FAULT_TEXT) == set(kinds.values())
+
+
 @pytest.mark.parametrize("checks", [False, True])
 @pytest.mark.parametrize("case,words", [
     (1, "Adds with dst float and src half"), (2, "Add with dst half and src0 float"),

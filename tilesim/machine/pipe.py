@@ -96,7 +96,7 @@ FAULT_CAST = 9  # a Cast between types tilesim does not convert (detail: src * 1
 # tilesim.device (an access outside the core's UB)
 FAULT_API_TABLE = 12  # element types or a mode outside an instruction's A2 table (detail: op_code * 10**6 + (mode
 # + 1) * 10**4 + type * 100 + second type, the types' indices in tilesim.machine.dtypes.ALL, 99 for none)
-FAULT_MIXED_TYPES = 14  # tensors of one instruction's one element type T given different types (detail:
+FAULT_MIXED_TYPES = 15  # tensors of one instruction's one element type T given different types (detail:
 # tilesim.machine.vector.mixed_types)
 
 TQue = namedtuple("TQue", ["pos", "depth"])
