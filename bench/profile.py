@@ -67,27 +67,32 @@ def write_perf_map(path: str | None = None, dispatchers: list[Any] | None = None
     """Write perf's map of the machine code of ``dispatchers`` (default: every loaded Numba function); returns
     the number of symbols. Each library's object code is one section: its entry point's address less its offset
     places every symbol."""
+    from numba.core.ccallback import CFunc
     from numba.core.registry import CPUDispatcher
 
     rows: dict[int, tuple[int, str]] = {}
     if dispatchers is None:  # by type: isinstance on a dead weakref.proxy among the objects raises ReferenceError
-        dispatchers = [o for o in gc.get_objects() if issubclass(type(o), CPUDispatcher)]
+        dispatchers = [o for o in gc.get_objects() if issubclass(type(o), CPUDispatcher | CFunc)]
+    libraries = []  # (library, the name of a function in it)
     for d in dispatchers:
-        for cres in d.overloads.values():
-            lib = cres.library
-            if getattr(lib, "_tilesim_link_only", False):  # device code: linked into its host callers' code
+        if isinstance(d, CFunc):  # a launch's core loop is one (tilesim.launcher's C entries)
+            if getattr(d, "_library", None) is not None:
+                libraries.append((d._library, d._wrapper_name))
+            continue
+        libraries.extend((cres.library, cres.fndesc.llvm_func_name) for cres in d.overloads.values())
+    for lib, entry in libraries:
+        if getattr(lib, "_tilesim_link_only", False):  # device code: linked into its host callers' code
+            continue
+        elf = getattr(lib, OBJECT_CODE, None)
+        if elf is None:
+            try:
+                elf = lib._get_compiled_object()
+            except (RuntimeError, ValueError):  # not compiled here, nor loaded from the cache with its code
                 continue
-            elf = getattr(lib, OBJECT_CODE, None)
-            if elf is None:
-                try:
-                    elf = lib._get_compiled_object()
-                except (RuntimeError, ValueError):  # not compiled here, nor loaded from the cache with its code
-                    continue
-            syms = _symbols(elf)
-            entry = cres.fndesc.llvm_func_name
-            base = next((lib.get_pointer_to_function(n) - v for v, _, n in syms if n == entry), None)
-            if base is not None:
-                rows.update((base + v, (s, n)) for v, s, n in syms)
+        syms = _symbols(elf)
+        base = next((lib.get_pointer_to_function(n) - v for v, _, n in syms if n == entry), None)
+        if base is not None:
+            rows.update((base + v, (s, n)) for v, s, n in syms)
     with open(path or f"/tmp/perf-{os.getpid()}.map", "w") as f:
         for a in sorted(rows):
             f.write(f"{a:x} {rows[a][0]:x} {rows[a][1]}\n")

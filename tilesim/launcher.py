@@ -458,17 +458,17 @@ def _record(t: Any, n_gm: int, block_dim: int, sync_at: int, checks: bool | None
     return rec
 
 
-_ENTRIES: dict[tuple[Any, str], int] = {}
+_ENTRIES: dict[tuple[Any, str], Any] = {}  # the C entries (numba CFunc), kept: they own their machine code
 
 
 def _entry(cores: Any, build: str) -> int:
     """The address of the C entry of ``cores``' module for ``build`` (compiled on first use)."""
     key = (cores, build)
-    at = _ENTRIES.get(key)
-    if at is None:
+    entry = _ENTRIES.get(key)
+    if entry is None:
         mod = sys.modules[cores.py_func.__module__]
-        at = _ENTRIES[key] = cfunc(types.void(types.int64), cache=mod.CACHED)(getattr(mod, f"entry_{build}")).address
-    return at
+        entry = _ENTRIES[key] = cfunc(types.void(types.int64), cache=mod.CACHED)(getattr(mod, f"entry_{build}"))
+    return entry.address
 
 
 def _core_loop(k: Kernel, t: Any, elems: tuple[dtypes.DType, ...]) -> Any:
