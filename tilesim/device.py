@@ -16,7 +16,7 @@ import numpy as np
 from numba import carray, types
 from numba.extending import overload
 
-from .intrinsics import address_as_pointer, atomic_load, copy_bytes
+from .intrinsics import address_as_pointer, copy_bytes, flag_load
 from .jit import OVERLOAD_OPTIONS, njit
 from .schedule import (
     L_AMOUNT,
@@ -383,7 +383,7 @@ STOPPED = "tilesim: the launch was interrupted"  # what a core raises when its l
 def stop_if_asked(core):
     """Raise (:data:`STOPPED`) when the core's launch has been asked to stop (Ctrl-C, :mod:`tilesim.interrupt`):
     every instruction issued reads the word, in both builds, so that a launch stops within an instruction."""
-    if atomic_load(core.stop_at) != 0:
+    if flag_load(core.stop_at) != 0:
         raise RuntimeError(STOPPED)
 
 

@@ -149,6 +149,21 @@ def atomic_load(typingctx, addr):
     return types.int64(addr), codegen
 
 
+@intrinsic
+def flag_load(typingctx, addr):
+    """The int64 at an address, read atomically but unordered with the loads and stores around it (LLVM's
+    monotonic): for a flag another thread sets, which must be seen but orders nothing, read so often (each
+    instruction) that :func:`atomic_load`'s barrier to the optimiser would cost the kernel's loops."""
+    if not isinstance(addr, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        return builder.load_atomic(builder.inttoptr(args[0], i64.as_pointer()), "monotonic", 8)
+
+    return types.int64(addr), codegen
+
+
 # Linux's futex system call (its number per architecture), with which a waiting thread sleeps until the thread it
 # waits for wakes it; None elsewhere, where a wait sleeps in short naps (usleep) instead.
 SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower()) \

@@ -60,7 +60,7 @@ from ..device import (
     vec_out,
 )
 from ..intrinsics import address_as_pointer
-from ..jit import OVERLOAD_OPTIONS, njit
+from ..jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
 from ..vec_kinds import vec_kind
 from .convert import api_fault, bad_type, type_fault, type_index
@@ -224,7 +224,7 @@ def cmp_op(op, dst, a, b, s, mode, args):  # type: ignore[no-untyped-def]
     CompareScalar, whose scalar is ``s``."""
 
 
-@overload(cmp_op, jit_options=OVERLOAD_OPTIONS)
+@overload(cmp_op, jit_options=INLINE_OPTIONS)
 def _cmp_op(op, dst, a, b, s, mode, args):  # type: ignore[no-untyped-def]
     name = op_name(op)
     code, two = op_code(name), name == "Compare"
@@ -273,7 +273,7 @@ def compare(dst, src0, src1, cmp_mode, *args):  # type: ignore[no-untyped-def]
     raise TypeError("Compare is device code: call it from a kernel")
 
 
-@overload(compare, jit_options=OVERLOAD_OPTIONS)
+@overload(compare, jit_options=INLINE_OPTIONS)
 def _compare(dst, src0, src1, cmp_mode, *args):  # type: ignore[no-untyped-def]
     return lambda dst, src0, src1, cmp_mode, *args: cmp_op(_COMPARE, dst, src0, src1, 0, cmp_mode, args)
 
@@ -284,7 +284,7 @@ def compare_scalar(dst, src, scalar, cmp_mode, *args):  # type: ignore[no-untype
     raise TypeError("CompareScalar is device code: call it from a kernel")
 
 
-@overload(compare_scalar, jit_options=OVERLOAD_OPTIONS)
+@overload(compare_scalar, jit_options=INLINE_OPTIONS)
 def _compare_scalar(dst, src, scalar, cmp_mode, *args):  # type: ignore[no-untyped-def]
     return lambda dst, src, scalar, cmp_mode, *args: cmp_op(_COMPARE_SCALAR, dst, src, src, scalar, cmp_mode, args)
 
@@ -385,7 +385,7 @@ def sel_op(dst, sel, a, b, mode, args):  # type: ignore[no-untyped-def]
     scalar."""
 
 
-@overload(sel_op, jit_options=OVERLOAD_OPTIONS)
+@overload(sel_op, jit_options=INLINE_OPTIONS)
 def _sel_op(dst, sel, a, b, mode, args):  # type: ignore[no-untyped-def]
     t, u = dst.dtype.dt, sel.dtype.dt
     ti, ui = type_index(t), type_index(u)
@@ -458,6 +458,6 @@ def select(dst, sel_mask, src0, src1, sel_mode, *args):  # type: ignore[no-untyp
     raise TypeError("Select is device code: call it from a kernel")
 
 
-@overload(select, jit_options=OVERLOAD_OPTIONS)
+@overload(select, jit_options=INLINE_OPTIONS)
 def _select(dst, sel_mask, src0, src1, sel_mode, *args):  # type: ignore[no-untyped-def]
     return lambda dst, sel_mask, src0, src1, sel_mode, *args: sel_op(dst, sel_mask, src0, src1, sel_mode, args)

@@ -81,7 +81,7 @@ from ..device import (
     vec_out,
 )
 from ..intrinsics import address_as_pointer, f32_as_u32, u32_as_f32
-from ..jit import OVERLOAD_OPTIONS, njit
+from ..jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
 from ..vec_kinds import vec_kind
 from .dtypes import ALL
@@ -154,7 +154,7 @@ def _ok_lanes(core, dst, src, n, dst_lane, src_lane):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, forceinline=True)
 def _cast_to_f32(core, dst, src, n, kind):
     """Cast b16 (``kind``: fp16 or bf16 bits) to fp32, exactly. ``src`` may be the upper half of ``dst``'s
     buffer (the kernels' in-place widening, which the overlap rule allows): element k is read before any write can
@@ -166,7 +166,7 @@ def _cast_to_f32(core, dst, src, n, kind):
     count_vector(core, VEC_CAST, _CAST_KIND, 4 * n, dst, src, src)
 
 
-@njit(cache=True)
+@njit(cache=True, forceinline=True)
 def _cast_from_f32(core, dst, src, n, kind, mode):
     """Cast fp32 to b16 bits with RoundMode ``mode``; ``dst`` may be ``src`` reinterpreted (in place)."""
     if not _ok_lanes(core, dst, src, n, 2, 4):
@@ -398,7 +398,7 @@ def mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
     ``s`` the scalar (Axpy), ``mode`` the RoundMode (Cast)."""
 
 
-@overload(mixed_op, jit_options=OVERLOAD_OPTIONS)
+@overload(mixed_op, jit_options=INLINE_OPTIONS)
 def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
     name = op_name(op)
     d, sdt = dst.dtype.dt, src.dtype.dt
@@ -492,7 +492,7 @@ def cast(dst, src, round_mode, *args):  # type: ignore[no-untyped-def]
     raise TypeError("Cast is device code: call it from a kernel")
 
 
-@overload(cast, jit_options=OVERLOAD_OPTIONS)
+@overload(cast, jit_options=INLINE_OPTIONS)
 def _cast(dst, src, round_mode, *args):  # type: ignore[no-untyped-def]
     return lambda dst, src, round_mode, *args: mixed_op(_CAST, dst, src, 0, round_mode, args)
 
@@ -503,6 +503,6 @@ def axpy(dst, src, scalar, *args):  # type: ignore[no-untyped-def]
     raise TypeError("Axpy is device code: call it from a kernel")
 
 
-@overload(axpy, jit_options=OVERLOAD_OPTIONS)
+@overload(axpy, jit_options=INLINE_OPTIONS)
 def _axpy(dst, src, scalar, *args):  # type: ignore[no-untyped-def]
     return lambda dst, src, scalar, *args: mixed_op(_AXPY, dst, src, scalar, 0, args)

@@ -61,7 +61,7 @@ from ..device import (
     vec_out,
 )
 from ..intrinsics import address_as_pointer
-from ..jit import OVERLOAD_OPTIONS
+from ..jit import INLINE_OPTIONS, OVERLOAD_OPTIONS
 from ..schedule import PIPE_VECTOR
 from ..ub import PlanTensor
 from ..vec_kinds import vec_kind
@@ -175,7 +175,7 @@ def gather(dst, src, src_offset, src_base_addr, *args):  # type: ignore[no-untyp
     raise TypeError("Gather is device code: call it from a kernel")
 
 
-@overload(gather, jit_options=OVERLOAD_OPTIONS)
+@overload(gather, jit_options=INLINE_OPTIONS)
 def _gather(dst, src, src_offset, src_base_addr, *args):  # type: ignore[no-untyped-def]
     t = dst.dtype.dt
     mixed = mixed_types("Gather", ("dst", dst), ("src", src))
@@ -218,7 +218,7 @@ def transpose(dst, src):  # type: ignore[no-untyped-def]
     raise TypeError("Transpose is device code: call it from a kernel")
 
 
-@overload(transpose, jit_options=OVERLOAD_OPTIONS)
+@overload(transpose, jit_options=INLINE_OPTIONS)
 def _transpose(dst, src):  # type: ignore[no-untyped-def]
     t = dst.dtype.dt
     mixed = mixed_types("Transpose", ("dst", dst), ("src", src))
@@ -263,7 +263,7 @@ def broadcast(dst, src, dst_shape, src_shape, axis, shared_tmp=None):  # type: i
     raise TypeError("Broadcast is device code: call it from a kernel")
 
 
-@overload(broadcast, jit_options=OVERLOAD_OPTIONS)
+@overload(broadcast, jit_options=INLINE_OPTIONS)
 def _broadcast(dst, src, dst_shape, src_shape, axis, shared_tmp=None):  # type: ignore[no-untyped-def]
     t = dst.dtype.dt
     mixed = mixed_types("Broadcast", ("dst", dst), ("src", src))

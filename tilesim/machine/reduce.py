@@ -102,7 +102,7 @@ from ..device import (
     vec_out,
 )
 from ..intrinsics import address_as_pointer, pair_tree_sum_f32
-from ..jit import OVERLOAD_OPTIONS, njit
+from ..jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
 from ..schedule import PIPE_VECTOR
 from ..vec_kinds import vec_kind
 from .dtypes import ALL
@@ -305,7 +305,7 @@ def _block_sum(x, bits, first):
                                                                     + _pair(x, 6, bits, first))
 
 
-@njit(cache=True)
+@njit(cache=True, forceinline=True)
 def _f32_sums(src, blk, dst, group, bits, repeat, src_rep, dst_rep):
     """``repeat`` repeats of a float sum from address ``src`` (blocks ``blk`` bytes apart, repeats ``src_rep``)
     into ``dst`` (repeats ``dst_rep`` apart), the lanes on the bits of ``bits`` (the others add as +0): each
@@ -354,8 +354,62 @@ def _walk(op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, order):
     whether any lane was on)."""
 
 
-@overload(_walk, jit_options=LOOP_OPTIONS)
+@overload(_walk, jit_options={**LOOP_OPTIONS, "forceinline": True})
 def _walk_impl(op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, order):  # type: ignore[no-untyped-def]
+    # inlined into the instruction, as the float sums' loops are short enough for a call to be a good part of them
+    family, kind = _family(op_name(op))
+    dt = src.dtype.dt
+    lanes = 256 // dt.size
+    group = 2 if family == "Pair" else lanes // 8 if family == "Block" else lanes
+    f32 = dt.name == "float"
+
+    def sums(op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, order):  # type: ignore[no-untyped-def]
+        # Whole, Block and Pair sums of floats, written out (b32 lanes take mask[0] alone)
+        core = core_of(src)
+        step = _dst_step(op, dt, order)
+        whole = repeat - 1 if tail > 0 else repeat  # then the last repeat has its first ``tail`` lanes
+        cut = lo & ((np.uint64(1) << np.uint64(tail)) - np.uint64(1)) if tail > 0 else lo
+        _f32_sums(core.base + src.addr, src_blk * 32, core.base + dst.addr, group, lo, whole, src_rep * 32,
+                  dst_rep * step)
+        if tail > 0:
+            _f32_sums(core.base + src.addr + whole * src_rep * 32, src_blk * 32,
+                      core.base + dst.addr + whole * dst_rep * step, group, cut, 1, 0, 0)
+        if core.checks:
+            pd = plan_tensor(dst)
+            for r in range(repeat):
+                bits = cut if r == whole else lo
+                for g in range(lanes // group):
+                    if (bits >> np.uint64(g * group)) & (_ONES >> np.uint64(64 - group)):
+                        _wrote(core, pd, r * dst_rep * step + g * 4, 4)
+        return store(dt, np.float32(0)), np.int64(0), np.int64(0), False
+
+    def folded_sum(op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, order):  # type: ignore[no-untyped-def]
+        # ReduceSum of floats: the repeats' trees added in order (one with no lane on adds nothing)
+        core = core_of(src)
+        whole = repeat - 1 if tail > 0 else repeat
+        cut = lo & ((np.uint64(1) << np.uint64(tail)) - np.uint64(1)) if tail > 0 else lo
+        acc = np.float32(0)
+        found = False
+        for r in range(repeat):
+            bits = cut if r == whole else lo
+            if bits:
+                x = pair_tree_sum_f32(core.base + src.addr + r * src_rep * 32, src_blk * 32, bits)
+                acc = x if not found else acc + x
+                found = True
+        return store(dt, acc), np.int64(0), np.int64(0), found
+
+    if f32 and kind == "Sum":
+        return folded_sum if family == "Reduce" else sums
+    return lambda op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, order: _any_walk(
+        op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, order)
+
+
+def _any_walk(op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, order):  # type: ignore[no-untyped-def]
+    """:func:`_walk` of any type and kind, lane by lane."""
+
+
+@overload(_any_walk, jit_options=LOOP_OPTIONS)
+def _any_walk_impl(op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, order):  # type: ignore[no-untyped-def]
     family, kind = _family(op_name(op))
     dt = src.dtype.dt
     st, sz = dt.storage, dt.size
@@ -365,37 +419,11 @@ def _walk_impl(op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, or
     is_sum, is_max, fold = kind == "Sum", kind == "Max", family == "Reduce"
     whole_mm = family == "Whole" and not is_sum
     idx_t = np.uint16 if sz == 2 else np.uint32
-    f32 = dt.name == "float"
 
     def walk(op, dst, src, lo, hi, repeat, src_blk, src_rep, tail, dst_rep, order):  # type: ignore[no-untyped-def]
         core = core_of(src)
         pd = plan_tensor(dst)
         step = _dst_step(op, dt, order)
-        whole = repeat - 1 if tail > 0 else repeat  # then the last repeat has its first ``tail`` lanes
-        cut = lo & ((np.uint64(1) << np.uint64(tail)) - np.uint64(1)) if tail > 0 else lo
-        if is_sum and not fold and f32:  # the common case, written out (b32 lanes take mask[0] alone)
-            _f32_sums(core.base + src.addr, src_blk * 32, core.base + dst.addr, group, lo, whole, src_rep * 32,
-                      dst_rep * step)
-            if tail > 0:
-                _f32_sums(core.base + src.addr + whole * src_rep * 32, src_blk * 32,
-                          core.base + dst.addr + whole * dst_rep * step, group, cut, 1, 0, 0)
-            if core.checks:
-                for r in range(repeat):
-                    bits = cut if r == whole else lo
-                    for g in range(lanes // group):
-                        if (bits >> np.uint64(g * group)) & (_ONES >> np.uint64(64 - group)):
-                            _wrote(core, pd, r * dst_rep * step + g * sz, sz)
-            return store(dt, np.float32(0)), np.int64(0), np.int64(0), False
-        if is_sum and fold and f32:  # ReduceSum: the repeats' trees added in order (one with no lane on adds
-            acc = np.float32(0)  # nothing)
-            found = False
-            for r in range(repeat):
-                bits = cut if r == whole else lo
-                if bits:
-                    x = pair_tree_sum_f32(core.base + src.addr + r * src_rep * 32, src_blk * 32, bits)
-                    acc = x if not found else acc + x
-                    found = True
-            return store(dt, acc), np.int64(0), np.int64(0), found
         v = np.empty(lanes, np.float32)
         raw = np.empty(lanes, st)
         on = np.zeros(lanes, np.bool_)
@@ -505,7 +533,7 @@ def repeat_op(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  # 
     """One WholeReduce*, BlockReduce* or PairReduceSum instruction (``order``: Whole Max / Min's ReduceOrder)."""
 
 
-@overload(repeat_op, jit_options=OVERLOAD_OPTIONS)
+@overload(repeat_op, jit_options=INLINE_OPTIONS)
 def _repeat_op(op, dst, src, mask, repeat, dst_rep, src_blk, src_rep, order):  # type: ignore[no-untyped-def]
     name = op_name(op)
     family, kind = _family(name)
@@ -557,7 +585,7 @@ def reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
     src_rep_stride[, cal_index])."""
 
 
-@overload(reduce_op, jit_options=OVERLOAD_OPTIONS)
+@overload(reduce_op, jit_options=INLINE_OPTIONS)
 def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
     name = op_name(op)
     kind = _family(name)[1]
@@ -646,7 +674,7 @@ def brcb_op(dst, src, repeat, params):  # type: ignore[no-untyped-def]
     """One Brcb instruction."""
 
 
-@overload(brcb_op, jit_options=OVERLOAD_OPTIONS)
+@overload(brcb_op, jit_options=INLINE_OPTIONS)
 def _brcb_op(dst, src, repeat, params):  # type: ignore[no-untyped-def]
     dt = dst.dtype.dt
     mixed = mixed_types("Brcb", ("dst", dst), ("src", src))
@@ -700,7 +728,7 @@ def _instruction(name: str, attr: str, form: str):  # type: ignore[no-untyped-de
     def stub(dst, src, *args):  # type: ignore[no-untyped-def]
         raise TypeError(f"{name} is device code: call it from a kernel")
 
-    @overload(stub, jit_options=OVERLOAD_OPTIONS)
+    @overload(stub, jit_options=INLINE_OPTIONS)
     def _typed(dst, src, *args):  # type: ignore[no-untyped-def]
         if family == "Reduce":
             return lambda dst, src, *args: reduce_op(op, dst, src, args[0], args[1:])
@@ -737,6 +765,6 @@ def brcb(dst, src, repeat_times, params):  # type: ignore[no-untyped-def]
     raise TypeError("Brcb is device code: call it from a kernel")
 
 
-@overload(brcb, jit_options=OVERLOAD_OPTIONS)
+@overload(brcb, jit_options=INLINE_OPTIONS)
 def _brcb(dst, src, repeat_times, params):  # type: ignore[no-untyped-def]
     return lambda dst, src, repeat_times, params: brcb_op(dst, src, repeat_times, params)
