@@ -13,7 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -373,13 +373,14 @@ def _join(futures: list[Future[Any]], stop_at: int) -> None:
     all have, so that nothing of the launch writes after the interrupt reaches the caller. Then the first
     exception a pool thread raised, as ``Future.result`` raises it."""
     caught: KeyboardInterrupt | None = None
-    pending: Any = futures
-    while pending:
-        try:
-            pending = wait(pending).not_done
-        except KeyboardInterrupt as e:
-            caught = caught or e
-            interrupt.request(stop_at)
+    for f in futures:
+        while True:
+            try:
+                f.exception()  # waits (one lock, where concurrent.futures.wait builds a waiter per call)
+                break
+            except KeyboardInterrupt as e:
+                caught = caught or e
+                interrupt.request(stop_at)
     if caught is not None:
         raise caught
     for f in futures:

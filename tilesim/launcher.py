@@ -661,15 +661,17 @@ def _check_args(k: Kernel, block_dim: Any, outputs: Any, gm: tuple[Any, ...], na
     if isinstance(outputs, bool) or not isinstance(outputs, (int, np.integer)) or not 0 <= outputs <= len(gm):
         raise ValueError(f"tilesim.launch of {k.name}: outputs must be an integer from 0 to the {len(gm)} GM arrays, "
                          f"got {outputs!r}")
+    first_out = len(gm) - outputs
     for i, a in enumerate(gm):
+        flags = a.flags if isinstance(a, np.ndarray) else None  # (a.flags makes a new object each time)
+        if flags is not None and flags.c_contiguous and (i < first_out or flags.writeable):
+            continue
         name = names[i] if i < len(names) else f"GM array {i}"
-        if not isinstance(a, np.ndarray):
+        if flags is None:
             raise ValueError(f"tilesim.launch of {k.name}: {name} must be a numpy array, got {type(a).__name__}")
-        if not a.flags.c_contiguous:
+        if not flags.c_contiguous:
             raise ValueError(f"tilesim.launch of {k.name}: {name} must be C-contiguous")
-        if i >= len(gm) - outputs and not a.flags.writeable:
-            raise ValueError(f"tilesim.launch of {k.name}: {name} is an output and must be writeable (it is "
-                             f"read-only)")
+        raise ValueError(f"tilesim.launch of {k.name}: {name} is an output and must be writeable (it is read-only)")
 
 
 def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int = 1,

@@ -285,20 +285,21 @@ def _better(x, best, have, is_max):
 _ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-# _lane, _pair and _block_sum are plain functions, which LLVM inlines in the host function: inlined in Numba's IR
-# (inline="always"), the 8 block sums' 64 lanes made _f32_sums a 10.5 s compile (0.8 s now), for the same speed.
-@njit(cache=True)
+# _lane, _pair and _block_sum are inlined by LLVM (forceinline), not in Numba's IR (inline="always"), with which the
+# 8 block sums' 64 lanes made _f32_sums a 10.5 s compile (0.8 s so); left to LLVM's threshold, a kernel's function
+# grown past it made each a call.
+@njit(cache=True, forceinline=True)
 def _lane(x, e, bits, first):
     """Lane ``first + e`` of a repeat (``x`` its block): its value if on in ``bits``, else +0."""
     return x[e] if (bits >> np.uint64(first + e)) & np.uint64(1) else np.float32(0)
 
 
-@njit(cache=True)
+@njit(cache=True, forceinline=True)
 def _pair(x, e, bits, first):
     return _lane(x, e, bits, first) + _lane(x, e + 1, bits, first)
 
 
-@njit(cache=True)
+@njit(cache=True, forceinline=True)
 def _block_sum(x, bits, first):
     """The 8 lanes of a 32 B block summed as the hardware's adjacent pairs, level by level."""
     return (_pair(x, 0, bits, first) + _pair(x, 2, bits, first)) + (_pair(x, 4, bits, first)
