@@ -8,7 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
-from numba import njit
+from numba import cfunc, njit, types
 
 from bench.profile import demo_case, readable, write_perf_map
 from tilesim.jit import njit as tilesim_njit
@@ -52,6 +52,16 @@ def test_device_code_is_mapped_in_the_host_function_that_links_it(tmp_path):
     here = f"{__name__}._twice_plus_three"
     assert {here, f"{here} (cpython wrapper)"} <= names, names
     assert f"{__name__}._plus_three" not in names  # inlined: no symbol of its own
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="needs nm (binutils)")
+def test_a_cfunc_is_mapped_at_its_address(tmp_path):
+    """A SyncAll launch runs its cores through a numba cfunc (the launcher's C entry), not a dispatcher."""
+    entry = cfunc(types.int64(types.int64))(_twice_plus_one.py_func)
+    path = tmp_path / "perf.map"
+    assert write_perf_map(str(path), [entry]) >= 1
+    rows = {int(addr, 16): readable(name) for addr, _, name in (line.split() for line in path.read_text().splitlines())}
+    assert rows.get(entry.address, "").endswith("_twice_plus_one (cfunc)"), rows
 
 
 def test_numba_names_read_as_module_and_function():
