@@ -1,7 +1,8 @@
 """Host side of a kernel launch: per-core arenas and counters, the workspace, atomic targets, the run report.
 
-A kernel module writes its per-core body and an ``@njit(nogil=True)`` loop over a range of cores, calls
-:func:`prepare`, then :func:`run_cores` once per phase (it returns when every core has finished: a SyncAll), then
+:func:`tilesim.launcher.launch` calls :func:`prepare`, then runs the loop over cores it generated for the kernel:
+with :func:`run_cores` (ranges of cores on the host threads, returning when every core has finished), or with
+:func:`run_synced` for a kernel that calls SyncAll (the cores as coroutines that wait for each other there); then
 :func:`finish`.
 """
 
@@ -337,11 +338,12 @@ _pool: ThreadPoolExecutor | None = None
 def run_cores(cores: Callable[..., None], block_dim: int, *args: Any) -> None:
     """One SyncAll phase: ``cores(first, last, *args)`` over contiguous ranges of the ``block_dim`` cores, one
     range per host thread (``numba.get_num_threads()``; the calling thread takes the first), returning when
-    every core has finished. ``cores`` is the kernel's ``@njit(nogil=True)`` loop over its per-core body, so the
-    threads run in parallel; the split does not change the results (each core writes its own rows and shadows).
+    every core has finished. ``cores`` is the ``@njit(nogil=True)`` loop over the kernel's per-core body that the
+    launcher generates, so the threads run in parallel; the split does not change the results (each core writes
+    its own rows and shadows).
 
-    This replaces a ``prange`` launcher: a parallel=True function costs seconds of extra compile time per kernel
-    (its gufunc recompiles the whole call tree) and wakes Numba's thread pool on every launch.
+    Host threads rather than a ``prange``: a parallel=True function's gufunc recompiles the whole call tree (seconds
+    of compile time per kernel) and wakes Numba's thread pool on every launch.
     """
     global _pool
     n = _thread_count(block_dim)
@@ -578,7 +580,7 @@ def host_threads(*gm: np.ndarray) -> _HostThreads:
 def thread_buffer(name: str, nbytes: int) -> np.ndarray:
     """This host thread's buffer ``name``, at least ``nbytes`` long, kept across launches: a fresh allocation of
     a large buffer costs a page fault per 4 KiB page the kernel touches (the kernel zeroing each page first),
-    which for NsaCompressGrad's 384 MiB of workspace and shadows took longer than the kernel's own work."""
+    which for a large workspace costs more than the kernel's own work."""
     pool = _local.pool
     if pool is None:
         pool = _local.pool = {}
@@ -594,22 +596,6 @@ def workspace(size: int) -> np.ndarray:
     return thread_buffer("workspace", size)
 
 
-@njit(cache=True, nogil=True, host=True)
-def _zero(first, last, a):
-    a[first:last] = 0
-
-
-def zeros(name: str, n: int, dtype: Any = np.float32) -> np.ndarray:
-    """``n`` zeros of ``dtype`` in this host thread's reused buffer ``name`` (for atomic-add shadows), zeroed by
-    all the host threads (by this one alone inside a serial :func:`host_threads` block, without a launch)."""
-    buf = thread_buffer(name, n * np.dtype(dtype).itemsize)
-    if _local.serial:
-        buf.fill(0)
-    else:
-        run_cores(_zero, buf.size, buf)
-    return buf.view(dtype)
-
-
 def scratch(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """This host thread's reused buffer ``name`` as an array of ``shape`` and ``dtype``, holding whatever its last
     use left: for temporaries a launch writes whole (checked mode's outputs), which would otherwise page-fault
@@ -619,7 +605,7 @@ def scratch(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
 
 
 def release_scratch() -> None:
-    """Free this host thread's reused workspace, shadow and temporary buffers (they are kept for the next
+    """Free this host thread's reused workspace, coroutine and temporary buffers (they are kept for the next
     launch)."""
     _local.pool = {}
 
