@@ -66,7 +66,7 @@ PAGE = 4096
 def page_aligned(shape: int | tuple[int, ...], dtype: Any, fill: Any = None) -> np.ndarray:
     """A new array whose data starts on a 4 KiB page. numpy's large arrays start 16 B past one (malloc's header),
     so a 32 B-aligned UB tile mapped there straddles the host's 64 B cache lines: every other 32 B vector access
-    (every 64 B one) splits across two lines, which made each emulated instruction about a third slower."""
+    (every 64 B one) splits across two lines, which slows every emulated instruction."""
     dtype = np.dtype(dtype)
     n = math.prod(shape if isinstance(shape, tuple) else (shape,)) * dtype.itemsize
     raw = np.zeros(n + PAGE, np.uint8) if fill == 0 else np.empty(n + PAGE, np.uint8)  # zeros: calloc's pages
@@ -176,7 +176,7 @@ class Launch:
             self.counters = np.zeros((self.block_dim, N_COUNTERS), np.int64)
         self.recording = self.counters.shape[1] > N_COUNTERS
         shape = (self.block_dim, err_width(self.checks, self.soc.ub_size))  # checked mode: the UB shadow too
-        # only the shadow's passes gain from the page; fast mode's few columns would pay 2.5 µs a launch for it
+        # only the shadow's passes gain from the page; fast mode's few columns would pay for aligning them every launch
         self.err = page_aligned(shape, np.int64, 0) if self.checks else np.zeros(shape, np.int64)
         self.t0 = time.perf_counter()
         _local.launch = self
