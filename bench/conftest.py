@@ -1,9 +1,9 @@
 """The benchmark summary: after a run with ``--benchmark-enable``, a table of kernel, shape, op, dtype, median,
 effective GB/s, its share of the memory-bandwidth probe, the speedups over torch and over numpy and the cost of
 checked mode; then the small calls (µs), the scaling run (ns per element), the warm start, the explorer's sweeps
-and the targets of issues 7 and 31, each a short section printed only when its benchmarks ran. Everything is also
-written to ``bench/results.json``. Nothing is printed or written when benchmarks are disabled (the default
-addopts).
+and the targets (speed, the explorer's cost), each a short section printed only when its benchmarks ran.
+Everything is also written to ``bench/results.json``. Nothing is printed or written when benchmarks are disabled
+(the default addopts).
 
 The benchmarks put ``op``, ``dtype`` and (but for the start-up) ``bytes`` (what the op must move) in their
 ``extra_info``; GB/s here is bytes / median time / 1e9, the probe's GB/s is the triad's (2 reads + 1 write
@@ -60,14 +60,14 @@ SCALING_GROUP = "scaling"
 STARTUP_GROUP = "startup"
 EXPLORE_GROUP = "explore"
 
-# Issue 7's targets.
+# The speed targets.
 NORMS = ("rms_norm_grad", "group_norm_backward", "layer_norm_grad")
 NORM_PCT = {"fp32": 60.0, "bf16": 50.0, "fp16": 50.0}  # % of the probe, by dtype (b16: bf16 and fp16)
 OTHER_PCT = 40.0  # swiglu_grad, nsa_compress_grad: % of the probe, any dtype
-CHECKED_MAX = 5.0  # checked median / fast median: issue 9 (shadow state and race checks) raised issue 7's 3
+CHECKED_MAX = 5.0  # checked median / fast median, the UB shadow and the race checks included
 SMALL_MAX_US = 200.0  # per small call
 WARM_MAX_S = 1.5  # warm start: process start to the first result
-# Issue 31's targets.
+# The explorer's targets.
 EXTRA_MAX = 3.0  # what a candidate costs beyond its fast run (estimate and judging), over that run
 SWEEP_MAX_S = 15.0  # the sweep of SWEEP_CASE, one process
 SWEEP_CASE = ("rms_norm_grad", "bf16", [4096, 4096])
@@ -190,7 +190,7 @@ def _warm(r: dict[str, Any]) -> dict[str, float | None]:
 
 
 def _targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Issue 7's targets, one entry per (subject, target) that has its figures: the bandwidth share, the speedup
+    """The speed targets, one entry per (subject, target) that has its figures: the bandwidth share, the speedup
     over torch and checked/fast of each fast tilesim row; each small call; the warm start."""
     out = []
 
@@ -330,7 +330,7 @@ def _startup_lines(tr: Any, rows: list[dict[str, Any]]) -> None:
 
 
 def _targets_lines(tr: Any, targets: list[dict[str, Any]]) -> None:
-    tr.write_sep("-", "targets (issue 7: speed; issue 31: the explorer)")
+    tr.write_sep("-", "targets (speed; the explorer)")
     sw = max(len(t["subject"]) for t in targets)
     tw = max(len(t["target"]) for t in targets)
     for t in targets:

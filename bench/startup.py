@@ -1,6 +1,6 @@
 """Start-up cost, each measurement in a fresh subprocess (``sys.executable``, run from the repository root).
 
-Warm start (issue 7's target: under 1.5 s): a new interpreter imports kernels and gets its first
+Warm start (the target: under 1.5 s): a new interpreter imports kernels and gets its first
 ``kernels.rms_norm_grad`` result on a [8, 128] fp32 input, the Numba cache already filled. Reported: process
 start to result (the parent's wall clock at launch, handed to the child, against the child's wall clock at the
 result: fork, exec and interpreter start included), the part after interpreter start (the child's own clock from
@@ -8,7 +8,7 @@ its first statement: the import of kernels, then the first call, which loads the
 wall time of the whole subprocess as the parent sees it (exit included). One untimed run first (it fills the
 cache if the sources changed since it was written), then 3 timed runs; the medians are reported.
 
-Cold start (``--cold``; issue 7's target: under 90 s): a new interpreter with ``NUMBA_CACHE_DIR`` set to a new,
+Cold start (``--cold``; the target: under 90 s): a new interpreter with ``NUMBA_CACHE_DIR`` set to a new,
 empty directory, so every kernel compiles (and is written to that cache), runs each kernel variant the demo and
 the tests use once on a small input: RmsNormGrad split-N and split-D (whole rows, or column tiles of rows too long
 for the UB), each in fp32, bf16 with fp32 gamma, bf16 with bf16 gamma and fp16 with fp16 gamma; GroupNormBackward

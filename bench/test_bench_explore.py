@@ -8,8 +8,8 @@ and this VM's speed drifts by 2x within seconds, so every candidate whose single
 :data:`RECHECK` is measured again in :data:`ROUNDS` rounds of :func:`tilesim.explore.evaluate` (the fast run and
 the extra work back to back, paired), and its figure is the median of the rounds' ratios. The summary's explore
 section prints per case the sweep's time split into fast runs, estimates, judging and the rest (inputs, goldens
-and rounding bounds, candidates, ranking), the median and the worst extra/fast, and issue 31's targets: extra/fast
-at most 3 for every candidate, and rms_norm_grad [4096, 4096] bf16's sweep under 15 s.
+and rounding bounds, candidates, ranking), the median and the worst extra/fast, and the explorer's targets:
+extra/fast at most 3 for every candidate, and rms_norm_grad [4096, 4096] bf16's sweep under 15 s.
 
 With benchmarks disabled each sweep runs once, unmeasured.
 """

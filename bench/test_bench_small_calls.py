@@ -1,6 +1,6 @@
 """Small calls: each op on a tiny input, where what a call costs is its fixed part: the argument checks, the
 tiling, the UB plan, the launch of the parallel kernel (one parallel region per phase), the atomic merges and the
-run report. Issue 7's target is under 200 µs per call.
+run report. The target is under 200 µs per call.
 
 The inputs: RmsNormGrad [8, 128] fp32; GroupNormBackward [2, 8, 16] with 2 groups, fp32; SwiGluGrad x [8, 256]
 (y_grad [8, 128], dim -1), fp32; the layer-norm backward [8, 128] fp32; NsaCompressGrad input [64, 1, 128] bf16

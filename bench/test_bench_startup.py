@@ -3,7 +3,7 @@ its first rms_norm_grad result on [8, 128] fp32, the Numba cache warm; see ``ben
 
 Timed, with ``--benchmark-enable``: the whole subprocess as this process sees it, 3 rounds after one untimed
 round (it refills the Numba cache if the sources changed), by ``benchmark.pedantic``. The subprocess's own
-figures (process start to result, which issue 7's < 1.5 s target is about; the part after interpreter start;
+figures (process start to result, which the < 1.5 s target is about; the part after interpreter start;
 the import; the first call) go to ``extra_info`` as medians over the timed rounds, and the summary prints them in
 its "startup" section. With benchmarks disabled (the default addopts) the subprocess runs once, as a smoke test.
 No bytes are counted. The cold start (``python -m bench.startup --cold``) is not run here: it takes minutes.

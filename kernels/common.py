@@ -1,7 +1,7 @@
-"""Host-side helpers every op API shares: numpy arrays to GM tensors and back, ``out=`` checking (shapes, dtypes,
-memory shared between outputs), checked mode's default; and :func:`to_float`, which kernels share. Where a
-launch writes its outputs (:func:`tilesim.launch.write_targets`, which computes into temporaries where an output
-overlaps an input) is the launch's business."""
+"""Host-side helpers every op API shares: new outputs and ``out=`` checking (shapes, dtypes, memory shared between
+outputs), checked mode's default; and :func:`to_float`, which kernels share. Where a launch writes its outputs
+(:func:`tilesim.launch.write_targets`, which computes into temporaries where an output overlaps an input) is the
+launch's business."""
 
 from __future__ import annotations
 
@@ -16,17 +16,9 @@ from tilesim.cast import KIND_BF16, KIND_FP16, b16_to_f32_bits
 from tilesim.errors import invalid
 from tilesim.intrinsics import u32_as_f32
 from tilesim.jit import OVERLOAD_OPTIONS
-from tilesim.launch import checks_enabled, copy_back, shares_memory, write_targets  # noqa: F401  (the ops' names for them)
+from tilesim.launch import checks_enabled, shares_memory
 
 NUMPY_DTYPE = {FP32: np.dtype(np.float32), FP16: np.dtype(np.float16), BF16: np.dtype(ml_dtypes.bfloat16)}
-KIND = {FP32: 0, FP16: KIND_FP16, BF16: KIND_BF16}
-U8 = np.dtype(np.uint8)  # a dtype object: ndarray.view(np.uint8) converts the type on every call
-
-
-def to_gm(a: Any) -> np.ndarray:
-    """The bytes of a flat, C-contiguous view (a copy only when needed), as a kernel's GlobalTensor holds them.
-    The caller's array is never written."""
-    return np.ascontiguousarray(a).reshape(-1).view(U8)
 
 
 def new_output(shape: tuple[int, ...], dtype: str, fill: float | None = None) -> np.ndarray:

@@ -4,9 +4,9 @@ A kernel that calls SyncAll cannot run its cores one after another: each keeps i
 across the barrier. Here each host thread runs its share of the cores as user contexts (glibc's ``makecontext`` /
 ``swapcontext``), each on a stack of its own: a core that must wait (for the gate, its atomic-add turn, the
 release of a SyncAll) switches to its thread's scheduler, which switches to the lowest core of the thread that can
-go on, or sleeps on the word the lowest waiting core waits for when none can. A switch costs about half a
-microsecond (glibc saves the signal mask with a system call); a core on a host thread of its own cost a thread
-wake at each wait (an empty 48-core launch with a SyncAll: 1.87 ms that way, about 0.4 ms this way).
+go on, or sleeps on the word the lowest waiting core waits for when none can. A switch costs one system call
+(glibc saves the signal mask), less than the thread wake that a core on a host thread of its own would cost at
+each wait.
 
 The core's C entry (``entry_<build>`` of the generated core loop, :mod:`tilesim.launcher`) rebuilds the loop's
 arguments from the launch's argument record and runs ``cores(c, c + 1, ...)``.

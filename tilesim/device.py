@@ -1,6 +1,7 @@
 """The per-core device context every instruction takes, the counters it feeds and the checked-mode records.
 
-``Core`` is built inside the per-core body. Counters are int64 rows per core; checked mode writes the first
+``Core`` is built from a context block's words wherever an instruction needs it
+(:func:`tilesim.machine.tensor.core_of`). Counters are int64 rows per core; checked mode writes the first
 violation of each core into ``err`` and counts the rest, and the host turns them into a
 :class:`tilesim.CheckError` after the launch.
 """
@@ -169,8 +170,8 @@ def hazard_col(ub_size):
 # recording of instructions; the checked build (a bool) has both, checks when the flag is True and records when the
 # launch records: a launch that records without checks (an instruction log, or the launch's own schedule on the cost
 # model) runs it with the flag False. Code that a build does not have costs it nothing: not even a test per
-# instruction. (A third build for recording alone ran no faster than the checked build with its checks off, and it
-# was a quarter of `make test`'s compile.)
+# instruction. Recording has no build of its own: one would run no faster than the checked build with its checks off,
+# and every kernel would compile once more.
 FAST_BUILD, CHECKED_BUILD = "fast", "checked"
 
 
@@ -211,7 +212,7 @@ def checked_only(fast_result: bool | None) -> Callable[[Callable[..., Any]], Cal
     """Decorator of a device function ``f(core, ...)`` whose work is checked mode's alone (a check, a shadow
     update): in the fast build, and in a checked build's launch with its checks off (one that only records), it is
     ``fast_result`` (True for a check, None for an update, False for a hazard not found), so that a fast kernel
-    neither types nor links checked mode's code (it made every kernel's compile 40 % longer and its code larger),
+    neither types nor links checked mode's code (which would lengthen every kernel's compile and enlarge its code),
     and a recording costs no call per instruction."""
     return _checked_build_only(fast_result, True)
 
@@ -281,7 +282,8 @@ def checks_field_typed(checks):  # type: ignore[no-untyped-def]
 @njit(cache=True, inline="always")
 def counters_of(core):
     """The core's counter row (and its log, when recording), an array over memory the launch owns, without a
-    reference count (counting references from every host thread took a third of a kernel's time)."""
+    reference count (a count is a word every host thread would write, each taking its cache line from the
+    others)."""
     return carray(address_as_pointer(core.cnt_at, np.int64), core.cnt_size)
 
 
@@ -357,7 +359,8 @@ def schedule_queue(row_at, plan):
     """Schedule the instructions a core has queued (its counter row at address ``row_at``, in a launch that
     schedules itself; ``plan``: the UB plan's rows) with :func:`tilesim.schedule.run`, and empty its queue. The
     core calls it when its queue is full, the launch at the end of each phase. Its arrays are built from the row's
-    address: slicing, viewing and reshaping the row instead cost about 0.6 µs a call, queue or no queue."""
+    address: slicing, viewing and reshaping the row would cost more than the call's other work, queue or no
+    queue."""
     head = carray(address_as_pointer(row_at + REC_AT * 8, np.int64), SCHED_BASE)
     n = head[SCHED_PENDING]
     if n == 0:
@@ -655,9 +658,9 @@ def flow_lanes(core, dst, src, n, dst_size, src_size, src_step):
     if src_step == 0:
         sh[dst.addr:dst.addr + n * dst_size] = lane_state(sh, src.addr, src_size)
         return
-    # A source all in one state (the usual cast: every byte written) gives every lane that state. Read before
-    # the destination is written, so it holds for the in-place casts too, whose lane loops below LLVM cannot
-    # vectorise (the views overlap): 4096 lanes had cost 8 to 13 µs.
+    # A source all in one state (the usual cast: every byte written) gives every lane that state in one fill,
+    # rather than in the lane loops below, which LLVM cannot vectorise (the views overlap). Read before the
+    # destination is written, so it holds for the in-place casts too.
     v = _uniform_state(core, src.addr, n * src_size) if src_step == 1 else -1
     if v >= 0:
         sh[dst.addr:dst.addr + n * dst_size] = np.uint8(v)

@@ -57,8 +57,8 @@ def exp_f32(x):
     s2 = u32_as_f32((k - k1 + 127) << 23)
     y = p * s1 * s2
     # A NaN comes out quiet (x + 0), as IEEE 754 has exp(sNaN) = qNaN. Returning x itself, the value an in-place
-    # Exp loop had just loaded, let LLVM store only the other lanes: a masked store (vmaskmovps), which made
-    # in-place Exp 1.75x slower on AMD Zen 3.
+    # Exp loop has just loaded, would let LLVM store only the other lanes: a masked store (vmaskmovps), slow on
+    # AMD's cores.
     return y if x == x else x + np.float32(0.0)
 
 

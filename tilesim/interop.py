@@ -97,7 +97,7 @@ _PLAIN = frozenset({np.ndarray, int, float, bool, str, type(None)})  # what an o
 
 
 def _any_tensor(tensor: type, args: tuple[Any, ...], values: Any, plain: frozenset[type] = _PLAIN) -> bool:
-    # the usual arguments passed over by their exact type, in plain loops: a call without tensors pays about a µs
+    # the usual arguments passed over by their exact type, in plain loops: a call without tensors stays cheap
     for a in args:
         if type(a) not in plain and isinstance(a, tensor):
             return True

@@ -245,7 +245,7 @@ def pair_tree_sum_f32(typingctx, src, blk, bits):
     lane pairs, pairs of those, ... to one value, every add in float. ``src``: the address of the repeat's first
     32 B block, the next ones ``blk`` bytes apart; a lane whose bit of ``bits`` is off enters as +0. The same adds
     in the same order as the tree written out per lane, done as vector shuffles and adds (an even and an odd
-    half a level), several times faster than its 63 scalar adds."""
+    half a level) rather than 63 scalar adds."""
     if not all(isinstance(a, types.Integer) for a in (src, blk, bits)):
         return None
 

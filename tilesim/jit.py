@@ -39,8 +39,8 @@ from numba.core.registry import CPUDispatcher
 HOST_OPTIONS = {"no_cfunc_wrapper": True}
 DEVICE_OPTIONS = {"no_cfunc_wrapper": True, "no_cpython_wrapper": True, "forceinline": False}
 # The ``jit_options`` of tilesim's own ``@overload``s: device code, and its implementations kept in Numba's on-disk
-# cache like an ``@njit(cache=True)`` function's. Without it every process typed and lowered each instruction again
-# for every kernel it compiled, though another process had compiled the same one on the same types (the cache keys
+# cache like an ``@njit(cache=True)`` function's. Without it every process would type and lower each instruction
+# again for every kernel it compiles, though another process has compiled the same one on the same types (the cache keys
 # an implementation, a closure, by its code and the pickled values it closes over). Not in DEVICE_OPTIONS: a user's
 # overload defined where Numba's cache cannot locate its source would fail to compile.
 OVERLOAD_OPTIONS = {**DEVICE_OPTIONS, "cache": True}

@@ -10,11 +10,11 @@ Here a function compiled without either wrapper (device code: tilesim's :func:`t
 *link-only*: Numba's -O3 runs over the function's own code, then its callees' code is linked in as it is, and it
 is not added to the execution engine, so it gets no machine code. Numba's cache stores it as the bitcode a caller
 links, where it would store an object file. A host function links its callees the same way and optimises the
-whole tree once. Numba would optimise each level after linking, so every function above a leaf optimised the
-whole tree below it again: that took most of LLVM's time. Each function's own code is still optimised on its own
-on purpose, before it is inlined: a loop is vectorised where it is written, as Numba did. One -O3 over the whole
-tree in the host function alone compiles as fast but inlines and vectorises otherwise, and some kernels then ran
-slower (figures in ``bench/RESULTS.md``).
+whole tree once. Numba optimises each level after linking, so every function above a leaf would optimise the
+whole tree below it again, which would be most of LLVM's time. Each function's own code is still optimised on
+its own on purpose, before it is inlined: a loop is vectorised where it is written, as in Numba's own
+finalising. One -O3 over the whole tree in the host function alone would compile as fast but inline and
+vectorise otherwise, which slows some kernels.
 
 A function's code finds its Numba environment (what boxing a value for Python reads: a raise with values computed
 at run time boxes them) through a global that Numba points at it when the function gets machine code, and, for a

@@ -1,7 +1,8 @@
 """Host side of a kernel launch: per-core arenas and counters, the workspace, atomic targets, the run report.
 
-A kernel module writes its per-core body and an ``@njit(nogil=True)`` loop over a range of cores, calls
-:func:`prepare`, then :func:`run_cores` once per phase (it returns when every core has finished: a SyncAll), then
+:func:`tilesim.launcher.launch` calls :func:`prepare`, then runs the loop over cores it generated for the kernel:
+with :func:`run_cores` (ranges of cores on the host threads, returning when every core has finished), or with
+:func:`run_synced` for a kernel that calls SyncAll (the cores as coroutines that wait for each other there); then
 :func:`finish`.
 """
 
@@ -65,7 +66,7 @@ PAGE = 4096
 def page_aligned(shape: int | tuple[int, ...], dtype: Any, fill: Any = None) -> np.ndarray:
     """A new array whose data starts on a 4 KiB page. numpy's large arrays start 16 B past one (malloc's header),
     so a 32 B-aligned UB tile mapped there straddles the host's 64 B cache lines: every other 32 B vector access
-    (every 64 B one) splits across two lines, which made each emulated instruction about a third slower."""
+    (every 64 B one) splits across two lines, which slows every emulated instruction."""
     dtype = np.dtype(dtype)
     n = math.prod(shape if isinstance(shape, tuple) else (shape,)) * dtype.itemsize
     raw = np.zeros(n + PAGE, np.uint8) if fill == 0 else np.empty(n + PAGE, np.uint8)  # zeros: calloc's pages
@@ -175,7 +176,7 @@ class Launch:
             self.counters = np.zeros((self.block_dim, N_COUNTERS), np.int64)
         self.recording = self.counters.shape[1] > N_COUNTERS
         shape = (self.block_dim, err_width(self.checks, self.soc.ub_size))  # checked mode: the UB shadow too
-        # only the shadow's passes gain from the page; fast mode's few columns would pay 2.5 µs a launch for it
+        # only the shadow's passes gain from the page; fast mode's few columns would pay for aligning them every launch
         self.err = page_aligned(shape, np.int64, 0) if self.checks else np.zeros(shape, np.int64)
         self.t0 = time.perf_counter()
         _local.launch = self
@@ -337,11 +338,12 @@ _pool: ThreadPoolExecutor | None = None
 def run_cores(cores: Callable[..., None], block_dim: int, *args: Any) -> None:
     """One SyncAll phase: ``cores(first, last, *args)`` over contiguous ranges of the ``block_dim`` cores, one
     range per host thread (``numba.get_num_threads()``; the calling thread takes the first), returning when
-    every core has finished. ``cores`` is the kernel's ``@njit(nogil=True)`` loop over its per-core body, so the
-    threads run in parallel; the split does not change the results (each core writes its own rows and shadows).
+    every core has finished. ``cores`` is the ``@njit(nogil=True)`` loop over the kernel's per-core body that the
+    launcher generates, so the threads run in parallel; the split does not change the results (each core writes
+    its own rows and shadows).
 
-    This replaces a ``prange`` launcher: a parallel=True function costs seconds of extra compile time per kernel
-    (its gufunc recompiles the whole call tree) and wakes Numba's thread pool on every launch.
+    Host threads rather than a ``prange``: a parallel=True function's gufunc recompiles the whole call tree (seconds
+    of compile time per kernel) and wakes Numba's thread pool on every launch.
     """
     global _pool
     n = _thread_count(block_dim)
@@ -579,7 +581,7 @@ def host_threads(*gm: np.ndarray) -> _HostThreads:
 def thread_buffer(name: str, nbytes: int) -> np.ndarray:
     """This host thread's buffer ``name``, at least ``nbytes`` long, kept across launches: a fresh allocation of
     a large buffer costs a page fault per 4 KiB page the kernel touches (the kernel zeroing each page first),
-    which for NsaCompressGrad's 384 MiB of workspace and shadows took longer than the kernel's own work."""
+    which for a large workspace costs more than the kernel's own work."""
     pool = _local.pool
     if pool is None:
         pool = _local.pool = {}
@@ -595,22 +597,6 @@ def workspace(size: int) -> np.ndarray:
     return thread_buffer("workspace", size)
 
 
-@njit(cache=True, nogil=True, host=True)
-def _zero(first, last, a):
-    a[first:last] = 0
-
-
-def zeros(name: str, n: int, dtype: Any = np.float32) -> np.ndarray:
-    """``n`` zeros of ``dtype`` in this host thread's reused buffer ``name`` (for atomic-add shadows), zeroed by
-    all the host threads (by this one alone inside a serial :func:`host_threads` block, without a launch)."""
-    buf = thread_buffer(name, n * np.dtype(dtype).itemsize)
-    if _local.serial:
-        buf.fill(0)
-    else:
-        run_cores(_zero, buf.size, buf)
-    return buf.view(dtype)
-
-
 def scratch(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """This host thread's reused buffer ``name`` as an array of ``shape`` and ``dtype``, holding whatever its last
     use left: for temporaries a launch writes whole (checked mode's outputs), which would otherwise page-fault
@@ -620,7 +606,7 @@ def scratch(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
 
 
 def release_scratch() -> None:
-    """Free this host thread's reused workspace, shadow and temporary buffers (they are kept for the next
+    """Free this host thread's reused workspace, coroutine and temporary buffers (they are kept for the next
     launch)."""
     _local.pool = {}
 

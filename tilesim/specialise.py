@@ -5,7 +5,6 @@ it, so ``data_copy_pad(core, t, g, off, 1, n, n, 0)`` and the same call with a v
 machine-code versions of the whole call tree below. Device code never dispatches on an argument's value at
 typing time, so for the functions of tilesim's own packages (and of a user's kernels that opt in through
 :data:`PACKAGES`) the call is typed with plain types instead: the first compile serves every later call site.
-On a cold cache of RmsNormGrad fp32 this took the compiles from 123 to 87 (functions x signatures).
 """
 
 from __future__ import annotations

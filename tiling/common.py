@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 
 from tilesim.errors import invalid, null_error
-from tilesim.memo import by_identity
 
 FP32, FP16, BF16 = "float32", "float16", "bfloat16"
 ITEMSIZE = {FP32: 4, FP16: 2, BF16: 2}
@@ -174,16 +173,6 @@ def remembered(tensors: int, by_value: tuple[int, ...] = ()) -> Any:
         return call
 
     return wrap
-
-
-@by_identity
-def device_form(form: Any, tiling: Any) -> tuple[Any, ...]:
-    """A frozen TilingData as its kernel takes it: the values of the fields of ``form``'s names (properties
-    included), in ``form``'s order, in a plain tuple that the kernel's entry point turns into the namedtuple
-    ``form(*values)``; built once per tiling object (a small call spent a tenth of its time rebuilding it, and
-    hashing a TilingData's fields to look it up by value costs microseconds too). Plain, because Numba's dispatcher
-    types a plain tuple argument in C and a namedtuple in Python: about 5 µs per launch."""
-    return tuple(getattr(tiling, f) for f in form._fields)
 
 
 def replace(tiling: Any, **changes: Any) -> Any:

@@ -20,8 +20,7 @@
   ``size`` elements of GM set to ``value``. On A2 it Duplicates ``value`` into a stack buffer of UB past the
   TPipe's, waits V_MTE3 (an id from FetchEventID) and DataCopyPads that buffer out in bursts of 2040 floats; here
   the UB side is not modelled: the syncs are made and counted, the fill is counted as one MTE3 transfer of ``size``
-  elements from no UB tensor, no vector repeats (as tilesim has always counted InitOutput). float, half and
-  bfloat16 (the types the ported kernels fill).
+  elements from no UB tensor, no vector repeats. float, half and bfloat16 (the types the ported kernels fill).
 - ``set_atomic_add(ctx, float32)`` / ``set_atomic_none(ctx)``: SetAtomicAdd<T> / SetAtomicNone (DisableDmaAtomic):
   between them every copy to GM adds to what GM holds, as T (float, half, bfloat16, int32, int16, int8 on A2; a
   b16 sum rounded to nearest even). The adds land in core order (one of the orders the NPU may take), whatever

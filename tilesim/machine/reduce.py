@@ -285,9 +285,9 @@ def _better(x, best, have, is_max):
 _ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-# _lane, _pair and _block_sum are inlined by LLVM (forceinline), not in Numba's IR (inline="always"), with which the
-# 8 block sums' 64 lanes made _f32_sums a 10.5 s compile (0.8 s so); left to LLVM's threshold, a kernel's function
-# grown past it made each a call.
+# _lane, _pair and _block_sum are inlined by LLVM (forceinline), not in Numba's IR (inline="always"), whose
+# translation of the 8 block sums' 64 lanes at each call would make _f32_sums' compile many times longer; left to
+# LLVM's size threshold, each would be a call once a kernel's function grew past it.
 @njit(cache=True, forceinline=True)
 def _lane(x, e, bits, first):
     """Lane ``first + e`` of a repeat (``x`` its block): its value if on in ``bits``, else +0."""

@@ -2,8 +2,8 @@
 
 A kernel receives a KernelContext: the address of its core's context block (the core's place in the launch,
 where its UB, counters and checked-mode records are, the TPipe's buffers and queue states, the vector mask
-register) and the build it runs in (``checks``: None fast, an int recording, a bool
-checked; see :mod:`tilesim.device`). Every tensor carries both, so that an instruction needs nothing but its
+register) and the build it runs in (``checks``: None fast, a bool checked, False when it records without
+checks; see :mod:`tilesim.device`). Every tensor carries both, so that an instruction needs nothing but its
 operands, as in Ascend C: ``add(z, x, y, n)``.
 
 A LocalTensor is ``(ctx, checks, buf, addr, nbytes, gen)`` with its element type in its Numba type: the UB plan
