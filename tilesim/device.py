@@ -18,6 +18,7 @@ from numba.extending import overload
 
 from .intrinsics import address_as_pointer, atomic_load, copy_bytes
 from .jit import OVERLOAD_OPTIONS, njit
+from .pipes import LANE_MTE2, LANE_MTE3, LANE_SCALAR, LANE_VECTOR
 from .schedule import (
     L_AMOUNT,
     L_BURSTS,
@@ -32,10 +33,6 @@ from .schedule import (
     L_WRITE,
     LOG_FIELDS,
     N_VEC,
-    PIPE_MTE2,
-    PIPE_MTE3,
-    PIPE_SCALAR,
-    PIPE_VECTOR,
     QUEUE,
     SLOT_CACHE,
     run,
@@ -147,7 +144,7 @@ def err_width(checks: bool, ub_size: int) -> int:
 # every pipe it knows to be done), each (HardEvent, id) flag (set or not, and the clock it carries), then a record
 # per 32 B granule of UB: its last write and each pipe's last read.
 HZ_MANUAL_SYNC = 0  # 1: --cce-auto-sync=off (the launch sets it; the zeroed row means on)
-HZ_ISSUED = 1  # 4 words, by pipe (tilesim.schedule's pipe numbers)
+HZ_ISSUED = 1  # 4 words, by lane (tilesim.pipes)
 HZ_CLOCK = HZ_ISSUED + 4  # 16 words: [waiting pipe * 4 + pipe]
 HZ_SCRATCH = HZ_CLOCK + 16  # 4 words: a clock being built
 HZ_FLAGS = HZ_SCRATCH + 4  # HZ_EVENTS * HZ_IDS flags of HZ_FLAG_WORDS: state (0 clear, 1 set by the kernel, 2 by a
@@ -395,12 +392,12 @@ def count_vector(core, cls, kind, nbytes, dst, a, b):
     stop_if_asked(core)
     n = repeats(nbytes)
     counters_of(core)[cls] += n
-    _log(core, PIPE_VECTOR, cls, n, kind, _ref(dst), _ref(a), _ref(b), -1, 0, 0, 0)
+    _log(core, LANE_VECTOR, cls, n, kind, _ref(dst), _ref(a), _ref(b), -1, 0, 0, 0)
 
 
 @njit(cache=True)
 def count_sync(core, pipe, cls, key):
-    """A sync on pipe ``pipe`` (tilesim.schedule's number) of class ``cls`` (PIPE_BARRIERS, SET_FLAGS or
+    """A sync on lane ``pipe`` (tilesim.pipes) of class ``cls`` (PIPE_BARRIERS, SET_FLAGS or
     WAIT_FLAGS): ``key`` the barrier's pipe (-1: PIPE_ALL) or the flag's ``event * 8 + id``, in the log's
     L_GM_OFF (its L_GM stays -1: no GM access)."""
     stop_if_asked(core)
@@ -414,7 +411,7 @@ def count_scalar(core, t, write):
     stop_if_asked(core)
     counters_of(core)[SCALAR_ACCESS] += 1
     r = _ref(t)
-    _log(core, PIPE_SCALAR, SCALAR_ACCESS, 1, 1, r if write else -1, -1 if write else r, -1, -1, 0, 0, 0)
+    _log(core, LANE_SCALAR, SCALAR_ACCESS, 1, 1, r if write else -1, -1 if write else r, -1, -1, 0, 0, 0)
 
 
 @njit(cache=True)
@@ -424,7 +421,7 @@ def count_gm_scalar(core, g, i, write=False):
     between cores reads."""
     stop_if_asked(core)
     counters_of(core)[SCALAR_ACCESS] += 1
-    _log(core, PIPE_SCALAR, MTE3_BYTES if write else MTE2_BYTES, 1, 1, -1, -1, -1, g.tag, i * g.isz, g.isz, g.isz)
+    _log(core, LANE_SCALAR, MTE3_BYTES if write else MTE2_BYTES, 1, 1, -1, -1, -1, g.tag, i * g.isz, g.isz, g.isz)
 
 
 @njit(cache=True)
@@ -439,7 +436,7 @@ def count_mte2(core, dst, g, off, rows, row_len, stride, pad_bytes):
     c[MTE2_BYTES] += nbytes
     c[MTE2_PAD_BYTES] += pad_bytes
     c[MTE2_XFERS] += 1
-    _log(core, PIPE_MTE2, MTE2_BYTES, nbytes, rows, _ref(dst), -1, -1, g.tag, off * isz, row_len * isz, stride * isz)
+    _log(core, LANE_MTE2, MTE2_BYTES, nbytes, rows, _ref(dst), -1, -1, g.tag, off * isz, row_len * isz, stride * isz)
 
 
 @njit(cache=True)
@@ -454,7 +451,7 @@ def count_mte3(core, g, src, off, rows, row_len, stride, atomic):
     c[MTE3_XFERS] += 1
     if atomic:
         c[ATOMIC_BYTES] += nbytes
-    _log(core, PIPE_MTE3, ATOMIC_BYTES if atomic else MTE3_BYTES, nbytes, rows, -1, _ref(src), -1, g.tag, off * isz,
+    _log(core, LANE_MTE3, ATOMIC_BYTES if atomic else MTE3_BYTES, nbytes, rows, -1, _ref(src), -1, g.tag, off * isz,
          row_len * isz, stride * isz)
 
 

@@ -27,7 +27,7 @@ from numba.extending import overload, overload_attribute, overload_method
 from ..device import FAULT_WORDS, Core, GlobalTensor, count_gm_scalar, count_scalar, gm_ok, ub_in, ub_out
 from ..intrinsics import address_as_pointer
 from ..jit import OVERLOAD_OPTIONS, njit
-from ..schedule import PIPE_SCALAR
+from ..pipes import LANE_SCALAR
 from ..ub import PlanTensor
 from .dtypes import ElemType, uint8
 from .hazard import hz_access, hz_issue, op_code
@@ -209,8 +209,8 @@ def _element_impl(t, i, write):  # type: ignore[no-untyped-def]
             e = PlanTensor(t.buf, t.addr + i * sz, t.gen)
             if not (ub_out(core, e, sz, _SET_VALUE) if write else ub_in(core, e, sz, _GET_VALUE)):
                 return np.int64(0)
-            hz_access(core, PIPE_SCALAR, _SET_VALUE if write else _GET_VALUE, t.buf, e.addr, sz, write, t.gen >= 0)
-            hz_issue(core, PIPE_SCALAR)
+            hz_access(core, LANE_SCALAR, _SET_VALUE if write else _GET_VALUE, t.buf, e.addr, sz, write, t.gen >= 0)
+            hz_issue(core, LANE_SCALAR)
             count_scalar(core, plan_tensor(t), write)
             return core.base + e.addr
         return ub
