@@ -112,7 +112,7 @@ def by_build(f, m):  # type: ignore[no-untyped-def]
     return (_checks_type(f[1]),)
 
 
-make_context = constructor(KernelContextType, by_build)
+make_kernel_context = constructor(KernelContextType, by_build)
 make_local = constructor(LocalTensorType, _typed)
 make_global = constructor(GlobalTensorType, _typed)
 
