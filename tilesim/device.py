@@ -49,9 +49,10 @@ lies: the UB (``base``, ``ub_size`` bytes), the UB plan's rows (offset, slot byt
 err row, as addresses and sizes; the address of its launch's stop word (Ctrl-C: :mod:`tilesim.interrupt`) and of
 its fault record (FAULT_WORDS)."""
 # Bytes rather than typed elements, so that one compiled kernel serves every dtype, as one binary does on the NPU.
-GlobalTensor = namedtuple("GlobalTensor", ["tag", "addr", "nbytes", "isz"])
-GlobalTensor.__doc__ = """A GM tensor: its tag (for reports), the address and size in bytes of the host array's memory,
-and its element size. The host array must outlive the tensor (the launch keeps its arguments alive)."""
+GmView = namedtuple("GmView", ["tag", "addr", "nbytes", "isz"])
+GmView.__doc__ = """A GM tensor as the machine's movers see it, untyped (a typed GlobalTensor's
+:func:`tilesim.machine.tensor.gm_view`): its tag (for reports), the address and size in bytes of the host array's
+memory, and its element size. The host array must outlive the tensor (the launch keeps its arguments alive)."""
 
 # Counter columns.
 MTE2_BYTES = 0  # GM to UB, bytes read from GM

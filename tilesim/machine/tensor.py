@@ -24,7 +24,7 @@ import numpy as np
 from numba import carray, types
 from numba.extending import overload, overload_attribute, overload_method
 
-from ..device import FAULT_WORDS, Core, GlobalTensor, count_gm_scalar, count_scalar, gm_ok, ub_in, ub_out
+from ..device import FAULT_WORDS, Core, GmView, count_gm_scalar, count_scalar, gm_ok, ub_in, ub_out
 from ..intrinsics import address_as_pointer
 from ..jit import OVERLOAD_OPTIONS, njit
 from ..pipes import LANE_SCALAR
@@ -251,14 +251,14 @@ def _set_value(t, i, v):  # type: ignore[no-untyped-def]
 
 
 def gm_view(t):  # type: ignore[no-untyped-def]
-    """The machine's :class:`tilesim.device.GlobalTensor` (tag, address, bytes, element size) of the whole tensor
+    """The machine's :class:`tilesim.device.GmView` (tag, address, bytes, element size) of the whole tensor
     a typed GlobalTensor lies in."""
 
 
 @overload(gm_view, jit_options=OVERLOAD_OPTIONS)
 def _gm_view(t):  # type: ignore[no-untyped-def]
     sz = t.dtype.dt.size
-    return lambda t: GlobalTensor(t.tag, t.base, t.size, np.int64(sz))
+    return lambda t: GmView(t.tag, t.base, t.size, np.int64(sz))
 
 
 @njit(cache=True)
