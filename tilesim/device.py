@@ -125,9 +125,10 @@ RULE_OVERLAP, RULE_CMP_COUNT, RULE_SCRATCH = 1, 2, 3  # ERR_API_RULE's rules (ti
 ERR_FIELDS = 7
 E_KIND, E_TAG, E_OFFSET, E_BYTES, E_EXTRA, E_INSTR, E_PHASE = range(ERR_FIELDS)
 MAX_REPORTS = 32
-MAX_BUFS, MAX_SLOTS = 64, 8  # queue-slot generations tracked
+MAX_BUFS = 64  # buffers per TPipe: the UB plan's rows, each with its queue state and its slots' generations
+MAX_QUE_SLOTS = 8  # buffers of one queue (TQue: at most 8 per TPosition on A2)
 GEN_COL = 1 + MAX_REPORTS * ERR_FIELDS
-SHADOW_COL = (GEN_COL + MAX_BUFS * MAX_SLOTS + 7) // 8 * 8  # on a 64 B line in every row, as the UB it shadows
+SHADOW_COL = (GEN_COL + MAX_BUFS * MAX_QUE_SLOTS + 7) // 8 * 8  # on a 64 B line in every row, as the UB it shadows
 UNWRITTEN, WRITTEN, CLOBBERED = 0, 1, 2
 
 
@@ -704,8 +705,8 @@ def _ub_check(core, t, nbytes):
     if k < 0 or k != own or t.addr + nbytes > start + (k + 1) * size or nbytes < 0:
         report(core, ERR_UB_OOB, t.buf, t.addr - start, nbytes, size)
         return False
-    if t.gen >= 0 and t.buf < MAX_BUFS and p[t.buf, 2] <= MAX_SLOTS:
-        now = errs_of(core)[GEN_COL + t.buf * MAX_SLOTS + k]
+    if t.gen >= 0 and t.buf < MAX_BUFS and p[t.buf, 2] <= MAX_QUE_SLOTS:
+        now = errs_of(core)[GEN_COL + t.buf * MAX_QUE_SLOTS + k]
         if now != t.gen:
             report(core, ERR_STALE, t.buf, t.addr - start, nbytes, t.gen * (1 << 32) + now)
             return False

@@ -24,7 +24,18 @@ import numpy as np
 from numba import carray, types
 from numba.extending import overload, overload_attribute, overload_method
 
-from ..device import FAULT_WORDS, Core, GmView, count_gm_scalar, count_scalar, gm_ok, ub_in, ub_out
+from ..device import (
+    FAULT_WORDS,
+    MAX_BUFS,
+    MAX_QUE_SLOTS,
+    Core,
+    GmView,
+    count_gm_scalar,
+    count_scalar,
+    gm_ok,
+    ub_in,
+    ub_out,
+)
 from ..intrinsics import address_as_pointer
 from ..jit import OVERLOAD_OPTIONS, njit
 from ..pipes import LANE_SCALAR
@@ -39,11 +50,9 @@ X_POOL = 10  # TPipe: the end of the buffers placed so far, in bytes
 X_WS_AT, X_WS_SIZE = 11, 12  # GetUserWorkspace: address and bytes
 X_MASK_LO, X_MASK_HI, X_COUNTER_MODE = 13, 14, 15  # the vector mask register, and SetMaskCount / SetMaskNorm
 X_FAULT = 16  # FAULT_WORDS: what stopped the kernel, the buffer, a detail, ... (tilesim.device's fault record)
-MAX_BUFS = 64  # buffers per TPipe
 X_PLAN = X_FAULT + FAULT_WORDS  # MAX_BUFS rows of (offset, slot bytes, slots): the UB plan as InitBuffer placed it
 X_QUE = X_PLAN + 3 * MAX_BUFS  # MAX_BUFS rows of Q_WORDS: each buffer's queue state
 Q_POS, Q_DEPTH, Q_NEXT, Q_COUNT, Q_HEAD, Q_SLOT = range(6)  # Q_SLOT: Q_NEXT modulo the buffer count
-MAX_QUE_SLOTS = 8  # buffers of one queue (TQue: at most 8 per TPosition on A2)
 Q_FIFO = 6  # MAX_QUE_SLOTS: the slots enqueued, oldest at Q_HEAD
 Q_STATE = Q_FIFO + MAX_QUE_SLOTS  # MAX_QUE_SLOTS: each slot's state (FREE ...)
 Q_GEN = Q_STATE + MAX_QUE_SLOTS  # MAX_QUE_SLOTS: the allocation each slot last went to (a LocalTensor's gen)
