@@ -30,7 +30,8 @@ from tilesim.device import (
     WAIT_FLAGS,
 )
 from tilesim.launch import RunReport
-from tilesim.schedule import PIPE_MTE2, PIPE_MTE3, PIPE_NAMES, PIPE_SCALAR, PIPE_VECTOR, l2_hit
+from tilesim.pipes import LANE_MTE2, LANE_MTE3, LANE_NAMES, LANE_SCALAR, LANE_VECTOR
+from tilesim.schedule import l2_hit
 from tilesim.trace import chrome_trace
 from tilesim.ub import UbPlan
 from tilesim.vec_kinds import KIND_OF, VEC_KINDS, vec_kind
@@ -56,15 +57,15 @@ def slot(buf: int, k: int) -> int:
 
 
 def mte2(dst: int, nbytes: int, gm: int = 0) -> list[int]:
-    return [PIPE_MTE2, MTE2_BYTES, nbytes, 1, dst, -1, -1, gm, 0, nbytes, nbytes]
+    return [LANE_MTE2, MTE2_BYTES, nbytes, 1, dst, -1, -1, gm, 0, nbytes, nbytes]
 
 
 def vec(dst: int, src: int, reps: int) -> list[int]:
-    return [PIPE_VECTOR, VEC_BINARY, reps, 1, dst, src, src, -1, 0, 0, 0]
+    return [LANE_VECTOR, VEC_BINARY, reps, 1, dst, src, src, -1, 0, 0, 0]
 
 
 def mte3(src: int, nbytes: int, gm: int = 1) -> list[int]:
-    return [PIPE_MTE3, MTE3_BYTES, nbytes, 1, -1, src, -1, gm, 0, nbytes, nbytes]
+    return [LANE_MTE3, MTE3_BYTES, nbytes, 1, -1, src, -1, gm, 0, nbytes, nbytes]
 
 
 def tiles(n: int, buffer_num: int, in_bytes: int = 1000, reps: int = 4, out_bytes: int = 1000) -> list[list[int]]:
@@ -85,7 +86,7 @@ def report(*phases: list[list[list[int]]], soc: str = "Ascend910B1", in_bytes: i
     ends = np.cumsum([[len(ph[c]) for c in range(cores)] for ph in phases], axis=0)
     counters = np.zeros((cores, N_COUNTERS), np.int64)
     for c, log in enumerate(logs):
-        for p, col in ((PIPE_MTE2, MTE2_BYTES), (PIPE_MTE3, MTE3_BYTES)):
+        for p, col in ((LANE_MTE2, MTE2_BYTES), (LANE_MTE3, MTE3_BYTES)):
             counters[c, col] = log[log[:, 0] == p, 2].sum()
     plan = UbPlan(capacity=196608)
     plan.add("x", 1024, SLOTS)
@@ -143,7 +144,7 @@ def test_vector_start_up_overlaps_back_to_back():
 def test_scalar_access_stalls_issue():
     # GetValue of Compute's result (done at 1 + 18 = 19): 6 cycles, issue resumes at 25, the next instruction
     # issues at 26.
-    log = [vec(slot(Z, 0), slot(X, 0), 4), [PIPE_SCALAR, SCALAR_ACCESS, 1, 1, -1, slot(Z, 0), -1, -1, 0, 0, 0],
+    log = [vec(slot(Z, 0), slot(X, 0), 4), [LANE_SCALAR, SCALAR_ACCESS, 1, 1, -1, slot(Z, 0), -1, -1, 0, 0, 0],
            vec(slot(Z, 1), slot(X, 1), 4)]
     e = estimate(report([log]), P)
     assert e.total_us * 1e3 == pytest.approx(26 + 18)
@@ -158,9 +159,9 @@ def test_the_critical_path_names_the_bottleneck_not_the_busiest_pipe():
     # the chain is the span, and the chain is VECTOR's start-ups and occupancy more than the scalar unit's.
     chain = [mte2(slot(X, 3), 4000)]
     for _ in range(300):
-        chain += [vec(slot(Z, 0), slot(X, 0), 1), [PIPE_SCALAR, SCALAR_ACCESS, 1, 1, -1, slot(Z, 0), -1, -1, 0, 0, 0]]
+        chain += [vec(slot(Z, 0), slot(X, 0), 1), [LANE_SCALAR, SCALAR_ACCESS, 1, 1, -1, slot(Z, 0), -1, -1, 0, 0, 0]]
     e = estimate(report([chain]), P)
-    assert e.pipe_us[0].argmax() == PIPE_MTE2 and e.core_us[0] * 1e3 > 4100
+    assert e.pipe_us[0].argmax() == LANE_MTE2 and e.core_us[0] * 1e3 > 4100
     assert e.bottleneck == "VECTOR"
     assert e.path_us[0] * 1e3 == pytest.approx([0, 300 * 12, 0, 300 * 6 + 301])
     assert e.path_us[0].sum() == pytest.approx(e.core_us[0])
@@ -221,7 +222,7 @@ def test_every_kind_is_an_instruction_the_machine_emulates_and_the_log_carries_i
     assert set(KIND_OF) <= set(INSTRUCTIONS) and set(KIND_OF.values()) == set(VEC_KINDS)
     _, runs = tilesim.recorded(lambda: kernels.rms_norm_grad(*rms_inputs))  # fp32
     log = runs[0].log[0]
-    codes = set(log[(log[:, 0] == PIPE_VECTOR) & (log[:, 1] >= VEC_BINARY) & (log[:, 1] < SCALAR_ACCESS), 3].tolist())
+    codes = set(log[(log[:, 0] == LANE_VECTOR) & (log[:, 1] >= VEC_BINARY) & (log[:, 1] < SCALAR_ACCESS), 3].tolist())
     assert vec_kind("Mul", 4) in codes and all(0 <= c < 2 * len(VEC_KINDS) and c % 2 == 1 for c in codes)
 
 
@@ -235,7 +236,7 @@ def test_the_scalar_unit_waits_for_a_vector_result_through_the_kernels_own_flags
     # unit's WaitFlag(V_S) holds the issue of the CopyIn after it until 211: 212 + 100 + 1000.
     key = 5
     work = [vec(slot(Z, 0), slot(X, 0), 100)]
-    synced = work + [sync(PIPE_VECTOR, SET_FLAGS, key), sync(PIPE_SCALAR, WAIT_FLAGS, key), mte2(slot(X, 1), 1000)]
+    synced = work + [sync(LANE_VECTOR, SET_FLAGS, key), sync(LANE_SCALAR, WAIT_FLAGS, key), mte2(slot(X, 1), 1000)]
     assert cycles(report([synced])) == pytest.approx(212 + 1100)
     # Without the pair the CopyIn is issued at 2 and overlaps the vector instruction.
     assert cycles(report([work + [mte2(slot(X, 1), 1000)]])) == pytest.approx(2 + 1100)
@@ -304,9 +305,9 @@ def test_the_log_holds_what_the_counters_count(rms_inputs):
     r = runs[0]
     for c in range(r.block_dim):
         log = r.log[c]
-        for pipe, col in ((PIPE_MTE2, MTE2_BYTES), (PIPE_MTE3, MTE3_BYTES)):
+        for pipe, col in ((LANE_MTE2, MTE2_BYTES), (LANE_MTE3, MTE3_BYTES)):
             assert log[log[:, 0] == pipe, 2].sum() == r.counters[c, col]
-        assert (log[:, 0] == PIPE_VECTOR).any()
+        assert (log[:, 0] == LANE_VECTOR).any()
     assert r.phase_ends.shape == (2, r.block_dim)  # zero dgamma, SyncAll, the rows
     assert (r.phase_ends[-1] == [len(x) for x in r.log]).all()
 
@@ -475,7 +476,7 @@ def test_the_trace_has_a_process_per_core_and_a_lane_per_pipe(rms_inputs):
     procs = {x["pid"]: x["args"]["name"] for x in ev if x["ph"] == "M" and x["name"] == "process_name"}
     assert procs == {c: f"core {c}" for c in range(e.block_dim)}
     lanes = {(x["pid"], x["tid"]): x["args"]["name"] for x in ev if x["ph"] == "M" and x["name"] == "thread_name"}
-    assert lanes == {(c, i): p for c in range(e.block_dim) for i, p in enumerate(PIPE_NAMES)}
+    assert lanes == {(c, i): p for c in range(e.block_dim) for i, p in enumerate(LANE_NAMES)}
     spans = [x for x in ev if x["ph"] == "X"]
     assert len(spans) == len(e.stages) > 0
     assert all(x["dur"] >= 0 and 0 <= x["ts"] <= e.total_us + 1e-9 and (x["pid"], x["tid"]) in lanes for x in spans)

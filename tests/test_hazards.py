@@ -12,7 +12,7 @@ import pytest
 
 import examples.add_tail as add_tail_mod
 import tilesim.launcher
-from tilesim import CheckError
+from tilesim import CheckError, pipes
 from tilesim import machine as asc
 from tilesim.launcher import KernelError, kernel, launch
 
@@ -336,3 +336,16 @@ def test_atomic_adds_land_in_core_order_on_every_host_thread(synced: int, checks
     rep = launch(atomic_chunks, Case(k_rows, synced), x, z, block_dim=cores, checks=checks)
     np.testing.assert_array_equal(z, want)
     assert rep.total("atomic_bytes") == x.nbytes
+
+
+def test_pipe_t_values_and_lanes_name_the_same_pipes():
+    """A kernel passes CCE's pipe_t (PIPE_MTE2 is 4); the records index lanes (LANE_MTE2 is 0): each pipe_t of the
+    AIV maps to the lane of its own name, and the others to none."""
+    assert (asc.PIPE_S, asc.PIPE_V, asc.PIPE_MTE2, asc.PIPE_MTE3, asc.PIPE_ALL) == (0, 1, 4, 5, 6)
+    for pipe_t, letter, name in ((asc.PIPE_S, "S", "SCALAR"), (asc.PIPE_V, "V", "VECTOR"),
+                                 (asc.PIPE_MTE2, "MTE2", "MTE2"), (asc.PIPE_MTE3, "MTE3", "MTE3")):
+        lane = pipes.LANE_OF_PIPE[pipe_t]
+        assert (pipes.LANE_LETTERS[lane], pipes.LANE_NAMES[lane]) == (letter, name)
+    assert [pipes.LANE_OF_PIPE[p] for p in (pipes.PIPE_M, pipes.PIPE_MTE1, pipes.PIPE_ALL)] == [-1, -1, -1]
+    assert sorted(pipes.LANE_OF_PIPE[p] for p in (asc.PIPE_S, asc.PIPE_V, asc.PIPE_MTE2, asc.PIPE_MTE3)) == \
+        list(range(pipes.N_LANES))

@@ -18,8 +18,8 @@ from tilesim.device import (
     VEC_BINARY,
 )
 from tilesim.launch import RunReport
+from tilesim.pipes import LANE_MTE2, LANE_MTE3, LANE_SCALAR, LANE_VECTOR
 from tilesim.races import Race, find_races
-from tilesim.schedule import PIPE_MTE2, PIPE_MTE3, PIPE_SCALAR, PIPE_VECTOR
 from tilesim.ub import UbPlan
 
 A, B = 0, 1  # GM tensor tags of the hand-made reports
@@ -33,23 +33,23 @@ def gm(pipe: int, cls: int, off: int, row: int, bursts: int = 1, stride: int | N
 
 
 def read(off: int, row: int, **kw: int) -> list[int]:
-    return gm(PIPE_MTE2, MTE2_BYTES, off, row, **kw)
+    return gm(LANE_MTE2, MTE2_BYTES, off, row, **kw)
 
 
 def write(off: int, row: int, **kw: int) -> list[int]:
-    return gm(PIPE_MTE3, MTE3_BYTES, off, row, **kw)
+    return gm(LANE_MTE3, MTE3_BYTES, off, row, **kw)
 
 
 def atomic(off: int, row: int, **kw: int) -> list[int]:
-    return gm(PIPE_MTE3, ATOMIC_BYTES, off, row, **kw)
+    return gm(LANE_MTE3, ATOMIC_BYTES, off, row, **kw)
 
 
 def get_value(off: int, isz: int = 4, tag: int = A) -> list[int]:
     """GlobalTensor.GetValue: a scalar read of one element."""
-    return gm(PIPE_SCALAR, SCALAR_ACCESS, off, isz, tag=tag)
+    return gm(LANE_SCALAR, SCALAR_ACCESS, off, isz, tag=tag)
 
 
-VECTOR = [PIPE_VECTOR, VEC_BINARY, 4, 1, 0, 0, 0, -1, 0, 0, 0]  # no GM access: ignored
+VECTOR = [LANE_VECTOR, VEC_BINARY, 4, 1, 0, 0, 0, -1, 0, 0, 0]  # no GM access: ignored
 
 
 def report(*phases: list[list[list[int]]]) -> RunReport:

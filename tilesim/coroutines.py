@@ -23,9 +23,9 @@ from .intrinsics import (
     atomic_add,
     atomic_load,
     futex_wait,
-    get_context,
-    make_context,
-    swap_context,
+    get_ucontext,
+    make_ucontext,
+    swap_ucontext,
 )
 from .jit import njit
 from .machine.waits import (
@@ -74,20 +74,20 @@ def run_coroutines(jobs, contexts, stacks, entry, args_at, cores):
         j[J_SCHED] = sched
         j[J_ARGS] = args_at
         j[J_CORE] = cores[i]
-        get_context(j[J_OWN])
+        get_ucontext(j[J_OWN])
         u = carray(address_as_pointer(j[J_OWN], np.int64), 5)  # uc_link, then uc_stack: ss_sp, ss_flags, ss_size
         u[1] = sched
         u[2] = stacks.ctypes.data + i * stacks.shape[1]
         u[3] = 0
         u[4] = stacks.shape[1]
-        make_context(j[J_OWN], entry, jobs.ctypes.data + i * JOB_WORDS * 8)
+        make_ucontext(j[J_OWN], entry, jobs.ctypes.data + i * JOB_WORDS * 8)
     left = n
     while left > 0:
         ran = False
         for i in range(n):
             j = jobs[i]
             if _can_go_on(j):
-                swap_context(sched, j[J_OWN])
+                swap_ucontext(sched, j[J_OWN])
                 if j[J_STATE] == ENDED or j[J_STATE] == FAILED:
                     left -= 1
                 ran = True

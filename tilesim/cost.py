@@ -65,7 +65,7 @@ from .device import (
     VEC_BINARY,
 )
 from .launch import MAX_GM_TAGS, RunReport, capture, scheduled
-from .schedule import N_PIPES, PIPE_MTE2, PIPE_MTE3, PIPE_NAMES, PIPE_SCALAR, PIPE_VECTOR
+from .pipes import LANE_MTE2, LANE_MTE3, LANE_NAMES, LANE_SCALAR, LANE_VECTOR, N_LANES
 from .soc import get_soc
 
 
@@ -97,8 +97,8 @@ class Estimate:
     launch_us: float
     sync_all_us: float
     core_us: np.ndarray  # [block_dim]: each core's busy span, summed over phases
-    pipe_us: np.ndarray  # [block_dim, N_PIPES]: time each pipe of each core is busy
-    path_us: np.ndarray  # [block_dim, N_PIPES]: each core's critical path, the time of it each pipe holds
+    pipe_us: np.ndarray  # [block_dim, N_LANES]: time each pipe of each core is busy
+    path_us: np.ndarray  # [block_dim, N_LANES]: each core's critical path, the time of it each pipe holds
     ub_used: int
     ub_size: int
     pad_bytes: int  # padding and dummy bytes DataCopyPad wrote to reach 32 B
@@ -117,7 +117,7 @@ class Estimate:
         each waiting for the one before it, that ends at the core's last result; the scalar unit's issue and its
         accesses count as SCALAR): where shortening work shortens the kernel. Not always the busiest pipe: a chain
         of vector results read by GetValue is VECTOR and SCALAR, however long the transfers beside it."""
-        return PIPE_NAMES[int(np.argmax(self.path_us[self.slowest_core]))]
+        return LANE_NAMES[int(np.argmax(self.path_us[self.slowest_core]))]
 
     @property
     def imbalance(self) -> float:
@@ -136,11 +136,11 @@ class Estimate:
         return {"est_us": round(self.total_us, 3), "bottleneck": self.bottleneck,
                 "imbalance": round(self.imbalance, 3), "ub_util": round(self.ub_utilisation, 3),
                 "pad_bytes": self.pad_bytes, "phases": len(self.phase_us),
-                **{f"{p.lower()}_us": round(float(self.pipe_us[c, i]), 3) for i, p in enumerate(PIPE_NAMES)}}
+                **{f"{p.lower()}_us": round(float(self.pipe_us[c, i]), 3) for i, p in enumerate(LANE_NAMES)}}
 
     def core_table(self) -> str:
         """Per core: busy span and the time each pipe is busy (µs), the slowest core marked."""
-        head = f"{'core':>5} {'span':>9}" + "".join(f" {p:>9}" for p in PIPE_NAMES)
+        head = f"{'core':>5} {'span':>9}" + "".join(f" {p:>9}" for p in LANE_NAMES)
         rows = [head]
         for c in range(self.block_dim):
             mark = " <- slowest" if c == self.slowest_core else ""
@@ -149,7 +149,7 @@ class Estimate:
 
     def __str__(self) -> str:
         c = self.slowest_core
-        busy = ", ".join(f"{p} {self.pipe_us[c, i]:.2f}" for i, p in enumerate(PIPE_NAMES))
+        busy = ", ".join(f"{p} {self.pipe_us[c, i]:.2f}" for i, p in enumerate(LANE_NAMES))
         return (f"{self.op} on {self.soc}: estimated {self.total_us:.2f} µs on {self.block_dim} cores "
                 f"({len(self.phase_us)} phase{'s' if len(self.phase_us) > 1 else ''}, launch {self.launch_us:.1f} µs); "
                 f"slowest core {c}: {self.core_us[c]:.2f} µs, pipes busy (µs) {busy}; bottleneck {self.bottleneck}; "
@@ -177,17 +177,17 @@ def _replay_log(report: RunReport, p: CostParams, stages: bool,
     for ph in range(ends.shape[0]):
         lo = ends[ph - 1] if ph else np.zeros(bd, np.int64)
         parts = [report.log[c][lo[c]:ends[ph, c]] for c in range(bd)]
-        moved = [np.bincount(x[:, L_PIPE], weights=x[:, L_AMOUNT], minlength=N_PIPES) for x in parts]
+        moved = [np.bincount(x[:, L_PIPE], weights=x[:, L_AMOUNT], minlength=N_LANES) for x in parts]
         # a core that moved data: a sync on an MTE pipe (a SetFlag, a PresetFlag's) is logged on that pipe but moves
         # nothing, and the live schedule counts movers by their transfers (tilesim.launch.phase_rates)
-        movers = sum(1 for x in parts if (((x[:, L_PIPE] == PIPE_MTE2) | (x[:, L_PIPE] == PIPE_MTE3))
+        movers = sum(1 for x in parts if (((x[:, L_PIPE] == LANE_MTE2) | (x[:, L_PIPE] == LANE_MTE3))
                                           & (x[:, L_CLASS] < PIPE_BARRIERS)).any())
         for c, part in enumerate(parts):
             if part.shape[0] == 0:
                 continue
             schedule.reset(f)
             f[schedule.F_RATE2], f[schedule.F_RATE3] = schedule.mte_rates(
-                int(moved[c][PIPE_MTE2]), int(moved[c][PIPE_MTE3]), movers, p, hit, l2_gbs)
+                int(moved[c][LANE_MTE2]), int(moved[c][LANE_MTE3]), movers, p, hit, l2_gbs)
             start, free = (np.empty(part.shape[0]), np.empty(part.shape[0])) if stages else (np.empty(0),) * 2
             schedule.run(f, plan, base, cache, n_slots, MAX_GM_TAGS, part, part.shape[0], VEC_BINARY, PIPE_BARRIERS,
                          start, free)
@@ -198,12 +198,12 @@ def _replay_log(report: RunReport, p: CostParams, stages: bool,
 
 
 def _stage_name(pipe: int, gm_tags: np.ndarray, gm_names: list[str]) -> str:
-    if pipe == PIPE_VECTOR:
+    if pipe == LANE_VECTOR:
         return "Compute"
-    if pipe == PIPE_SCALAR:
+    if pipe == LANE_SCALAR:
         return "Scalar"
     names = sorted({gm_names[g] if 0 <= g < len(gm_names) else f"gm{g}" for g in gm_tags.tolist() if g >= 0})
-    return ("CopyIn " if pipe == PIPE_MTE2 else "CopyOut ") + ", ".join(names)
+    return ("CopyIn " if pipe == LANE_MTE2 else "CopyOut ") + ", ".join(names)
 
 
 def _stages(core: int, phase: int, log: np.ndarray, start: np.ndarray, busy_end: np.ndarray, hz: float,
@@ -226,7 +226,7 @@ def _stages(core: int, phase: int, log: np.ndarray, start: np.ndarray, busy_end:
             name = _stage_name(p, gm[a:b], gm_names)
             if key:
                 names[key] = name
-        out.append(Stage(core, phase, PIPE_NAMES[p], name, float(t0[k]), float(t1[k]), b - a, int(amount[k])))
+        out.append(Stage(core, phase, LANE_NAMES[p], name, float(t0[k]), float(t1[k]), b - a, int(amount[k])))
     return out
 
 
@@ -251,7 +251,7 @@ def estimate(report: RunReport, params: CostParams | None = None, stages: bool =
         raise ValueError(f"{report.op}: the report has no instruction log; run the op under tilesim.recorded(...) "
                          f"or tilesim.capture(log=True), or estimate it with tilesim.cost.estimated(...)")
     hz = p.clock_ghz * 1e3  # cycles per µs
-    spans = phases[:, :, N_PIPES]
+    spans = phases[:, :, N_LANES]
     starts = np.empty(len(phases))  # each phase's start, from the launch's
     t = p.launch_us * hz
     for ph in range(len(phases)):
@@ -265,8 +265,8 @@ def estimate(report: RunReport, params: CostParams | None = None, stages: bool =
     gm_bytes = int(report.total("mte2_bytes") + report.total("mte3_bytes"))
     return Estimate(op=report.op, soc=report.soc, block_dim=report.block_dim, total_us=t / hz, phase_us=phase_us,
                     launch_us=p.launch_us, sync_all_us=p.sync_all_us, core_us=spans.sum(axis=0) / hz,
-                    pipe_us=phases[:, :, :N_PIPES].sum(axis=0) / hz,
-                    path_us=phases[:, :, N_PIPES + 1:].sum(axis=0) / hz, ub_used=report.ub_plan.used,
+                    pipe_us=phases[:, :, :N_LANES].sum(axis=0) / hz,
+                    path_us=phases[:, :, N_LANES + 1:].sum(axis=0) / hz, ub_used=report.ub_plan.used,
                     ub_size=spec.ub_size, pad_bytes=int(counters[:, MTE2_PAD_BYTES].sum()), gm_bytes=gm_bytes,
                     stages=all_stages, tiling=report.tiling)
 

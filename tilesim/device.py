@@ -19,6 +19,7 @@ from numba.extending import overload
 
 from .intrinsics import address_as_pointer, copy_bytes, flag_load
 from .jit import OVERLOAD_OPTIONS, njit
+from .pipes import LANE_MTE2, LANE_MTE3, LANE_SCALAR, LANE_VECTOR
 from .schedule import (
     L_AMOUNT,
     L_BURSTS,
@@ -33,10 +34,6 @@ from .schedule import (
     L_WRITE,
     LOG_FIELDS,
     N_VEC,
-    PIPE_MTE2,
-    PIPE_MTE3,
-    PIPE_SCALAR,
-    PIPE_VECTOR,
     QUEUE,
     SLOT_CACHE,
     run,
@@ -53,9 +50,10 @@ lies: the UB (``base``, ``ub_size`` bytes), the UB plan's rows (offset, slot byt
 err row, as addresses and sizes; the address of its launch's stop word (Ctrl-C: :mod:`tilesim.interrupt`) and of
 its fault record (FAULT_WORDS)."""
 # Bytes rather than typed elements, so that one compiled kernel serves every dtype, as one binary does on the NPU.
-GlobalTensor = namedtuple("GlobalTensor", ["tag", "addr", "nbytes", "isz"])
-GlobalTensor.__doc__ = """A GM tensor: its tag (for reports), the address and size in bytes of the host array's memory,
-and its element size. The host array must outlive the tensor (the launch keeps its arguments alive)."""
+GmView = namedtuple("GmView", ["tag", "addr", "nbytes", "isz"])
+GmView.__doc__ = """A GM tensor as the machine's movers see it, untyped (a typed GlobalTensor's
+:func:`tilesim.machine.tensor.gm_view`): its tag (for reports), the address and size in bytes of the host array's
+memory, and its element size. The host array must outlive the tensor (the launch keeps its arguments alive)."""
 
 # Counter columns.
 MTE2_BYTES = 0  # GM to UB, bytes read from GM
@@ -128,9 +126,10 @@ RULE_OVERLAP, RULE_CMP_COUNT, RULE_SCRATCH = 1, 2, 3  # ERR_API_RULE's rules (ti
 ERR_FIELDS = 7
 E_KIND, E_TAG, E_OFFSET, E_BYTES, E_EXTRA, E_INSTR, E_PHASE = range(ERR_FIELDS)
 MAX_REPORTS = 32
-MAX_BUFS, MAX_SLOTS = 64, 8  # queue-slot generations tracked
+MAX_BUFS = 64  # buffers per TPipe: the UB plan's rows, each with its queue state and its slots' generations
+MAX_QUE_SLOTS = 8  # buffers of one queue (TQue: at most 8 per TPosition on A2)
 GEN_COL = 1 + MAX_REPORTS * ERR_FIELDS
-SHADOW_COL = (GEN_COL + MAX_BUFS * MAX_SLOTS + 7) // 8 * 8  # on a 64 B line in every row, as the UB it shadows
+SHADOW_COL = (GEN_COL + MAX_BUFS * MAX_QUE_SLOTS + 7) // 8 * 8  # on a 64 B line in every row, as the UB it shadows
 UNWRITTEN, WRITTEN, CLOBBERED = 0, 1, 2
 
 
@@ -148,7 +147,7 @@ def err_width(checks: bool, ub_size: int) -> int:
 # every pipe it knows to be done), each (HardEvent, id) flag (set or not, and the clock it carries), then a record
 # per 32 B granule of UB: its last write and each pipe's last read.
 HZ_MANUAL_SYNC = 0  # 1: --cce-auto-sync=off (the launch sets it; the zeroed row means on)
-HZ_ISSUED = 1  # 4 words, by pipe (tilesim.schedule's pipe numbers)
+HZ_ISSUED = 1  # 4 words, by lane (tilesim.pipes)
 HZ_CLOCK = HZ_ISSUED + 4  # 16 words: [waiting pipe * 4 + pipe]
 HZ_SCRATCH = HZ_CLOCK + 16  # 4 words: a clock being built
 HZ_FLAGS = HZ_SCRATCH + 4  # HZ_EVENTS * HZ_IDS flags of HZ_FLAG_WORDS: state (0 clear, 1 set by the kernel, 2 by a
@@ -398,12 +397,12 @@ def count_vector(core, cls, kind, nbytes, dst, a, b):
     stop_if_asked(core)
     n = repeats(nbytes)
     counters_of(core)[cls] += n
-    _log(core, PIPE_VECTOR, cls, n, kind, _ref(dst), _ref(a), _ref(b), -1, 0, 0, 0)
+    _log(core, LANE_VECTOR, cls, n, kind, _ref(dst), _ref(a), _ref(b), -1, 0, 0, 0)
 
 
 @njit(cache=True)
 def count_sync(core, pipe, cls, key):
-    """A sync on pipe ``pipe`` (tilesim.schedule's number) of class ``cls`` (PIPE_BARRIERS, SET_FLAGS or
+    """A sync on lane ``pipe`` (tilesim.pipes) of class ``cls`` (PIPE_BARRIERS, SET_FLAGS or
     WAIT_FLAGS): ``key`` the barrier's pipe (-1: PIPE_ALL) or the flag's ``event * 8 + id``, in the log's
     L_GM_OFF (its L_GM stays -1: no GM access)."""
     stop_if_asked(core)
@@ -417,7 +416,7 @@ def count_scalar(core, t, write):
     stop_if_asked(core)
     counters_of(core)[SCALAR_ACCESS] += 1
     r = _ref(t)
-    _log(core, PIPE_SCALAR, SCALAR_ACCESS, 1, 1, r if write else -1, -1 if write else r, -1, -1, 0, 0, 0)
+    _log(core, LANE_SCALAR, SCALAR_ACCESS, 1, 1, r if write else -1, -1 if write else r, -1, -1, 0, 0, 0)
 
 
 @njit(cache=True)
@@ -427,7 +426,7 @@ def count_gm_scalar(core, g, i, write=False):
     between cores reads."""
     stop_if_asked(core)
     counters_of(core)[SCALAR_ACCESS] += 1
-    _log(core, PIPE_SCALAR, MTE3_BYTES if write else MTE2_BYTES, 1, 1, -1, -1, -1, g.tag, i * g.isz, g.isz, g.isz)
+    _log(core, LANE_SCALAR, MTE3_BYTES if write else MTE2_BYTES, 1, 1, -1, -1, -1, g.tag, i * g.isz, g.isz, g.isz)
 
 
 @njit(cache=True)
@@ -442,7 +441,7 @@ def count_mte2(core, dst, g, off, rows, row_len, stride, pad_bytes):
     c[MTE2_BYTES] += nbytes
     c[MTE2_PAD_BYTES] += pad_bytes
     c[MTE2_XFERS] += 1
-    _log(core, PIPE_MTE2, MTE2_BYTES, nbytes, rows, _ref(dst), -1, -1, g.tag, off * isz, row_len * isz, stride * isz)
+    _log(core, LANE_MTE2, MTE2_BYTES, nbytes, rows, _ref(dst), -1, -1, g.tag, off * isz, row_len * isz, stride * isz)
 
 
 @njit(cache=True)
@@ -457,7 +456,7 @@ def count_mte3(core, g, src, off, rows, row_len, stride, atomic):
     c[MTE3_XFERS] += 1
     if atomic:
         c[ATOMIC_BYTES] += nbytes
-    _log(core, PIPE_MTE3, ATOMIC_BYTES if atomic else MTE3_BYTES, nbytes, rows, -1, _ref(src), -1, g.tag, off * isz,
+    _log(core, LANE_MTE3, ATOMIC_BYTES if atomic else MTE3_BYTES, nbytes, rows, -1, _ref(src), -1, g.tag, off * isz,
          row_len * isz, stride * isz)
 
 
@@ -709,8 +708,8 @@ def _ub_check(core, t, nbytes):
     if k < 0 or k != own or t.addr + nbytes > start + (k + 1) * size or nbytes < 0:
         report(core, ERR_UB_OOB, t.buf, t.addr - start, nbytes, size)
         return False
-    if t.gen >= 0 and t.buf < MAX_BUFS and p[t.buf, 2] <= MAX_SLOTS:
-        now = errs_of(core)[GEN_COL + t.buf * MAX_SLOTS + k]
+    if t.gen >= 0 and t.buf < MAX_BUFS and p[t.buf, 2] <= MAX_QUE_SLOTS:
+        now = errs_of(core)[GEN_COL + t.buf * MAX_QUE_SLOTS + k]
         if now != t.gen:
             report(core, ERR_STALE, t.buf, t.addr - start, nbytes, t.gen * (1 << 32) + now)
             return False

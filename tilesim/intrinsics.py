@@ -537,9 +537,9 @@ def _libc_call(builder, name, ret, args, values, var_arg=False):  # type: ignore
 
 
 @intrinsic
-def get_context(typingctx, at):
+def get_ucontext(typingctx, at):
     """getcontext(at): the calling thread's context into the ucontext_t at address ``at`` (a template for
-    :func:`make_context`)."""
+    :func:`make_ucontext`)."""
     if not isinstance(at, types.Integer):
         return None
 
@@ -552,7 +552,7 @@ def get_context(typingctx, at):
 
 
 @intrinsic
-def make_context(typingctx, at, fn, arg):
+def make_ucontext(typingctx, at, fn, arg):
     """makecontext(at, fn, 1, arg): the context at ``at`` (its stack and uc_link set) made to run the C function
     at address ``fn`` with the int64 ``arg`` when switched to."""
     if not all(isinstance(a, types.Integer) for a in (at, fn, arg)):
@@ -569,7 +569,7 @@ def make_context(typingctx, at, fn, arg):
 
 
 @intrinsic
-def swap_context(typingctx, save, load):
+def swap_ucontext(typingctx, save, load):
     """swapcontext(save, load): this context saved at ``save``, the one at ``load`` run; returns when switched
     back to."""
     if not all(isinstance(a, types.Integer) for a in (save, load)):

@@ -84,7 +84,7 @@ from .machine.tensor import (
     X_WS_SIZE,
     core_of,
     ctx_words,
-    make_context,
+    make_kernel_context,
 )
 from .machine.vector import mixed_types_text
 from .memo import by_identity
@@ -136,7 +136,7 @@ def enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, alog, lo
     w[X_ALOG_USED] = 0
     if sync_at:
         enter_phase(w)
-    return make_context((np.int64(ctx.ctypes.data) + i * np.int64(ctx.strides[0]), checks_field(checks)), None)
+    return make_kernel_context((np.int64(ctx.ctypes.data) + i * np.int64(ctx.strides[0]), checks_field(checks)), None)
 
 
 @njit(cache=True)

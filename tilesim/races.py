@@ -8,8 +8,8 @@ and another core's plain write of those bytes is a race (the write may land befo
 an atomic add and another core's read (the read may see a partial sum). A core never races with itself: its
 accesses are ordered by its own pipe barriers, which this detector does not judge.
 
-The log's GM rows (``tilesim.device``: L_GM >= 0) are reads (PIPE_MTE2, and PIPE_SCALAR GetValue), writes (PIPE_MTE3
-of class MTE3_BYTES, and PIPE_SCALAR SetValue, logged with that class) and atomic adds (PIPE_MTE3 of class
+The log's GM rows (``tilesim.device``: L_GM >= 0) are reads (LANE_MTE2, and LANE_SCALAR GetValue), writes (LANE_MTE3
+of class MTE3_BYTES, and LANE_SCALAR SetValue, logged with that class) and atomic adds (LANE_MTE3 of class
 ATOMIC_BYTES). An access covers L_BURSTS rows of L_GM_ROW bytes from byte L_GM_OFF, L_GM_STRIDE bytes from one row's
 start to the next. The accesses are expanded into byte intervals with numpy (an access whose rows touch or overlap
 is one interval), sorted by (phase, tensor, start), and swept once: an interval races with an earlier one of another
@@ -40,7 +40,7 @@ from .device import (
 )
 from .jit import njit
 from .launch import RunReport, _race_checks
-from .schedule import PIPE_MTE2, PIPE_MTE3, PIPE_NAMES, PIPE_SCALAR
+from .pipes import LANE_MTE2, LANE_MTE3, LANE_NAMES, LANE_SCALAR
 from .violations import Violation
 
 READ, WRITE, ATOMIC = 0, 1, 2  # access classes
@@ -106,8 +106,8 @@ def find_races(report: RunReport, limit: int = 16) -> tuple[list[Race], int]:
         races.append(Race(kind=KINDS[kind], phase=int(acc["phase"][ax]), tag=tag,
                           tensor=report.gm_names[tag] if tag < len(report.gm_names) else f"#{tag}",
                           offset=int(start[x]), size=int(stop - start[x]),
-                          core_a=int(acc["core"][a]), index_a=int(acc["index"][a]), pipe_a=PIPE_NAMES[acc["pipe"][a]],
-                          core_b=int(acc["core"][b]), index_b=int(acc["index"][b]), pipe_b=PIPE_NAMES[acc["pipe"][b]]))
+                          core_a=int(acc["core"][a]), index_a=int(acc["index"][a]), pipe_a=LANE_NAMES[acc["pipe"][a]],
+                          core_b=int(acc["core"][b]), index_b=int(acc["index"][b]), pipe_b=LANE_NAMES[acc["pipe"][b]]))
     return races, int(total)
 
 
@@ -135,11 +135,11 @@ def _core_accesses(log, c, ends, out, k):
         if log[i, L_GM] < 0 or log[i, L_BURSTS] <= 0 or log[i, L_GM_ROW] <= 0:
             continue
         pipe, what = log[i, L_PIPE], log[i, L_CLASS]
-        if pipe == PIPE_MTE2 or (pipe == PIPE_SCALAR and what != MTE3_BYTES):
+        if pipe == LANE_MTE2 or (pipe == LANE_SCALAR and what != MTE3_BYTES):
             cls = READ
-        elif (pipe == PIPE_MTE3 or pipe == PIPE_SCALAR) and what == MTE3_BYTES:
+        elif (pipe == LANE_MTE3 or pipe == LANE_SCALAR) and what == MTE3_BYTES:
             cls = WRITE
-        elif pipe == PIPE_MTE3 and what == ATOMIC_BYTES:
+        elif pipe == LANE_MTE3 and what == ATOMIC_BYTES:
             cls = ATOMIC
         else:
             continue

@@ -23,11 +23,9 @@ import numpy as np
 
 from .cost_params import VEC_CLASSES, CostParams
 from .jit import njit
+from .pipes import LANE_MTE2, LANE_MTE3, LANE_SCALAR, LANE_VECTOR, N_LANES
 from .vec_kinds import VEC_KINDS
 
-PIPE_MTE2, PIPE_VECTOR, PIPE_MTE3, PIPE_SCALAR = 0, 1, 2, 3
-PIPE_NAMES = ["MTE2", "VECTOR", "MTE3", "SCALAR"]  # msprof's lane names
-N_PIPES = len(PIPE_NAMES)
 N_VEC = len(VEC_CLASSES)
 N_RATES = 2 * len(VEC_KINDS)  # cycles per repeat by kind and element size (tilesim.vec_kinds.vec_kind)
 QUEUE = 64  # instructions a core queues before it schedules them (5.5 KiB a core; 16 to 2048 cost the same)
@@ -39,11 +37,11 @@ L_PIPE, L_CLASS, L_AMOUNT, L_BURSTS, L_WRITE, L_READ0, L_READ1, L_GM, L_GM_OFF, 
 
 # A core's state (float64 words). Cycles of the SoC's clock from the phase's start.
 F_ISSUED = 0  # when the scalar unit issued the last instruction
-F_FREE = 1  # N_PIPES words: when each pipe takes its next instruction
-F_BUSY = F_FREE + N_PIPES  # N_PIPES words: cycles each pipe was occupied
-F_SPAN = F_BUSY + N_PIPES  # the latest result so far
-F_PATH = F_SPAN + 1  # N_PIPES words: the span's critical path, the cycles of it each pipe holds (its "blame")
-F_RATE2 = F_PATH + N_PIPES  # this phase's MTE2 rate (GB/s: bytes a ns)
+F_FREE = 1  # N_LANES words: when each pipe takes its next instruction
+F_BUSY = F_FREE + N_LANES  # N_LANES words: cycles each pipe was occupied
+F_SPAN = F_BUSY + N_LANES  # the latest result so far
+F_PATH = F_SPAN + 1  # N_LANES words: the span's critical path, the cycles of it each pipe holds (its "blame")
+F_RATE2 = F_PATH + N_LANES  # this phase's MTE2 rate (GB/s: bytes a ns)
 F_RATE3 = F_RATE2 + 1  # this phase's MTE3 rate
 F_LAT2 = F_RATE3 + 1  # the CostParams figures, fixed for a launch
 F_LAT3 = F_LAT2 + 1
@@ -53,28 +51,28 @@ F_ISSUE = F_GET_VALUE + 1
 F_CLOCK = F_ISSUE + 1
 F_REPEAT = F_CLOCK + 1  # N_RATES words: cycles per 256 B repeat, by the instruction's vec_kind code
 F_STARTUP = F_REPEAT + N_RATES  # N_VEC words: start-up delay, by vector class
-F_DONE = F_STARTUP + N_VEC  # N_PIPES words: when each pipe's instructions so far are all done
-F_FLAGS = F_DONE + N_PIPES  # FLAGS words: when each (HardEvent, id) flag was set (tilesim.machine.sync)
+F_DONE = F_STARTUP + N_VEC  # N_LANES words: when each pipe's instructions so far are all done
+F_FLAGS = F_DONE + N_LANES  # FLAGS words: when each (HardEvent, id) flag was set (tilesim.machine.sync)
 FLAGS = 16 * 8
-# The blame of a time: N_PIPES words, the cycles of the longest chain of instructions and waits that ends at it
+# The blame of a time: N_LANES words, the cycles of the longest chain of instructions and waits that ends at it
 # which each pipe holds (the scalar unit's issue counts as SCALAR). Each time the schedule keeps has one.
 B_ISSUED = F_FLAGS + FLAGS  # the issue time's
-B_FREE = B_ISSUED + N_PIPES  # N_PIPES blames: each pipe's free time's
-B_DONE = B_FREE + N_PIPES * N_PIPES  # N_PIPES blames: each pipe's done time's
-B_FLAGS = B_DONE + N_PIPES * N_PIPES  # FLAGS blames
+B_FREE = B_ISSUED + N_LANES  # N_LANES blames: each pipe's free time's
+B_DONE = B_FREE + N_LANES * N_LANES  # N_LANES blames: each pipe's done time's
+B_FLAGS = B_DONE + N_LANES * N_LANES  # FLAGS blames
 # Then the tables: the write end and the read end of each queue slot, the last write end of each GM tensor, then
 # their blames in the same order. Each table starts with an entry for "none", which stays 0: an instruction
 # without an operand reads and writes it like any other.
-F_TABLES = B_FLAGS + FLAGS * N_PIPES
-PHASE_WORDS = 2 * N_PIPES + 1  # what a phase leaves (PHASE_RESULT): busy per pipe, the span, the span's path
-PHASE_RESULT = slice(F_BUSY, F_PATH + N_PIPES)
+F_TABLES = B_FLAGS + FLAGS * N_LANES
+PHASE_WORDS = 2 * N_LANES + 1  # what a phase leaves (PHASE_RESULT): busy per pipe, the span, the span's path
+PHASE_RESULT = slice(F_BUSY, F_PATH + N_LANES)
 SLOT_CACHE = 64  # refs whose queue slot a core remembers (a kernel's tiles reuse a few dozen UB addresses)
 
 
 @njit(cache=True, host=True)
 def state_words(n_slots, n_gm):
     """Words of a core's state with ``n_slots`` queue slots and ``n_gm`` GM tensors."""
-    return F_TABLES + (1 + N_PIPES) * (2 * (n_slots + 1) + n_gm + 1)
+    return F_TABLES + (1 + N_LANES) * (2 * (n_slots + 1) + n_gm + 1)
 
 
 def slot_bases(plan: np.ndarray) -> tuple[np.ndarray, int]:
@@ -97,7 +95,7 @@ def set_params(f: np.ndarray, p: CostParams) -> None:
 
 def reset(f: np.ndarray) -> None:
     """A new phase: the timelines and tables of the states ``f`` (one core's, or a row per core) back to zero."""
-    f[..., F_ISSUED:F_PATH + N_PIPES] = 0.0
+    f[..., F_ISSUED:F_PATH + N_LANES] = 0.0
     f[..., F_DONE:] = 0.0
 
 
@@ -184,7 +182,7 @@ def _gate(t, at, q, scalar, mte2, vector, mte3, free0, free1, free2, free3):
 @njit(cache=True, inline="always")
 def _blame(f, dst, src, pipe, cycles):
     """The blame at ``dst``: the one at ``src``, ``cycles`` more on ``pipe``."""
-    for k in range(N_PIPES):
+    for k in range(N_LANES):
         f[dst + k] = f[src + k] + (cycles if k == pipe else 0.0)
 
 
@@ -207,7 +205,7 @@ def _put(f, dst, b0, b1, b2, b3):
 def _blame_if(f, cond, dst, src):
     """The blame at ``src`` to ``dst`` where ``cond`` (a time that moved to the one ``src`` is the blame of)."""
     if cond:
-        for k in range(N_PIPES):
+        for k in range(N_LANES):
             f[dst + k] = f[src + k]
 
 
@@ -247,44 +245,44 @@ def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, sync_column, st
     busy0, busy1, busy2, busy3 = f[F_BUSY], f[F_BUSY + 1], f[F_BUSY + 2], f[F_BUSY + 3]
     done0, done1, done2, done3 = f[F_DONE], f[F_DONE + 1], f[F_DONE + 2], f[F_DONE + 3]
     w_end, r_end, gm_w = F_TABLES + 1, F_TABLES + n_slots + 2, F_TABLES + 2 * n_slots + 3  # each past its "none"
-    # the blames of the tables' entries: past the tables, N_PIPES words an entry, in the same order
+    # the blames of the tables' entries: past the tables, N_LANES words an entry, in the same order
     n_tab = 2 * (n_slots + 1) + n_gm + 1
-    bw_end, br_end, bgm_w = (F_TABLES + n_tab + N_PIPES * (w_end - F_TABLES),
-                             F_TABLES + n_tab + N_PIPES * (r_end - F_TABLES),
-                             F_TABLES + n_tab + N_PIPES * (gm_w - F_TABLES))
+    bw_end, br_end, bgm_w = (F_TABLES + n_tab + N_LANES * (w_end - F_TABLES),
+                             F_TABLES + n_tab + N_LANES * (r_end - F_TABLES),
+                             F_TABLES + n_tab + N_LANES * (gm_w - F_TABLES))
     times = start.size > 0
     for i in range(n):
         pipe, amount = log[i, L_PIPE], log[i, L_AMOUNT]
-        vector, scalar, mte2, mte3 = pipe == PIPE_VECTOR, pipe == PIPE_SCALAR, pipe == PIPE_MTE2, pipe == PIPE_MTE3
-        p = min(max(pipe, 0), N_PIPES - 1)
+        vector, scalar, mte2, mte3 = pipe == LANE_VECTOR, pipe == LANE_SCALAR, pipe == LANE_MTE2, pipe == LANE_MTE3
+        p = min(max(pipe, 0), N_LANES - 1)
         sync = log[i, L_CLASS] - sync_column
         issued += issue
-        f[B_ISSUED + PIPE_SCALAR] += issue
+        f[B_ISSUED + LANE_SCALAR] += issue
         if sync >= 0:  # 0 PipeBarrier, 1 SetFlag, 2 WaitFlag: the key (L_GM_OFF) is the pipe or the flag
             key = log[i, L_GM_OFF]
             done_now = done0 if mte2 else done1 if vector else done2 if mte3 else done3
             if sync == 1:
                 f[F_FLAGS + key] = _later(done_now, issued)
-                _blame(f, B_FLAGS + N_PIPES * key, B_DONE + N_PIPES * p if done_now >= issued else B_ISSUED, 0, 0.0)
+                _blame(f, B_FLAGS + N_LANES * key, B_DONE + N_LANES * p if done_now >= issued else B_ISSUED, 0, 0.0)
             else:
                 everything = sync == 0 and key < 0
                 if sync == 2:
-                    t, src = f[F_FLAGS + key], B_FLAGS + N_PIPES * key
+                    t, src = f[F_FLAGS + key], B_FLAGS + N_LANES * key
                 elif everything:
                     t, src = done0, B_DONE
                     for q, d in ((1, done1), (2, done2), (3, done3)):
                         if d > t:
-                            t, src = d, B_DONE + N_PIPES * q
+                            t, src = d, B_DONE + N_LANES * q
                 else:
-                    t, src = done_now, B_DONE + N_PIPES * p
+                    t, src = done_now, B_DONE + N_LANES * p
                 was = (issued, free0, free1, free2, free3)
                 issued, free0, free1, free2, free3 = _gate(t, issued, -1 if everything else pipe, scalar, mte2,
                                                            vector, mte3, free0, free1, free2, free3)
                 _blame_if(f, issued != was[0], B_ISSUED, src)
                 _blame_if(f, free0 != was[1], B_FREE, src)
-                _blame_if(f, free1 != was[2], B_FREE + N_PIPES, src)
-                _blame_if(f, free2 != was[3], B_FREE + 2 * N_PIPES, src)
-                _blame_if(f, free3 != was[4], B_FREE + 3 * N_PIPES, src)
+                _blame_if(f, free1 != was[2], B_FREE + N_LANES, src)
+                _blame_if(f, free2 != was[3], B_FREE + 2 * N_LANES, src)
+                _blame_if(f, free3 != was[4], B_FREE + 3 * N_LANES, src)
             if times:  # on its pipe, in order: not before the pipe's earlier instructions have left it
                 start[i] = free[i] = _later(issued, free0 if mte2 else free1 if vector else free2 if mte3 else free3)
             continue
@@ -303,12 +301,12 @@ def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, sync_column, st
         g_write = g if mte3 else -1
         free_now = free0 if mte2 else free1 if vector else free2 if mte3 else free3
         # the start: the latest of what it waits for, and the blame of that one
-        t, src = _wait_for(issued, B_ISSUED, free_now, B_FREE + N_PIPES * p)
-        t, src = _wait_for(t, src, f[w_end + r0], bw_end + N_PIPES * r0)
-        t, src = _wait_for(t, src, f[w_end + r1], bw_end + N_PIPES * r1)
-        t, src = _wait_for(t, src, f[w_end + w], bw_end + N_PIPES * w)
-        t, src = _wait_for(t, src, f[r_end + w], br_end + N_PIPES * w)
-        t, src = _wait_for(t, src, f[gm_w + g_read], bgm_w + N_PIPES * g_read)
+        t, src = _wait_for(issued, B_ISSUED, free_now, B_FREE + N_LANES * p)
+        t, src = _wait_for(t, src, f[w_end + r0], bw_end + N_LANES * r0)
+        t, src = _wait_for(t, src, f[w_end + r1], bw_end + N_LANES * r1)
+        t, src = _wait_for(t, src, f[w_end + w], bw_end + N_LANES * w)
+        t, src = _wait_for(t, src, f[r_end + w], br_end + N_LANES * w)
+        t, src = _wait_for(t, src, f[gm_w + g_read], bgm_w + N_LANES * g_read)
         e = t + lat
         after = t + occ
         # the blame of its result, held for the stores below (its own start's entry may be one of them)
@@ -316,7 +314,7 @@ def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, sync_column, st
         b1 = f[src + 1] + (lat if p == 1 else 0.0)
         b2 = f[src + 2] + (lat if p == 2 else 0.0)
         b3 = f[src + 3] + (lat if p == 3 else 0.0)
-        _blame(f, B_FREE + N_PIPES * p, src, p, occ)
+        _blame(f, B_FREE + N_LANES * p, src, p, occ)
         free0 = after if mte2 else free0
         free1 = after if vector else free1
         free2 = after if mte3 else free2
@@ -353,16 +351,16 @@ def run(f, plan, base, cache, n_slots, n_gm, log, n, vec_column, sync_column, st
             stores |= 64
         span = _later(span, e)
         if stores & 1:
-            _put(f, B_DONE + N_PIPES * p, b0, b1, b2, b3)
+            _put(f, B_DONE + N_LANES * p, b0, b1, b2, b3)
         if stores & 2:
-            _put(f, br_end + N_PIPES * r0, b0, b1, b2, b3)
+            _put(f, br_end + N_LANES * r0, b0, b1, b2, b3)
         if stores & 4:
-            _put(f, br_end + N_PIPES * r1, b0, b1, b2, b3)
+            _put(f, br_end + N_LANES * r1, b0, b1, b2, b3)
         if stores & 8:
-            _put(f, bw_end + N_PIPES * w, b0, b1, b2, b3)
-            _put(f, br_end + N_PIPES * w, b0, b1, b2, b3)
+            _put(f, bw_end + N_LANES * w, b0, b1, b2, b3)
+            _put(f, br_end + N_LANES * w, b0, b1, b2, b3)
         if stores & 16:
-            _put(f, bgm_w + N_PIPES * g_write, b0, b1, b2, b3)
+            _put(f, bgm_w + N_LANES * g_write, b0, b1, b2, b3)
         if stores & 32:
             _put(f, B_ISSUED, b0, b1, b2, b3)
         if stores & 64:

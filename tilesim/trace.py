@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .cost import Estimate
-from .schedule import PIPE_NAMES
+from .pipes import LANE_NAMES
 
 _UNIT = {"MTE2": "bytes", "MTE3": "bytes", "VECTOR": "repeats", "SCALAR": "accesses"}
 
@@ -26,7 +26,7 @@ def chrome_trace(estimates: list[Estimate]) -> dict[str, Any]:
     for c in range(cores):
         events.append({"ph": "M", "name": "process_name", "pid": c, "tid": 0, "args": {"name": f"core {c}"}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": c, "tid": 0, "args": {"sort_index": c}})
-        for i, p in enumerate(PIPE_NAMES):
+        for i, p in enumerate(LANE_NAMES):
             events.append({"ph": "M", "name": "thread_name", "pid": c, "tid": i, "args": {"name": p}})
             events.append({"ph": "M", "name": "thread_sort_index", "pid": c, "tid": i, "args": {"sort_index": i}})
     offset = 0.0
@@ -40,7 +40,7 @@ def chrome_trace(estimates: list[Estimate]) -> dict[str, Any]:
                            "args": {"launch": k, "after_phase": ph}})
             t += e.sync_all_us
         for s in e.stages:
-            events.append({"ph": "X", "name": s.name, "cat": s.pipe, "pid": s.core, "tid": PIPE_NAMES.index(s.pipe),
+            events.append({"ph": "X", "name": s.name, "cat": s.pipe, "pid": s.core, "tid": LANE_NAMES.index(s.pipe),
                            "ts": offset + s.start_us, "dur": s.end_us - s.start_us,
                            "args": {"launch": k, "phase": s.phase, "instructions": s.instructions,
                                     _UNIT[s.pipe]: s.amount}})

@@ -44,7 +44,8 @@ from .device import (
 )
 from .machine.hazard import INSTRUCTIONS
 from .machine.overlap import ANY, FORWARD, PARTIAL, SOURCE_NAMES, WORK
-from .machine.sync import EVENT_DST, EVENT_SRC, PIPE_LETTERS, HardEvent
+from .machine.sync import EVENT_DST, EVENT_SRC, HardEvent
+from .pipes import LANE_LETTERS
 
 KIND_NAMES = {ERR_DATACOPY_LEN: "misaligned DataCopy length", ERR_UB_OOB: "UB out of bounds",
               ERR_GM_OOB: "GM out of bounds", ERR_UB_ALIGN: "misaligned DataCopy address",
@@ -66,7 +67,7 @@ def _hazard(kind: int, where: str, offset: int, nbytes: int, extra: int) -> str:
     """A pipe hazard's sentence: ``extra`` is the instruction | the other's << 8 | pipe << 16 | other pipe << 18 |
     a queue's tensor << 20."""
     op, other_op, q, p, queued = extra & 255, (extra >> 8) & 255, (extra >> 16) & 3, (extra >> 18) & 3, extra >> 20
-    mine, theirs = PIPE_LETTERS[q], PIPE_LETTERS[p]
+    mine, theirs = LANE_LETTERS[q], LANE_LETTERS[p]
     did = {ERR_RAW: "written", ERR_WAR: "read", ERR_WAW: "written"}[kind]
     sync = (f"no PipeBarrier<PIPE_{mine}>" if p == q
             else f"no {theirs}_{mine} sync{_QUEUE_SYNC.get((theirs, mine), '') if queued else ''}")
@@ -112,7 +113,7 @@ def _sync_detail(kind: int, event: int, event_id: int) -> str:
         return f"WaitFlag{call} with no SetFlag of that event and id before it: the NPU waits for ever (a wrong id?)"
     if kind == ERR_DOUBLE_SET:
         return f"SetFlag{call} on a flag set and not waited for: undefined on the NPU (a later PipeBarrier hangs)"
-    src, dst = (PIPE_LETTERS[EVENT_SRC[event]], PIPE_LETTERS[EVENT_DST[event]]) if 0 <= event < len(HardEvent) \
+    src, dst = (LANE_LETTERS[EVENT_SRC[event]], LANE_LETTERS[EVENT_DST[event]]) if 0 <= event < len(HardEvent) \
         else ("?", "?")
     return (f"Unpaired set_flag instructions detected from PIPE_{src} to PIPE_{dst}: SetFlag{call} never waited "
             f"for")

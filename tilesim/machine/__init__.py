@@ -2,6 +2,7 @@
 docstring). A kernel module imports what it uses from here, as an Ascend C kernel uses ``namespace AscendC``."""
 
 from ..cast import CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC
+from ..pipes import PIPE_ALL, PIPE_MTE2, PIPE_MTE3, PIPE_S, PIPE_V
 from .compare import CMPMODE, SELMODE, compare, compare_scalar, select
 from .convert import axpy, cast
 from .datacopy import (
@@ -33,11 +34,6 @@ from .reduce import (
     whole_reduce_sum,
 )
 from .sync import (
-    PIPE_ALL,
-    PIPE_MTE2,
-    PIPE_MTE3,
-    PIPE_S,
-    PIPE_V,
     HardEvent,
     pipe_barrier,
     set_flag,

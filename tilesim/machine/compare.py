@@ -61,7 +61,7 @@ from ..device import (
 )
 from ..intrinsics import address_as_pointer
 from ..jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
-from ..schedule import PIPE_VECTOR
+from ..pipes import LANE_VECTOR
 from ..vec_kinds import vec_kind
 from .convert import api_fault, bad_type, type_fault, type_index
 from .hazard import hz_access, hz_instruction, op_code
@@ -213,7 +213,7 @@ def _compare_one_impl(op, dst, a, b, s, m, repeat, as_, ar, bs, br):  # type: ig
                 and (not two or results_ok(core, code, SRC1, NONE, pd, nb, nb, pb, sz, bs, br, _ALL_LANES,
                                            _ALL_LANES, repeat, np.int64(0), per))):
             return
-        hz_instruction(core, PIPE_VECTOR, code, pd, repeat * nb, pa, a_span, pb, b_span)
+        hz_instruction(core, LANE_VECTOR, code, pd, repeat * nb, pa, a_span, pb, b_span)
         _compare_walk(op, dst, a, b, s, m, repeat, as_, ar, bs, br)
         count_vector(core, cls, kind, repeat * 256, pd, pa, pb)
     return one
@@ -316,7 +316,7 @@ def _scratch_written(core, at, nbytes):
             report(core, ERR_API_RULE, b, at - p[b, 0], nbytes, RULE_SCRATCH | (np.int64(_SELECT) << 8))
             buf = b
             break
-    hz_access(core, PIPE_VECTOR, _SELECT, buf, at, nbytes, True, False)
+    hz_access(core, LANE_VECTOR, _SELECT, buf, at, nbytes, True, False)
 
 
 def _select_walk(dst, sel, a, b, m, lo, hi, repeat, ds, dr, as_, ar, bs, br, tail):  # type: ignore[no-untyped-def]
@@ -445,8 +445,8 @@ def _sel_op(dst, sel, a, b, mode, args):  # type: ignore[no-untyped-def]
             else:
                 carray(address_as_pointer(core.base + at, st), 32)[:] = store(t, scalar_of(t, b))
                 _scratch_written(core, at, 32 * sz)
-        hz_access(core, PIPE_VECTOR, _SELECT, pm.buf, pm.addr, m_bytes, False, pm.gen >= 0)
-        hz_instruction(core, PIPE_VECTOR, _SELECT, pd, d_span, pa, a_span, pb, b_span)
+        hz_access(core, LANE_VECTOR, _SELECT, pm.buf, pm.addr, m_bytes, False, pm.gen >= 0)
+        hz_instruction(core, LANE_VECTOR, _SELECT, pd, d_span, pa, a_span, pb, b_span)
         _select_walk(dst, sel, a, b, m, lo, hi, repeat, ds, dr, as_, ar, bs, br, tail)
         count_vector(core, VEC_BINARY, kind, d_span if counted else repeat * 256, pd, pa, pb)
     return select_

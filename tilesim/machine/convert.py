@@ -82,7 +82,7 @@ from ..device import (
 )
 from ..intrinsics import address_as_pointer, f32_as_u32, u32_as_f32
 from ..jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
-from ..schedule import PIPE_VECTOR
+from ..pipes import LANE_VECTOR
 from ..vec_kinds import vec_kind
 from .dtypes import ALL
 from .hazard import INSTRUCTIONS, hz_instruction, op_code
@@ -435,7 +435,7 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
                 return
             pd, ps = plan_tensor(dst), plan_tensor(src)
             if widen or narrow:  # these check their operands, keep the shadow and count themselves
-                hz_instruction(core, PIPE_VECTOR, code, pd, n * dsz, ps, n * ssz, ps, 0)
+                hz_instruction(core, LANE_VECTOR, code, pd, n * dsz, ps, n * ssz, ps, 0)
                 if widen:
                     _cast_to_f32(core, pd, ps, n, kind)
                 else:
@@ -448,7 +448,7 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
                 _accumulate(core, pd, ps, n, dsz, ssz)
             else:
                 flow_lanes(core, pd, ps, n, dsz, ssz, 1)
-            hz_instruction(core, PIPE_VECTOR, code, pd, n * dsz, ps, n * ssz, pd, n * dsz if axpy else 0)
+            hz_instruction(core, LANE_VECTOR, code, pd, n * dsz, ps, n * ssz, pd, n * dsz if axpy else 0)
             _flat(op, dst, src, s, m, n)
             count_vector(core, cls, kind, n * wide, pd, ps, pd if axpy else ps)
         return count_form
@@ -476,7 +476,7 @@ def _mixed_op(op, dst, src, s, mode, args):  # type: ignore[no-untyped-def]
         if not (vec_out(core, pd, d_span, code)
                 and walk_ok(core, code, SRC, rule, pd, dsz, ds, dr, ps, ssz, ss, sr, lo, hi, repeat, tail, per)):
             return
-        hz_instruction(core, PIPE_VECTOR, code, pd, d_span, ps, s_span, pd, d_span if axpy else 0)
+        hz_instruction(core, LANE_VECTOR, code, pd, d_span, ps, s_span, pd, d_span if axpy else 0)
         _strided(op, dst, src, s, m, lo, hi, repeat, ds, dr, ss, sr, tail)
         count_vector(core, cls, kind, repeat * 256, pd, ps, pd if axpy else ps)
     return level0

@@ -41,7 +41,7 @@ from numba.extending import overload
 
 from ..device import count_mte3
 from ..jit import OVERLOAD_OPTIONS, njit
-from ..schedule import PIPE_MTE2, PIPE_MTE3, PIPE_VECTOR
+from ..pipes import LANE_MTE2, LANE_MTE3, LANE_VECTOR
 from .atomic import atomic_rows
 from .dtypes import ALL, ElemType
 from .hazard import hz_issue, hz_rows, op_code
@@ -138,11 +138,11 @@ def _data_copy(dst, src, params):  # type: ignore[no-untyped-def]
             rows, row_b, gap_src, gap_dst = _rows(dst, params, sz)
             core = core_of(dst)
             ub_to_ub(core, plan_tensor(dst), plan_tensor(src), rows, row_b, row_b + gap_src, row_b + gap_dst)
-            found = hz_rows(core, PIPE_VECTOR, _DATA_COPY, src.buf, src.addr, rows, row_b, row_b + gap_src, False,
+            found = hz_rows(core, LANE_VECTOR, _DATA_COPY, src.buf, src.addr, rows, row_b, row_b + gap_src, False,
                             src.gen >= 0)
-            hz_rows(core, PIPE_VECTOR, _DATA_COPY, dst.buf, dst.addr, rows, row_b, row_b + gap_dst, True,
+            hz_rows(core, LANE_VECTOR, _DATA_COPY, dst.buf, dst.addr, rows, row_b, row_b + gap_dst, True,
                     dst.gen >= 0, found)
-            hz_issue(core, PIPE_VECTOR)
+            hz_issue(core, LANE_VECTOR)
         return local
 
     def copy(dst, src, params):  # type: ignore[no-untyped-def]
@@ -151,15 +151,15 @@ def _data_copy(dst, src, params):  # type: ignore[no-untyped-def]
             core = core_of(dst)
             gm_to_ub(core, plan_tensor(dst), gm_view(src), src.off, rows, row_b, row_b + gap_src,
                      row_b + gap_dst, 0, 0, np.uint64(0), False, True)
-            hz_rows(core, PIPE_MTE2, _DATA_COPY, dst.buf, dst.addr, rows, row_b, row_b + gap_dst, True, dst.gen >= 0)
-            hz_issue(core, PIPE_MTE2)
+            hz_rows(core, LANE_MTE2, _DATA_COPY, dst.buf, dst.addr, rows, row_b, row_b + gap_dst, True, dst.gen >= 0)
+            hz_issue(core, LANE_MTE2)
         else:
             rows, row_b, gap_src, gap_dst = _rows(src, params, sz)
             core = core_of(src)
             _to_gm(core, ctx_words(src.ctx), gm_view(dst), dst.off, plan_tensor(src), rows, row_b, row_b + gap_dst,
                    row_b + gap_src, True)
-            hz_rows(core, PIPE_MTE3, _DATA_COPY, src.buf, src.addr, rows, row_b, row_b + gap_src, False, src.gen >= 0)
-            hz_issue(core, PIPE_MTE3)
+            hz_rows(core, LANE_MTE3, _DATA_COPY, src.buf, src.addr, rows, row_b, row_b + gap_src, False, src.gen >= 0)
+            hz_issue(core, LANE_MTE3)
     return copy
 
 
@@ -210,8 +210,8 @@ def _data_copy_pad(dst, src, params, pad_params=None):  # type: ignore[no-untype
             core = core_of(dst)
             gm_to_ub(core, plan_tensor(dst), gm_view(src), src.off, rows, row_b,
                      row_b + np.int64(params.src_stride), ub_pitch, left, right, value, is_pad, False)
-            hz_rows(core, PIPE_MTE2, _DATA_COPY_PAD, dst.buf, dst.addr, rows, filled, ub_pitch, True, dst.gen >= 0)
-            hz_issue(core, PIPE_MTE2)
+            hz_rows(core, LANE_MTE2, _DATA_COPY_PAD, dst.buf, dst.addr, rows, filled, ub_pitch, True, dst.gen >= 0)
+            hz_issue(core, LANE_MTE2)
         return pad_in
 
     def pad_out(dst, src, params, pad_params=None):  # type: ignore[no-untyped-def]
@@ -220,8 +220,8 @@ def _data_copy_pad(dst, src, params, pad_params=None):  # type: ignore[no-untype
         core = core_of(src)
         _to_gm(core, ctx_words(src.ctx), gm_view(dst), dst.off, plan_tensor(src), rows, row_b,
                row_b + np.int64(params.dst_stride), ub_pitch, False)
-        hz_rows(core, PIPE_MTE3, _DATA_COPY_PAD, src.buf, src.addr, rows, row_b, ub_pitch, False, src.gen >= 0)
-        hz_issue(core, PIPE_MTE3)
+        hz_rows(core, LANE_MTE3, _DATA_COPY_PAD, src.buf, src.addr, rows, row_b, ub_pitch, False, src.gen >= 0)
+        hz_issue(core, LANE_MTE3)
     return pad_out
 
 
@@ -248,5 +248,5 @@ def _init_output(dst, size, value=0.0):  # type: ignore[no-untyped-def]
         wait_event(core, w, _V_MTE3, k)
         # value as Duplicate<T> takes it (b16: rounded to nearest even, its bits)
         fill_gm(core, gm_view(dst), dst.off // sz, np.int64(size), scalar_bits(dst.dtype, value))
-        hz_issue(core, PIPE_MTE3)
+        hz_issue(core, LANE_MTE3)
     return fill

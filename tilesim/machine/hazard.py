@@ -35,7 +35,7 @@ from ..device import (
 )
 from ..intrinsics import address_as_pointer
 from ..jit import njit
-from ..schedule import PIPE_SCALAR, PIPE_VECTOR
+from ..pipes import LANE_SCALAR, LANE_VECTOR
 
 # The instructions, as the hazard check names them (a code each, in the records; append, never reorder: the codes
 # are compiled into cached kernels).
@@ -68,14 +68,14 @@ def _hz(core):
 def _ordered(h, p, i, q):
     """Whether instruction ``i`` of pipe ``p`` is known done before pipe ``q``'s next instruction."""
     if p == q:
-        return p == PIPE_SCALAR or h[HZ_CLOCK + q * 4 + q] > i
+        return p == LANE_SCALAR or h[HZ_CLOCK + q * 4 + q] > i
     return h[HZ_CLOCK + q * 4 + p] > i
 
 
 @njit(cache=True, inline="always")
 def _auto(p, q):
     """The pairs BiSheng's auto-sync orders itself: V-V, and PIPE_S with any other pipe."""
-    return (p == PIPE_VECTOR and q == PIPE_VECTOR) or ((p == PIPE_SCALAR) != (q == PIPE_SCALAR))
+    return (p == LANE_VECTOR and q == LANE_VECTOR) or ((p == LANE_SCALAR) != (q == LANE_SCALAR))
 
 
 @njit(cache=True)
@@ -83,7 +83,7 @@ def _join(h, clock_at, q):
     """Pipe ``q`` waits for the clock at ``clock_at`` (4 words); a wait of the scalar unit holds the issue of
     every later instruction, so every pipe learns it."""
     for r in range(4):
-        if q == PIPE_SCALAR or r == q:
+        if q == LANE_SCALAR or r == q:
             for p in range(4):
                 c = HZ_CLOCK + r * 4 + p
                 v = h[clock_at + p]
@@ -252,7 +252,7 @@ def hz_level0(core, op, dst, d_blk, d_rep, d_end, a, a_blk, a_rep, a_end, b, b_b
     found = _operand_blocks(core, op, a, a_blk, a_rep, a_end, repeat, False, False)
     found |= _operand_blocks(core, op, b, b_blk, b_rep, b_end, repeat, False, found)
     _operand_blocks(core, op, dst, d_blk, d_rep, d_end, repeat, True, found)
-    hz_issue(core, PIPE_VECTOR)
+    hz_issue(core, LANE_VECTOR)
 
 
 @njit(cache=True)
@@ -260,12 +260,12 @@ def _operand_blocks(core, op, t, blk, rep, end, repeat, write, quiet):
     if end <= 0:
         return False
     if blk == 1 and (rep == 8 or repeat == 1):  # the blocks are contiguous
-        return hz_access(core, PIPE_VECTOR, op, t.buf, t.addr, end, write, t.gen >= 0, quiet)
+        return hz_access(core, LANE_VECTOR, op, t.buf, t.addr, end, write, t.gen >= 0, quiet)
     found = False
     for r in range(repeat):
         for k in range(8):
             off = (r * rep + k * blk) * 32
             if off < end:
-                found |= hz_access(core, PIPE_VECTOR, op, t.buf, t.addr + off, min(32, end - off), write,
+                found |= hz_access(core, LANE_VECTOR, op, t.buf, t.addr + off, min(32, end - off), write,
                                    t.gen >= 0, quiet or found)
     return found

@@ -2,8 +2,8 @@
 :mod:`.atomic`): rows of bytes between GM and UB, DataCopyPad's padding and dummy bytes, the checks of their
 layout and bounds, and their MTE2/MTE3 counts.
 
-GM tensors are :class:`tilesim.device.GlobalTensor` ``(tag, data, isz)`` views: the tensor's bytes and its element
-size; offsets and pitches here are in bytes. The movers copy bytes, as the MTEs do, whatever the element type.
+GM tensors are :class:`tilesim.device.GmView` ``(tag, addr, nbytes, isz)`` views: the tensor's bytes and its
+element size; offsets and pitches here are in bytes. The movers copy bytes, as the MTEs do, whatever the element type.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload, overload_method
 
-from ..device import FAULT_UB_RANGE, GEN_COL, MAX_SLOTS, checked_only, errs_of
+from ..device import FAULT_UB_RANGE, GEN_COL, MAX_BUFS, MAX_QUE_SLOTS, checked_only, errs_of
 from ..jit import OVERLOAD_OPTIONS, njit
 from .dtypes import ElemType
 from .structs import constructor, struct_type
@@ -48,8 +48,6 @@ from .tensor import (
     DEQUEUED,
     ENQUEUED,
     FREE,
-    MAX_BUFS,
-    MAX_QUE_SLOTS,
     N_EVENT_POOLS,
     Q_COUNT,
     Q_DEPTH,
@@ -213,8 +211,8 @@ def _queue_at(q):
 def _track(core, buf, slot, gen):
     """Checked mode: slot ``slot`` of ``buf`` now belongs to allocation ``gen`` (-2: freed, every tensor of it
     dead)."""
-    if core.checks and buf < MAX_BUFS and slot < MAX_SLOTS:
-        errs_of(core)[GEN_COL + buf * MAX_SLOTS + slot] = gen
+    if core.checks and buf < MAX_BUFS and slot < MAX_QUE_SLOTS:
+        errs_of(core)[GEN_COL + buf * MAX_QUE_SLOTS + slot] = gen
 
 
 @njit(cache=True, inline="always")

@@ -62,7 +62,7 @@ from ..device import (
 )
 from ..intrinsics import address_as_pointer
 from ..jit import INLINE_OPTIONS, OVERLOAD_OPTIONS
-from ..schedule import PIPE_VECTOR
+from ..pipes import LANE_VECTOR
 from ..ub import PlanTensor
 from ..vec_kinds import vec_kind
 from .convert import api_fault, bad_type, type_fault, type_index
@@ -108,7 +108,7 @@ def _gathered(core, dst, d_span, src, off, base, lo, hi, repeat, dr, tail, size)
                        overlap_extra(_GATHER, ANY, SRC, r, r, 0, 0))
                 overlap = True
             if 0 <= at and at + size <= core.ub_size:
-                hz_access(core, PIPE_VECTOR, _GATHER, src.buf, at, size, False, src.gen >= 0)
+                hz_access(core, LANE_VECTOR, _GATHER, src.buf, at, size, False, src.gen >= 0)
                 flow_lanes(core, PlanTensor(dst.buf, dst.addr + r * dr * 32 + k * size, dst.gen),
                            PlanTensor(src.buf, at, src.gen), 1, size, size, 1)
 
@@ -163,7 +163,7 @@ def _gather_one_impl(dst, src, off, base, lo, hi, repeat, dr, tail):  # type: ig
                 and apart(core, _GATHER, SRC_OFFSET, pd, d_span, po, o_bytes)):  # Gather.md: no overlap
             return
         _gathered(core, pd, d_span, ps, po, base, lo, hi, repeat, dr, tail, sz)
-        hz_instruction(core, PIPE_VECTOR, _GATHER, pd, d_span, po, o_bytes, ps, 0)
+        hz_instruction(core, LANE_VECTOR, _GATHER, pd, d_span, po, o_bytes, ps, 0)
         _gather_walk(dst, src, off, base, lo, hi, repeat, dr, tail)
         count_vector(core, VEC_UNARY, kind, repeat * 256, pd, ps, po)
     return one
@@ -238,7 +238,7 @@ def _transpose(dst, src):  # type: ignore[no-untyped-def]
         if pd.addr != ps.addr and not apart(core, _TRANSPOSE, SRC, pd, 512, ps, 512):
             return
         flow_lanes(core, pd, ps, 1, 512, 512, 1)  # each byte of dst: the state of the whole source
-        hz_instruction(core, PIPE_VECTOR, _TRANSPOSE, pd, 512, ps, 512, ps, 0)
+        hz_instruction(core, LANE_VECTOR, _TRANSPOSE, pd, 512, ps, 512, ps, 0)
         d = carray(address_as_pointer(core.base + dst.addr, np.uint16), 256)
         if pd.addr == ps.addr:
             for i in range(16):
@@ -299,7 +299,7 @@ def _broadcast(dst, src, dst_shape, src_shape, axis, shared_tmp=None):  # type: 
                 flow1(core, row, ps, cols * sz)
             else:
                 flow_lanes(core, row, PlanTensor(ps.buf, ps.addr + r * sz, ps.gen), cols, sz, sz, 0)
-        hz_instruction(core, PIPE_VECTOR, _BROADCAST, pd, n, ps, m, ps, 0)
+        hz_instruction(core, LANE_VECTOR, _BROADCAST, pd, n, ps, m, ps, 0)
         d = carray(address_as_pointer(core.base + dst.addr, st), rows * cols)
         x = carray(address_as_pointer(core.base + src.addr, st), s_rows * s_cols)
         if overlap and axis == 1:  # src is read whole (into the Brcb scratch) before dst is written

@@ -103,7 +103,7 @@ from ..device import (
 )
 from ..intrinsics import address_as_pointer, pair_tree_sum_f32
 from ..jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
-from ..schedule import PIPE_VECTOR
+from ..pipes import LANE_VECTOR
 from ..vec_kinds import vec_kind
 from .dtypes import ALL
 from .hazard import hz_access, hz_instruction, hz_level0, op_code
@@ -623,8 +623,8 @@ def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
                                        np.int64(8), np.uint64(_ALL_ON), np.uint64(_ALL_ON), reps,
                                        n - (reps - 1) * per if n % per else np.int64(0), per)):
                     return
-                hz_access(core, PIPE_VECTOR, code, work.buf, work.addr, need, True, work.gen >= 0)
-            hz_instruction(core, PIPE_VECTOR, code, pd, out, ps, n * sz, ps, 0)
+                hz_access(core, LANE_VECTOR, code, work.buf, work.addr, need, True, work.gen >= 0)
+            hz_instruction(core, LANE_VECTOR, code, pd, out, ps, n * sz, ps, 0)
             value, r, lane, _ = _walk(op, dst, src, np.uint64(_ALL_ON), np.uint64(_ALL_ON), (n + per - 1) // per,
                                       np.int64(1), np.int64(8), n % per, np.int64(0), np.int64(0))
             _result(dst, value, r * per + lane, with_index)
@@ -652,8 +652,8 @@ def _reduce_op(op, dst, src, work, args):  # type: ignore[no-untyped-def]
                 and results_ok(core, code, WORK, SAME, pw, first, first, ps, sz, np.int64(1), sr, lo, hi, n,
                                np.int64(0), per)):
             return
-        hz_access(core, PIPE_VECTOR, code, work.buf, work.addr, need, True, work.gen >= 0)
-        hz_instruction(core, PIPE_VECTOR, code, pd, out, ps, src_bytes, ps, 0)
+        hz_access(core, LANE_VECTOR, code, work.buf, work.addr, need, True, work.gen >= 0)
+        hz_instruction(core, LANE_VECTOR, code, pd, out, ps, src_bytes, ps, 0)
         if is_sum:  # each repeat's sum into work, then trees of per of them until one is left (work[0])
             _walk(_WHOLE_SUM, work, src, lo, hi, n, np.int64(1), sr, np.int64(0), np.int64(1), np.int64(0))
             m = n

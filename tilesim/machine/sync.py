@@ -47,9 +47,9 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from .. import schedule
 from ..device import HZ_EVENTS, PIPE_BARRIERS, SET_FLAGS, WAIT_FLAGS, count_sync, counters_of
 from ..jit import OVERLOAD_OPTIONS, njit
+from ..pipes import LANE_LETTERS, LANE_OF_PIPE, LANE_SCALAR, PIPE_ALL
 from .atomic import finish_phase
 from .hazard import hz_barrier, hz_set, hz_wait
 from .tensor import (
@@ -65,12 +65,6 @@ from .tensor import (
     fault,
 )
 from .waits import arrive, await_release, gate
-
-# pipe_t, as CCE numbers them; the AIV has S, V, MTE2 and MTE3.
-PIPE_S, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL = 0, 1, 2, 3, 4, 5, 6
-# pipe_t -> tilesim.schedule's pipe number (-1: not on the AIV; PIPE_ALL apart)
-_PIPE_INDEX = (schedule.PIPE_SCALAR, schedule.PIPE_VECTOR, -1, -1, schedule.PIPE_MTE2, schedule.PIPE_MTE3, -1)
-PIPE_LETTERS = ("MTE2", "V", "MTE3", "S")  # by tilesim.schedule's pipe number
 
 
 class HardEvent(IntEnum):
@@ -93,9 +87,9 @@ class HardEvent(IntEnum):
 
 
 assert len(HardEvent) <= min(HZ_EVENTS, N_EVENT_POOLS)
-# Each event's source and destination pipe (tilesim.schedule's numbers).
-EVENT_SRC = tuple(PIPE_LETTERS.index(e.name.split("_")[0]) for e in HardEvent)
-EVENT_DST = tuple(PIPE_LETTERS.index(e.name.split("_")[1]) for e in HardEvent)
+# Each event's source and destination lane (tilesim.pipes).
+EVENT_SRC = tuple(LANE_LETTERS.index(e.name.split("_")[0]) for e in HardEvent)
+EVENT_DST = tuple(LANE_LETTERS.index(e.name.split("_")[1]) for e in HardEvent)
 EVENT_IDS = 8  # QUE_MAX_EVENT on A2 (2201)
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -196,10 +190,10 @@ def _barrier(core, w, pipe):
     if pipe == PIPE_ALL:
         q = np.int64(-1)
     else:
-        q = _PIPE_INDEX[pipe] if 0 <= pipe < len(_PIPE_INDEX) else np.int64(-1)
-        if q < 0 or q == schedule.PIPE_SCALAR:
+        q = LANE_OF_PIPE[pipe] if 0 <= pipe < len(LANE_OF_PIPE) else np.int64(-1)
+        if q < 0 or q == LANE_SCALAR:
             _stop(w, FAULT_EVENT_ID, 100 + pipe)
-    count_sync(core, q if q >= 0 else schedule.PIPE_SCALAR, PIPE_BARRIERS, q)
+    count_sync(core, q if q >= 0 else LANE_SCALAR, PIPE_BARRIERS, q)
     hz_barrier(core, q)
 
 

@@ -24,10 +24,21 @@ import numpy as np
 from numba import carray, types
 from numba.extending import overload, overload_attribute, overload_method
 
-from ..device import FAULT_WORDS, Core, GlobalTensor, count_gm_scalar, count_scalar, gm_ok, ub_in, ub_out
+from ..device import (
+    FAULT_WORDS,
+    MAX_BUFS,
+    MAX_QUE_SLOTS,
+    Core,
+    GmView,
+    count_gm_scalar,
+    count_scalar,
+    gm_ok,
+    ub_in,
+    ub_out,
+)
 from ..intrinsics import address_as_pointer
 from ..jit import OVERLOAD_OPTIONS, njit
-from ..schedule import PIPE_SCALAR
+from ..pipes import LANE_SCALAR
 from ..ub import PlanTensor
 from .dtypes import ElemType, uint8
 from .hazard import hz_access, hz_issue, op_code
@@ -39,11 +50,9 @@ X_POOL = 10  # TPipe: the end of the buffers placed so far, in bytes
 X_WS_AT, X_WS_SIZE = 11, 12  # GetUserWorkspace: address and bytes
 X_MASK_LO, X_MASK_HI, X_COUNTER_MODE = 13, 14, 15  # the vector mask register, and SetMaskCount / SetMaskNorm
 X_FAULT = 16  # FAULT_WORDS: what stopped the kernel, the buffer, a detail, ... (tilesim.device's fault record)
-MAX_BUFS = 64  # buffers per TPipe
 X_PLAN = X_FAULT + FAULT_WORDS  # MAX_BUFS rows of (offset, slot bytes, slots): the UB plan as InitBuffer placed it
 X_QUE = X_PLAN + 3 * MAX_BUFS  # MAX_BUFS rows of Q_WORDS: each buffer's queue state
 Q_POS, Q_DEPTH, Q_NEXT, Q_COUNT, Q_HEAD, Q_SLOT = range(6)  # Q_SLOT: Q_NEXT modulo the buffer count
-MAX_QUE_SLOTS = 8  # buffers of one queue (TQue: at most 8 per TPosition on A2)
 Q_FIFO = 6  # MAX_QUE_SLOTS: the slots enqueued, oldest at Q_HEAD
 Q_STATE = Q_FIFO + MAX_QUE_SLOTS  # MAX_QUE_SLOTS: each slot's state (FREE ...)
 Q_GEN = Q_STATE + MAX_QUE_SLOTS  # MAX_QUE_SLOTS: the allocation each slot last went to (a LocalTensor's gen)
@@ -112,7 +121,7 @@ def by_build(f, m):  # type: ignore[no-untyped-def]
     return (_checks_type(f[1]),)
 
 
-make_context = constructor(KernelContextType, by_build)
+make_kernel_context = constructor(KernelContextType, by_build)
 make_local = constructor(LocalTensorType, _typed)
 make_global = constructor(GlobalTensorType, _typed)
 
@@ -209,8 +218,8 @@ def _element_impl(t, i, write):  # type: ignore[no-untyped-def]
             e = PlanTensor(t.buf, t.addr + i * sz, t.gen)
             if not (ub_out(core, e, sz, _SET_VALUE) if write else ub_in(core, e, sz, _GET_VALUE)):
                 return np.int64(0)
-            hz_access(core, PIPE_SCALAR, _SET_VALUE if write else _GET_VALUE, t.buf, e.addr, sz, write, t.gen >= 0)
-            hz_issue(core, PIPE_SCALAR)
+            hz_access(core, LANE_SCALAR, _SET_VALUE if write else _GET_VALUE, t.buf, e.addr, sz, write, t.gen >= 0)
+            hz_issue(core, LANE_SCALAR)
             count_scalar(core, plan_tensor(t), write)
             return core.base + e.addr
         return ub
@@ -251,14 +260,14 @@ def _set_value(t, i, v):  # type: ignore[no-untyped-def]
 
 
 def gm_view(t):  # type: ignore[no-untyped-def]
-    """The machine's :class:`tilesim.device.GlobalTensor` (tag, address, bytes, element size) of the whole tensor
+    """The machine's :class:`tilesim.device.GmView` (tag, address, bytes, element size) of the whole tensor
     a typed GlobalTensor lies in."""
 
 
 @overload(gm_view, jit_options=OVERLOAD_OPTIONS)
 def _gm_view(t):  # type: ignore[no-untyped-def]
     sz = t.dtype.dt.size
-    return lambda t: GlobalTensor(t.tag, t.base, t.size, np.int64(sz))
+    return lambda t: GmView(t.tag, t.base, t.size, np.int64(sz))
 
 
 @njit(cache=True)

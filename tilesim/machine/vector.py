@@ -64,7 +64,7 @@ from ..intrinsics import (
     u32_as_f32,
 )
 from ..jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
-from ..schedule import PIPE_VECTOR
+from ..pipes import LANE_VECTOR
 from ..vec_kinds import vec_kind
 from .dtypes import ALL
 from .hazard import INSTRUCTIONS, hz_instruction, hz_level0, op_code
@@ -588,21 +588,21 @@ def _vec_op(op, dst, a, b, s, args):  # type: ignore[no-untyped-def]
                             and count_ok(core, code, SRC1, SAME, plan_tensor(dst), sz, plan_tensor(b), sz, n)):
                         return
                     flow2(core, plan_tensor(dst), plan_tensor(a), plan_tensor(b), nb)
-                    hz_instruction(core, PIPE_VECTOR, code, plan_tensor(dst), nb, plan_tensor(a), nb, plan_tensor(b),
+                    hz_instruction(core, LANE_VECTOR, code, plan_tensor(dst), nb, plan_tensor(a), nb, plan_tensor(b),
                                    nb)
                 else:
                     if not (vec_ok(core, plan_tensor(a), nb, code) and vec_ok(core, plan_tensor(dst), nb, code)
                             and count_ok(core, code, SRC, SAME, plan_tensor(dst), sz, plan_tensor(a), sz, n)):
                         return
                     flow1(core, plan_tensor(dst), plan_tensor(a), nb)
-                    hz_instruction(core, PIPE_VECTOR, code, plan_tensor(dst), nb, plan_tensor(a), nb, plan_tensor(a),
+                    hz_instruction(core, LANE_VECTOR, code, plan_tensor(dst), nb, plan_tensor(a), nb, plan_tensor(a),
                                    0)
                 _contiguous(op, dst, a, b, s, n)
                 count_vector(core, cls, kind, nb, plan_tensor(dst), plan_tensor(a), plan_tensor(b if two else a))
             else:
                 if not vec_out(core, plan_tensor(dst), nb, code):
                     return
-                hz_instruction(core, PIPE_VECTOR, code, plan_tensor(dst), nb, plan_tensor(dst), 0, plan_tensor(dst), 0)
+                hz_instruction(core, LANE_VECTOR, code, plan_tensor(dst), nb, plan_tensor(dst), 0, plan_tensor(dst), 0)
                 _contiguous(op, dst, dst, None, s, n)
                 count_vector(core, cls, kind, nb, plan_tensor(dst), plan_tensor(dst), plan_tensor(dst))
         return count_form

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from numba import carray
 
-from ..intrinsics import address_as_pointer, atomic_add, atomic_load, futex_wait, futex_wake, swap_context
+from ..intrinsics import address_as_pointer, atomic_add, atomic_load, futex_wait, futex_wake, swap_ucontext
 from ..jit import njit
 from .tensor import CTX_WORDS, X_ARRIVED, X_CORO, X_FAULT, X_IDX, X_SYNC_AT, X_SYNC_GEN, X_WAITERS
 
@@ -60,7 +60,7 @@ def wait_until(at, target, waiters, stop_a, stop_b, coro):
                 return False
             j[J_AT], j[J_TARGET], j[J_WAITERS], j[J_STOP_A], j[J_STOP_B] = at, target, waiters, stop_a, stop_b
             j[J_STATE] = WAITING
-            swap_context(j[J_OWN], j[J_SCHED])
+            swap_ucontext(j[J_OWN], j[J_SCHED])
             j[J_STATE] = RUNNING
     while True:
         if atomic_load(at) >= target:
