@@ -99,6 +99,9 @@ def interrupted(cores: int, synced: bool, checks: bool, iters: int = 2 ** 62) ->
 
 
 if __name__ == "__main__":
+    # Ctrl-C as an interactive program has it: a shell starting a job in the background without job control
+    # (`make test &` in a script) leaves SIGINT ignored, which the process inherits and Python keeps
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     for case in sys.argv[1:]:
         cores, form, build, *handler = case.split(":")
         if handler == ["reinstalled"]:  # Python's handler put back in front of tilesim's, as signal.signal does
