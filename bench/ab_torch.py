@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import tilesim.kernels as kernels
-from tilesim.kernels import ops
+from tilesim.kernels import op_specs
 
 from tilesim.interop import to_torch
 
@@ -40,7 +40,7 @@ def main(rounds: int = 30) -> None:
 
     print(f"µs per call, {rounds} rounds")
     for op, shape, dtype, n in CASES:
-        arrays = ops.OPS[op].make_inputs(shape, dtype, 0)
+        arrays = op_specs.OPS[op].make_inputs(shape, dtype, 0)
         tensors = {k: to_torch(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}
         fn = getattr(kernels, op)
         calls = tuple(lambda fn=fn, kw=kw: fn(**kw) for kw in (arrays, tensors))

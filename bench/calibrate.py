@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 import tilesim.kernels as kernels
-from tilesim.kernels.ops import DTYPES
+from tilesim.kernels.op_specs import DTYPES
 from tilesim.tiling.softmax import check_args as softmax_args
 from tilesim.tiling.swiglu import check_args as swiglu_args
 
-from tilesim.cost import estimated, total_us
-from tilesim.cost_params import cost_params
+from tilesim.cost.model import estimated, total_us
+from tilesim.cost.params import cost_params
 from tilesim.errors import AclnnError
 from tilesim.soc import get_soc
 

@@ -1,18 +1,17 @@
 """``make demo``: RmsNormGrad (both of its kernels), RmsNorm, GroupNormBackward, SwiGluGrad, SwiGlu, Softmax, the
 layer-norm backward and NsaCompressGrad on the emulated Ascend910B1, in one table.
 
-Runs ``kernels.rms_norm_grad`` on [4096, 4096] bf16 (split-N: whole rows per UB tile) and on [64, 12288] fp32
-(split-D: rows too long for the UB, cut into column tiles), ``kernels.rms_norm`` (the forward, on the programming
-model) on [4096, 4096] bf16 (NORMAL: a row at a time), ``kernels.group_norm_backward`` on [32, 512, 64·64] with
-32 groups in fp32 and bf16, and ``kernels.swiglu_grad`` on x [8192, 2·4096] bf16 (dim -1: A and B the two column
-halves, y_grad [8192, 4096]) and ``kernels.swiglu`` (its forward) on the same x, ``kernels.softmax`` (tilesim's
-kernel on the A2 SoftMax API) on [4096, 4096] fp16, ``kernels.layer_norm_grad`` (the
-LayerNormGrad and LayerNormGradBeta APIs per UB tile of whole rows) on [4096, 4096] in fp32 and fp16 and
-``kernels.nsa_compress_grad`` on input [8192, 32, 128] bf16 (TND, 4 sequences of 2048 tokens, blockSize 32, stride
-16: overlapping windows), with realistic inputs (the makers of ``tilesim.kernels.ops``, which the explorer uses too),
-and prints, per run, the tiling the host chose, the UB plan's size, the bytes the data movers carried, the error of dx
-(pd_x for the layer-norm backward, input_grad for NsaCompressGrad) against untiled float64 math under Ascend's
-precision standard, and the wall time on this CPU.
+Runs ``kernels.rms_norm_grad`` on [4096, 4096] bf16 (split-N: whole rows per UB tile) and on [64, 12288] fp32 (split-D:
+rows too long for the UB, cut into column tiles), ``kernels.rms_norm`` (the forward, on the programming model) on [4096,
+4096] bf16 (NORMAL: a row at a time), ``kernels.group_norm_backward`` on [32, 512, 64·64] with 32 groups in fp32 and
+bf16, and ``kernels.swiglu_grad`` on x [8192, 2·4096] bf16 (dim -1: A and B the two column halves, y_grad [8192, 4096])
+and ``kernels.swiglu`` (its forward) on the same x, ``kernels.softmax`` (tilesim's kernel on the A2 SoftMax API) on
+[4096, 4096] fp16, ``kernels.layer_norm_grad`` (the LayerNormGrad and LayerNormGradBeta APIs per UB tile of whole rows)
+on [4096, 4096] in fp32 and fp16 and ``kernels.nsa_compress_grad`` on input [8192, 32, 128] bf16 (TND, 4 sequences of
+2048 tokens, blockSize 32, stride 16: overlapping windows), with realistic inputs (the makers of
+``tilesim.kernels.op_specs``, which the explorer uses too), and prints, per run, the tiling the host chose, the UB
+plan's size, the bytes the data movers carried, the error of dx (pd_x for the layer-norm backward, input_grad for
+NsaCompressGrad) against untiled float64 math under Ascend's precision standard, and the wall time on this CPU.
 
     python -m bench.demo
 """
@@ -26,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import tilesim.kernels as kernels
-from tilesim.kernels.ops import (
+from tilesim.kernels.op_specs import (
     OPS,
     group_norm_backward_inputs,
     layer_norm_grad_inputs,
@@ -41,7 +40,7 @@ from tilesim.tiling.layer_norm_grad import TMP_MODES
 from tilesim.tiling.rms_norm import MODE_NAMES
 
 import tilesim
-from tilesim.cost import estimated, total_us
+from tilesim.cost.model import estimated, total_us
 from tilesim.precision import compare
 
 REPEATS = 5
@@ -49,9 +48,9 @@ SPLIT = {1: "split-N", 2: "split-D"}
 
 
 def case(op: str, inputs: dict[str, Any], label: str) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
-    """``op``'s API on ``inputs`` (the tilesim.kernels.ops makers' dicts: the API's argument names): (call(out=None) ->
-    outputs, golden of the first output, shape label). SwiGluGrad has one output; call wraps it in a tuple, as
-    the other ops return theirs."""
+    """``op``'s API on ``inputs`` (the tilesim.kernels.op_specs makers' dicts: the API's argument names):
+    (call(out=None) -> outputs, golden of the first output, shape label). SwiGluGrad has one output; call wraps it in a
+    tuple, as the other ops return theirs."""
     api = getattr(kernels, op)
 
     def call(out: Any = None) -> Any:
@@ -217,8 +216,9 @@ def main() -> None:
           f"input_grad for nsa_compress_grad, y for swiglu, rms_norm and softmax), pass = MERE < T and MARE < limit "
           f"(10T); "
           f"first call: with Numba compile/cache load; wall: median of {REPEATS} later calls into the first call's "
-          f"outputs, on this CPU; est. NPU: the cost model's time for the call on the SoC (tilesim.cost; `tilesim "
-          f"trace` draws its timeline); rms_norm's key: its mode (NORMAL, SPLIT_D, MERGE_N, SINGLE_ROW), perf: "
+          f"outputs, on this CPU; est. NPU: the cost model's time for the call on the SoC (tilesim.cost.model; "
+          f"`tilesim trace` draws its timeline); rms_norm's key: its mode (NORMAL, SPLIT_D, MERGE_N, SINGLE_ROW), "
+          f"perf: "
           f"ops-nn's is_performance; softmax's key: x's dtype, its tile (rows x 32 B-aligned cols), DB and the SoftMax "
           f"API's passes a tile.")
 

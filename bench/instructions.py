@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tilesim import machine as asc
-from tilesim.launcher import kernel, launch
+from tilesim.runtime.launcher import kernel, launch
 
 INSTRUCTIONS = ["Mul", "Muls", "Duplicate", "WholeReduceSum", "Cast bf16->fp32", "Cast fp32->bf16 RINT",
                 "Cast fp16->fp32", "Cast fp32->fp16 RINT"]

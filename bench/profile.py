@@ -10,7 +10,7 @@ not the set-up's.
     python -m bench.profile group_norm_backward bf16 --calls 20 --top 25
     python -m bench.profile rms_norm_grad bf16 --shape 16384,1024 --checks   # another shape, checked mode
 
-Device code has no object code of its own (:mod:`tilesim.jit_link`): it is linked into the host function that
+Device code has no object code of its own (:mod:`tilesim.jit.link`): it is linked into the host function that
 calls it, a launch's generated core loop (``tilesim_launch_<digest>.cores``, in the ``TILESIM_CACHE`` directory).
 So the names are those of the functions that object code kept: the core loop, and whatever LLVM did not inline
 into it: a kernel's functions (``kernels.swiglu_grad._compute_float``), the instructions' loops
@@ -41,7 +41,7 @@ OBJECT_CODE = "_tilesim_object_code"  # where a library loaded from the cache ke
 
 def _keep_object_code(cls: type, cg: Any, state: tuple[str, str, Any]) -> Any:
     """JITCodeLibrary._unserialize, keeping the cached object code (Numba drops it once loaded). The inherited
-    one is looked up at the call: tilesim.jit_link's, which loads device code's bitcode, once tilesim is imported."""
+    one is looked up at the call: tilesim.jit.link's, which loads device code's bitcode, once tilesim is imported."""
     lib = codegen.CPUCodeLibrary._unserialize.__func__(cls, cg, state)
     if state[1] == "object":
         setattr(lib, OBJECT_CODE, state[2][0])
@@ -75,7 +75,7 @@ def write_perf_map(path: str | None = None, dispatchers: list[Any] | None = None
         dispatchers = [o for o in gc.get_objects() if issubclass(type(o), CPUDispatcher | CFunc)]
     libraries = []  # (library, the name of a function in it)
     for d in dispatchers:
-        if isinstance(d, CFunc):  # a launch's core loop is one (tilesim.launcher's C entries)
+        if isinstance(d, CFunc):  # a launch's core loop is one (tilesim.runtime.launcher's C entries)
             if getattr(d, "_library", None) is not None:
                 libraries.append((d._library, d._wrapper_name))
             continue
@@ -127,11 +127,11 @@ def readable(sym: str) -> str:
 KINDS = (("copies", ("__mem", "tilesim.machine.movers.", "tilesim.machine.datacopy.",  # DataCopy(Pad), InitOutput
                      "tilesim.machine.atomic.")),  # the atomic adds to GM
          ("vector", ("tilesim.machine.vector.", "tilesim.machine.convert.", "tilesim.machine.reduce.",
-                     "tilesim.machine.compare.", "tilesim.machine.rearrange.", "tilesim.cast.", "tilesim.expf.",
-                     "tilesim.normalization.", "tilesim.intrinsics.")),
+                     "tilesim.machine.compare.", "tilesim.machine.rearrange.", "tilesim.numerics.b16.",
+                     "tilesim.numerics.expf.", "tilesim.machine.normalization.", "tilesim.jit.intrinsics.")),
          # its own scalar code, the core loop, the queues, syncs and checks
-         ("kernel", ("kernels.", "tilesim_launch_", "tilesim.launcher.", "tilesim.launch.", "tilesim.machine.",
-                     "tilesim.device.")))
+         ("kernel", ("kernels.", "tilesim_launch_", "tilesim.runtime.launcher.", "tilesim.runtime.launch.",
+                     "tilesim.machine.", "tilesim.core.records.")))
 
 
 def by_kind(rows: list[tuple[float, str]]) -> dict[str, float]:
@@ -147,10 +147,10 @@ def by_kind(rows: list[tuple[float, str]]) -> dict[str, float]:
 
 
 def demo_case(op: str, dtype: str, shape: tuple[int, ...] | None = None) -> Any:
-    """The demo's case of ``op`` in ``dtype``, any dtype the op takes (``tilesim.kernels.ops.OPS``): its maker on
+    """The demo's case of ``op`` in ``dtype``, any dtype the op takes (``tilesim.kernels.op_specs.OPS``): its maker on
     ``shape``, or on the demo's shape for the op (that of the dtype where the demo runs it, else of the op's first
     case: the demo runs SwiGluGrad in bf16 only)."""
-    from tilesim.kernels.ops import OPS
+    from tilesim.kernels.op_specs import OPS
 
     from bench import demo
 
@@ -166,7 +166,7 @@ def demo_case(op: str, dtype: str, shape: tuple[int, ...] | None = None) -> Any:
 def child(op: str, dtype: str, calls: int, times: str, shape: tuple[int, ...] | None, checks: bool) -> None:
     """The profiled process: warm up, write the perf map, then the timed loop, its monotonic bounds to ``times``.
     ``checks``: every launch in checked mode (as ``pytest --tilesim-checks``)."""
-    from tilesim.launch import force_checks  # tilesim first: its link-only device code loads through it
+    from tilesim.runtime.launch import force_checks  # tilesim first: its link-only device code loads through it
 
     codegen.JITCodeLibrary._unserialize = classmethod(_keep_object_code)
     force_checks(checks)

@@ -5,7 +5,7 @@ A sweep row carries its candidate's three CPU times: ``wall_ms`` (the fast run),
 schedules itself on the cost model) and ``judge_ms`` (the judging of its outputs); extra/fast is
 (estimate_ms + judge_ms) / wall_ms, the baseline measured in the same call. One sweep measures each candidate once,
 and this VM's speed drifts by 2x within seconds, so every candidate whose single extra/fast is above
-:data:`RECHECK` is measured again in :data:`ROUNDS` rounds of :func:`tilesim.explore.evaluate` (the fast run and
+:data:`RECHECK` is measured again in :data:`ROUNDS` rounds of :func:`tilesim.tools.explore.evaluate` (the fast run and
 the extra work back to back, paired), and its figure is the median of the rounds' ratios. The summary's explore
 section prints per case the sweep's time split into fast runs, estimates, judging and the rest (inputs, goldens
 and rounding bounds, candidates, ranking), the median and the worst extra/fast, and the explorer's targets:
@@ -19,10 +19,10 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from tilesim.kernels.ops import OPS
+from tilesim.kernels.op_specs import OPS
 
 from bench.demo import CASES
-from tilesim.explore import Sweep, evaluate, explore
+from tilesim.tools.explore import Sweep, evaluate, explore
 
 GROUP = "explore"  # bench/conftest.py's EXPLORE_GROUP
 SOC = "Ascend910B1"

@@ -1,6 +1,6 @@
 """RmsNorm (the forward, aclnnRmsNorm) at the two standard shapes, [4096, 4096] (NORMAL on 910B: a row per
 compute, numColAlign above 2000) and [16384, 1024] (MERGE_N: 11 rows a pass), on this CPU, side by side: tilesim's
-tiled kernels (on the programming model: ``tilesim.machine``, ``tilesim.launcher``), an untiled float32 numpy
+tiled kernels (on the programming model: ``tilesim.machine``, ``tilesim.runtime.launcher``), an untiled float32 numpy
 implementation of the same math, torch on the CPU (``torch.nn.functional.rms_norm``, the baseline), and the host's
 memory bandwidth (the triad probe of ``test_bench_rms_norm_grad.py``, imported so this file alone reports its
 share of it).

@@ -1,6 +1,6 @@
 """Softmax over the last axis of x [8192, 4096] on this CPU, side by side: tilesim's kernel around the A2 SoftMax API
-(on the programming model: ``tilesim.machine``, ``tilesim.launcher``), an untiled float32 numpy implementation of
-the same math, torch on the CPU (``torch.softmax``, the baseline), and the host's memory bandwidth (the triad probe
+(on the programming model: ``tilesim.machine``, ``tilesim.runtime.launcher``), an untiled float32 numpy implementation
+of the same math, torch on the CPU (``torch.softmax``, the baseline), and the host's memory bandwidth (the triad probe
 of ``test_bench_rms_norm_grad.py``, imported so this file alone reports its share of it).
 
 tilesim is timed twice on the same call: checks off (op "tilesim") and in checked mode (``checks=True``, op

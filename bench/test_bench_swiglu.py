@@ -1,5 +1,5 @@
 """SwiGlu (the forward, y = silu(A)·B) of x [8192, 8192] (y [8192, 4096], dim -1) on this CPU, side by side:
-tilesim's tiled kernel (on the programming model: ``tilesim.machine``, ``tilesim.launcher``), an untiled float32
+tilesim's tiled kernel (on the programming model: ``tilesim.machine``, ``tilesim.runtime.launcher``), an untiled float32
 numpy implementation of the same math, torch on the CPU (``silu(a) * b``, the baseline), and the host's memory
 bandwidth (the triad probe of ``test_bench_rms_norm_grad.py``, imported so this file alone reports its share of
 it).

@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
-from tilesim.intrinsics import bf16_nearest_bits, bf16_widen_bits, f32_as_u32, u32_as_f32
+from tilesim.jit.intrinsics import bf16_nearest_bits, bf16_widen_bits, f32_as_u32, u32_as_f32
 
 BLOCK = 64  # lane sums of the row reduction
 

@@ -12,12 +12,21 @@ import numpy as np
 
 import tilesim
 from tilesim import machine as asc  # AscendC::
-from tilesim.cost import estimate
+from tilesim.cost.model import estimate
 from tilesim.errors import invalid, null_error, tiling_error
-from tilesim.launcher import kernel, launch
-from tilesim.opspec import Candidate, Inputs, OpSpec, collect, core_counts, match_tiling, uniform_inputs, with_tiles
 from tilesim.precision import compare
+from tilesim.runtime.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
+from tilesim.tools.opspec import (
+    Candidate,
+    Inputs,
+    OpSpec,
+    collect,
+    core_counts,
+    match_tiling,
+    uniform_inputs,
+    with_tiles,
+)
 
 
 # --8<-- [start:tiling]

@@ -1,6 +1,6 @@
 """Host-side helpers every op API shares: new outputs and ``out=`` checking (shapes, dtypes, memory shared between
 outputs), checked mode's default; and :func:`to_float`, which kernels share. Where a launch writes its outputs
-(:func:`tilesim.launch.write_targets`, which computes into temporaries where an output overlaps an input) is the
+(:func:`tilesim.runtime.launch.write_targets`, which computes into temporaries where an output overlaps an input) is the
 launch's business."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import numpy as np
 from numba.extending import overload
 from tilesim.tiling.common import BF16, FP16, FP32, dtype_name, flag
 
-from tilesim.cast import KIND_BF16, KIND_FP16, b16_to_f32_bits
 from tilesim.errors import invalid
-from tilesim.intrinsics import u32_as_f32
 from tilesim.jit import OVERLOAD_OPTIONS
-from tilesim.launch import checks_enabled, shares_memory
+from tilesim.jit.intrinsics import u32_as_f32
+from tilesim.numerics.b16 import KIND_BF16, KIND_FP16, b16_to_f32_bits
+from tilesim.runtime.launch import checks_enabled, shares_memory
 
 NUMPY_DTYPE = {FP32: np.dtype(np.float32), FP16: np.dtype(np.float16), BF16: np.dtype(ml_dtypes.bfloat16)}
 
@@ -80,7 +80,7 @@ def distinct(named: list[tuple[str, np.ndarray]]) -> None:
 def checks_default(checks: Any) -> bool:
     """``checks`` (True, False or None; anything else is 161002) as the launch takes it: None follows the
     TILESIM_CHECKS environment variable; ``pytest --tilesim-checks`` forces it on
-    (:func:`tilesim.launch.checks_enabled`)."""
+    (:func:`tilesim.runtime.launch.checks_enabled`)."""
     return checks_enabled(None if checks is None else flag("checks", checks))
 
 

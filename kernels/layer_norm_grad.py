@@ -1,6 +1,6 @@
 """A layer-norm backward built on the LayerNormGrad and LayerNormGradBeta APIs, multi-core, on tilesim's
 programming model (the design and its choices: ``tiling/layer_norm_grad.py``). There is no Huawei op of this
-design: the kernel is tilesim's, the APIs in it are asc-devkit's (:mod:`tilesim.normalization`).
+design: the kernel is tilesim's, the APIs in it are asc-devkit's (:mod:`tilesim.machine.normalization`).
 
 Init: a TPipe with the VECIN queues of dy and x (a tile of ``ub_rows`` rows ``h_align`` wide, fp32-sized: half
 lands in the upper half and is widened in place), the VECOUT queue of pd_x, the resForGamma TBuf, the VECIN
@@ -37,11 +37,11 @@ from tilesim.tiling.layer_norm_grad import layer_norm_grad as make_tiling
 from tilesim import machine as asc  # AscendC::
 from tilesim.interop import accepts_torch
 from tilesim.jit import OVERLOAD_OPTIONS, njit
-from tilesim.launch import RunReport, workspace
-from tilesim.launcher import kernel, launch
-from tilesim.normalization import layer_norm_grad as lng_api
-from tilesim.normalization import layer_norm_grad_beta as beta_api
-from tilesim.normalization import tmp_buffer
+from tilesim.machine.normalization import layer_norm_grad as lng_api
+from tilesim.machine.normalization import layer_norm_grad_beta as beta_api
+from tilesim.machine.normalization import tmp_buffer
+from tilesim.runtime.launch import RunReport, workspace
+from tilesim.runtime.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
 from .common import checks_default, outputs, to_float

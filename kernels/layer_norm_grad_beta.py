@@ -6,7 +6,7 @@ pd_gamma and pd_beta [H] out.
   pd_beta: H of T each) and, with ``tmp="shared"``, the sharedTmpBuffer TBuf of ``tmp_bytes``.
 - CopyIn: AllocTensor, DataCopy of all B·S·H elements, EnQue; resForGamma, then dy.
 - Compute: DeQue both, AllocTensor both outputs, ``LayerNormGradBeta<T, isReuseSource>(pdGamma, pdBeta,
-  resForGamma, dy, sharedTmpBuffer, tiling)`` (:func:`tilesim.normalization.layer_norm_grad_beta`; with
+  resForGamma, dy, sharedTmpBuffer, tiling)`` (:func:`tilesim.machine.normalization.layer_norm_grad_beta`; with
   ``tmp="framework"`` the prototype without sharedTmpBuffer, whose PopStackBuffer hands out the UB the pipe left
   free), EnQue the outputs, FreeTensor the sources.
 - CopyOut: DeQue, DataCopy of H elements, FreeTensor; pd_gamma, then pd_beta.
@@ -27,12 +27,12 @@ from tilesim.tiling.layer_norm_grad_api import (
 )
 
 from tilesim import machine as asc  # AscendC::
+from tilesim.core.ub import UbPlan
 from tilesim.errors import invalid
 from tilesim.interop import accepts_torch
-from tilesim.launcher import kernel, launch
-from tilesim.normalization import layer_norm_grad_beta as lng_beta
+from tilesim.machine.normalization import layer_norm_grad_beta as lng_beta
+from tilesim.runtime.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tilesim.ub import UbPlan
 
 from .common import checks_default, outputs
 

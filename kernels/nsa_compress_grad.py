@@ -51,12 +51,12 @@ from tilesim.tiling.nsa_compress_grad import SYS_WORKSPACE, UB_PRESERVE, NsaComp
 from tilesim.tiling.nsa_compress_grad import nsa_compress_grad as make_tiling
 
 from tilesim import machine as asc  # AscendC::
+from tilesim.core.ub import UbPlan, shared_plan
 from tilesim.interop import accepts_torch
 from tilesim.jit import njit
-from tilesim.launch import RunReport, workspace
-from tilesim.launcher import kernel, launch
+from tilesim.runtime.launch import RunReport, workspace
+from tilesim.runtime.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tilesim.ub import UbPlan, shared_plan
 
 from .common import checks_default, outputs
 from .rms_norm import _y_round_mode

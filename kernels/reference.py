@@ -15,7 +15,7 @@ from tilesim.interop import accepts_torch
 from tilesim.precision import ErrorBound
 
 OPS_SLACK = 16  # roundings granted beside an output's sums: its products, casts, a reciprocal, a square root
-EXP_ROUNDINGS = 8  # Exp's error counted as roundings (tilesim.expf: within a few ulp)
+EXP_ROUNDINGS = 8  # Exp's error counted as roundings (tilesim.numerics.expf: within a few ulp)
 
 
 def _f64(a: Any) -> np.ndarray:

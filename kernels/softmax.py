@@ -74,8 +74,8 @@ from tilesim import machine as asc  # AscendC::
 from tilesim.errors import tiling_error
 from tilesim.interop import accepts_torch
 from tilesim.jit import njit
-from tilesim.launch import RunReport, workspace
-from tilesim.launcher import kernel, launch
+from tilesim.runtime.launch import RunReport, workspace
+from tilesim.runtime.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
 from .common import checks_default, output

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tilesim.tiling.common import TensorMeta as Spec  # noqa: F401  (shape-only stand-ins: what a tiling reads of a tensor)
 
-from tilesim.launch import checks_enabled, force_checks
+from tilesim.runtime.launch import checks_enabled, force_checks
 
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 

@@ -21,7 +21,7 @@ The LayerNormGradBeta fixtures (``reuse_source``, ``tmp_too_small``, ``framework
 controls) run the API on one core over a [1, 8, 32] fp32 input; they are broken from the host side (a short tmp
 buffer, a tiling made for more temporaries than the plan leaves free) or by reading a source the API reused.
 
-:func:`run_fixture` launches one by name with :func:`tilesim.launcher.launch`, so a violation raises
+:func:`run_fixture` launches one by name with :func:`tilesim.runtime.launcher.launch`, so a violation raises
 :class:`tilesim.CheckError` exactly as it would from an op.
 """
 
@@ -40,11 +40,11 @@ from tilesim.tiling.layer_norm_grad_api import (
 
 from tilesim import machine as asc
 from tilesim.jit import njit
-from tilesim.launch import RunReport, capture
-from tilesim.launcher import kernel, launch
 from tilesim.machine import VECCALC, HardEvent, TBuf, TPipe, float32, set_flag, uint8, wait_flag
 from tilesim.machine import data_copy as asc_data_copy
-from tilesim.normalization import layer_norm_grad_beta as api_beta
+from tilesim.machine.normalization import layer_norm_grad_beta as api_beta
+from tilesim.runtime.launch import RunReport, capture
+from tilesim.runtime.launcher import kernel, launch
 from tilesim.soc import get_soc
 
 SOC = get_soc("Ascend910B1")

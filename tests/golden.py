@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tilesim.kernels.ops import OPS
+from tilesim.kernels.op_specs import OPS
 
 import tilesim
-from tilesim.device import COUNTER_NAMES
+from tilesim.core.records import COUNTER_NAMES
 from tilesim.errors import AclnnError
 from tilesim.soc import get_soc
 

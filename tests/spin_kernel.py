@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilesim import machine as asc
-from tilesim.launcher import kernel, launch
+from tilesim.runtime.launcher import kernel, launch
 
 TILE = 8192  # fp32 elements a core computes on: 24 cores move over 1 MiB, so that they run on the host's threads
 

@@ -1,4 +1,4 @@
-"""Damaged, read-only, vanishing and shared caches (tilesim.jit_cache, tilesim.launcher's core loops): a bad or
+"""Damaged, read-only, vanishing and shared caches (tilesim.jit.cache, tilesim.runtime.launcher's core loops): a bad or
 missing entry is a miss (a CacheWarning, then a compile, in memory where nothing can be written), never a crash
 and never a wrong result; a checkout's kernels/ and tiling/ are imported as tilesim's only.
 
@@ -80,7 +80,7 @@ def _damage(path: Path, how: str) -> None:
 
 
 HOWS = ("truncated", "garbage", "random")
-# Small functions, a pair per case: a device function (cached as bitcode, tilesim.jit_link) and the host function
+# Small functions, a pair per case: a device function (cached as bitcode, tilesim.jit.link) and the host function
 # that links it (cached as object code)
 CASES = [f"{part}_{how}" for part in ("data", "index") for how in HOWS]
 
@@ -277,7 +277,7 @@ def test_a_core_loop_whose_file_vanished_still_makes_its_sync_all_entries(tmp_pa
     r = _run("""
     import shutil, numpy as np
     sys.path.insert(0, "tests")
-    from tilesim import launcher
+    from tilesim.runtime import launcher
     from test_sync_all import N, Case, two_phases
     x = np.arange(N, dtype=np.float32)
     parts, total = np.zeros(4 * N, np.float32), np.zeros(N, np.float32)
@@ -314,7 +314,7 @@ def test_a_checkouts_tilesim_kernels_and_tiling_are_found_by_their_names_alone()
 
 
 _EDITED_KERNEL = '''from dataclasses import dataclass
-from tilesim.launcher import kernel
+from tilesim.runtime.launcher import kernel
 
 @dataclass(frozen=True)
 class T:
@@ -339,7 +339,7 @@ def test_a_kernel_edited_while_a_process_runs_it_compiles_again(tmp_path: Path) 
     import edited_kernel
     if edit:
         path.write_text(edit)
-    from tilesim.launcher import launch
+    from tilesim.runtime.launcher import launch
     try:
         launch(edited_kernel.edited, edited_kernel.T(1), np.zeros(8, np.float32), block_dim=1, outputs=0)
     except ValueError as e:

@@ -1,4 +1,5 @@
-"""The compiled casts of tilesim.cast against ml_dtypes, numpy and an independent float64 model of each round mode.
+"""The compiled casts of tilesim.numerics.b16 against ml_dtypes, numpy and an independent float64 model of each round
+mode.
 
 - CAST_RINT narrowing is bit-identical to ``ml_dtypes`` (bf16) and numpy (fp16) on 10 million random fp32 bit
   patterns (NaN, inf, subnormals and both zeros included) and on a list of hand-picked special values.
@@ -18,8 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilesim import cast
-from tilesim.cast import (
+from tilesim.jit.intrinsics import BLOCK_LANES
+from tilesim.numerics import b16 as cast
+from tilesim.numerics.b16 import (
     CAST_CEIL,
     CAST_FLOOR,
     CAST_NONE,
@@ -38,7 +40,6 @@ from tilesim.cast import (
     narrow,
     widen,
 )
-from tilesim.intrinsics import BLOCK_LANES
 
 FORMATS = ["bfloat16", "float16"]
 KIND = {"bfloat16": KIND_BF16, "float16": KIND_FP16}

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from tilesim.kernels.ops import OPS
+from tilesim.kernels.op_specs import OPS
 
 from examples.add_tail import add_tail
 from tilesim.soc import get_soc

@@ -1,4 +1,4 @@
-"""The cost model (tilesim.cost) on hand-computed schedules, its monotonicity, the recording it reads, and the
+"""The cost model (tilesim.cost.model) on hand-computed schedules, its monotonicity, the recording it reads, and the
 Chrome trace it feeds."""
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ from hypothesis import strategies as st
 from tilesim.tiling.rms_norm_grad import SPLIT_D
 
 import tilesim
-from tilesim import launch
-from tilesim.cost import estimate, estimate_all, estimated
-from tilesim.cost_params import VEC_CLASSES, CostParams, cost_params
-from tilesim.device import (
+from tilesim.core.pipes import LANE_MTE2, LANE_MTE3, LANE_NAMES, LANE_SCALAR, LANE_VECTOR
+from tilesim.core.records import (
     LOG_FIELDS,
     MTE2_BYTES,
     MTE3_BYTES,
@@ -29,12 +27,14 @@ from tilesim.device import (
     VEC_BINARY,
     WAIT_FLAGS,
 )
-from tilesim.launch import RunReport
-from tilesim.pipes import LANE_MTE2, LANE_MTE3, LANE_NAMES, LANE_SCALAR, LANE_VECTOR
-from tilesim.schedule import l2_hit
-from tilesim.trace import chrome_trace
-from tilesim.ub import UbPlan
-from tilesim.vec_kinds import KIND_OF, VEC_KINDS, vec_kind
+from tilesim.core.timeline import l2_hit
+from tilesim.core.ub import UbPlan
+from tilesim.core.vec_kinds import KIND_OF, VEC_CLASSES, VEC_KINDS, vec_kind
+from tilesim.cost.model import estimate, estimate_all, estimated
+from tilesim.cost.params import CostParams, cost_params
+from tilesim.cost.trace import chrome_trace
+from tilesim.runtime import launch
+from tilesim.runtime.launch import RunReport
 
 # Round figures, so that schedules can be worked out by hand: 1 GHz (a cycle is a ns), 1 GB/s per MTE (a byte
 # is a cycle), no launch or SyncAll cost unless a test sets one.
@@ -227,7 +227,7 @@ def test_every_kind_is_an_instruction_the_machine_emulates_and_the_log_carries_i
 
 
 def sync(pipe: int, cls: int, key: int) -> list[int]:
-    """A SetFlag / WaitFlag (``cls``) on ``pipe`` of flag ``key`` (event * 8 + id), as tilesim.device logs it."""
+    """A SetFlag / WaitFlag (``cls``) on ``pipe`` of flag ``key`` (event * 8 + id), as tilesim.core.records logs it."""
     return [pipe, cls, 0, 0, -1, -1, -1, -1, key, 0, 0]
 
 
@@ -343,7 +343,7 @@ def test_the_log_room_is_remembered_per_tiling_not_per_op(rms_inputs, monkeypatc
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# launches that schedule themselves while they run (tilesim.cost.estimated)
+# launches that schedule themselves while they run (tilesim.cost.model.estimated)
 
 SMALL = {"rms_norm_grad": (50, 200), "group_norm_backward": (3, 64, 36), "swiglu_grad": (26, 200),
          "layer_norm_grad": (50, 200), "nsa_compress_grad": (256, 4, 32), "add_tail": (999, 7)}
@@ -355,7 +355,7 @@ def test_a_launch_scheduled_while_it_runs_matches_its_recorded_log(op, monkeypat
     once its kernel has run): the estimate made while the kernel runs is the log's replay, bit for bit (the same
     step, the same state, the same MTE rates from the fast run's counters as from the log)."""
     monkeypatch.setattr(launch, "_forced_checks", [False])  # a checked launch logs instead
-    from tilesim.kernels.ops import OPS
+    from tilesim.kernels.op_specs import OPS
 
     from examples.add_tail import OPS as EXAMPLE
 

@@ -178,7 +178,7 @@ def test_module_runs_as_a_script() -> None:
 def test_cli_explores_and_traces_the_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The walk-through's two commands, in this process: every candidate passes, the report files are written, the
     trace has an event per stage and names the kernel's GM tensors."""
-    from tilesim.cli import main
+    from tilesim.tools.cli import main
 
     args = ["--ops", "examples.add_tail", "--shape", "12345", "--dtype", "bf16"]
     assert main(["explore", "add_tail", *args, "--out", str(tmp_path / "ex"), "--quiet"]) == 0
@@ -194,7 +194,7 @@ def test_cli_explores_and_traces_the_example(tmp_path: Path, capsys: pytest.Capt
 
 def test_launch_refuses_what_it_cannot_run_before_it_writes(tmp_path: Path) -> None:
     from examples.add_tail import add_tail_kernel
-    from tilesim.launcher import launch
+    from tilesim.runtime.launcher import launch
 
     x, y = inputs(1000, "fp32")
     t = tiling(x)

@@ -1,8 +1,8 @@
-"""tilesim.excinfo: what device code raised, carried out of a C entry (as a SyncAll launch's cores run) and raised
-again in Python, its type and arguments, constant or computed at run time, whether the entry was compiled in the
-process or loaded from Numba's cache; and the same raise through a host function (tilesim.jit_link sets the
+"""tilesim.runtime.excinfo: what device code raised, carried out of a C entry (as a SyncAll launch's cores run) and
+raised again in Python, its type and arguments, constant or computed at run time, whether the entry was compiled in the
+process or loaded from Numba's cache; and the same raise through a host function (tilesim.jit.link sets the
 environment a raise with values computed at run time boxes them with); what such a raise allocated is freed once it
-is rebuilt. What tilesim.excinfo reads of Numba's internals is tested here: a Numba that changes them fails this
+is rebuilt. What tilesim.runtime.excinfo reads of Numba's internals is tested here: a Numba that changes them fails this
 test."""
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ import numpy as np
 from numba.core import config
 from numba.core.runtime import rtsys
 
-from tilesim.excinfo import rebuilt
+from tilesim.runtime.excinfo import rebuilt
 
 ROOT = Path(__file__).resolve().parents[1]
 
 _MODULE = """
 import numpy as np
 from numba import carray, cfunc, types
-from tilesim.excinfo import call_caught
-from tilesim.intrinsics import address_as_pointer
+from tilesim.runtime.excinfo import call_caught
+from tilesim.jit.intrinsics import address_as_pointer
 from tilesim.jit import njit
 
 @njit(cache=True)

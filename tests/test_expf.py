@@ -1,7 +1,7 @@
-"""tilesim.expf.exp_f32, the Exp instruction's float32 exponential, against e^x rounded from float64 and against
-the C library's expf, and the branch-free nearest-rounding casts against the general ones.
+"""tilesim.numerics.expf.exp_f32, the Exp instruction's float32 exponential, against e^x rounded from float64 and
+against the C library's expf, and the branch-free nearest-rounding casts against the general ones.
 
-The bound (``MAX_ULP``) was measured on every float32 in [-104, 89] by ``python -m tilesim.expf``; here it is
+The bound (``MAX_ULP``) was measured on every float32 in [-104, 89] by ``python -m tilesim.numerics.expf``; here it is
 sampled: every exponent of the range with random mantissas, the overflow and underflow edges, and the specials.
 """
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from numba import njit
 
-from tilesim import intrinsics
-from tilesim.cast import (
+from tilesim.jit import intrinsics
+from tilesim.numerics.b16 import (
     CAST_NONE,
     CAST_RINT,
     CAST_ROUND,
@@ -21,7 +21,7 @@ from tilesim.cast import (
     f32_bits_to_fp16,
     f32_bits_to_fp16_nearest,
 )
-from tilesim.expf import MAX_ULP, exp_f32, exp_values, ulp_distance
+from tilesim.numerics.expf import MAX_ULP, exp_f32, exp_values, ulp_distance
 
 pytestmark = pytest.mark.no_launch_here  # host numerics, no kernel
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import matplotlib
 import pytest
-from tilesim.kernels.ops import OPS
+from tilesim.kernels.op_specs import OPS
 
-from tilesim.cli import main
-from tilesim.explore import TIMINGS, VERDICTS, ExploreResult, explore
+from tilesim.tools.cli import main
+from tilesim.tools.explore import TIMINGS, VERDICTS, ExploreResult, explore
 
 matplotlib.use("Agg")
 
@@ -319,7 +319,7 @@ def test_cli_unwritable_out_is_a_usage_error_before_any_run(command: str, where:
                                                             monkeypatch) -> None:
     """An --out the command cannot write stops it at once, with a message and exit status 2: no sweep or run
     first, no traceback."""
-    import tilesim.cli as cli
+    import tilesim.tools.cli as cli
 
     def no_run(*args, **kwargs):
         raise AssertionError("ran before checking --out")
@@ -351,6 +351,6 @@ def test_python_dash_m_tilesim_runs_the_command() -> None:
 
 
 def test_tile_sizes_read_as_element_counts() -> None:
-    from tilesim.explore import tile_elements
+    from tilesim.tools.explore import tile_elements
 
     assert tile_elements("5x1024") == 5120 and tile_elements(64) == 64 and tile_elements("-") is None

@@ -1,4 +1,4 @@
-"""kernels.ops, the five ops as the explorer sees them: for every op and dtype at a small shape with tails, every
+"""kernels.op_specs, the five ops as the explorer sees them: for every op and dtype at a small shape with tails, every
 candidate tiling runs through the op API and every output passes Ascend's precision standard against the float64
 reference, each element within the op's rounding bound; the official tiling is a candidate, marked, and the only
 one marked; no tiling is listed twice; params have the same keys throughout; a sweep varies the core count and,
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tilesim.kernels.ops import OPS, default_groups
+from tilesim.kernels.op_specs import OPS, default_groups
 
 import tilesim
-from tilesim.opspec import core_counts, tile_sizes
 from tilesim.precision import Expected, compare, judge
+from tilesim.tools.opspec import core_counts, tile_sizes
 
 SOC = tilesim.get_soc(tilesim.DEFAULT_SOC)
 # Small shapes with tails: rows that no power-of-two core count divides, rows not 32 B aligned in b16 (or fp32).

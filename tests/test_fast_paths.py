@@ -13,7 +13,7 @@ types for constants, streamed copy-outs), checked for what it must not change.
 - A fast launch gives the cores of each host thread one UB (the kernel has one phase: nothing it keeps in UB
   outlives a core), a checked launch or one with SyncAll a UB per core; UB kept across SyncAll stays, as on the
   NPU. Every core's UB and shadow start on a 64 B line.
-- A constant argument does not give a device function a second compiled version (``tilesim.specialise``).
+- A constant argument does not give a device function a second compiled version (``tilesim.jit.plain_types``).
 - A GM access outside a tensor is reported in fast mode too (the movers copy raw bytes).
 - Copy-outs into large GM tensors, written with non-temporal stores, write exactly the bytes a memcpy writes,
   whatever the alignment and length, and a kernel's results do not change.
@@ -34,9 +34,12 @@ from numba import njit
 
 import tilesim
 from tilesim import machine as asc
-from tilesim.cast import narrow, widen
-from tilesim.device import SHADOW_COL, shadow_of
-from tilesim.launch import (
+from tilesim.core.records import SHADOW_COL, shadow_of
+from tilesim.machine.movers import STREAM_TENSOR_BYTES as STREAMED  # copy-outs stream from this size
+from tilesim.machine.tensor import X_BASE, X_ERR_AT, core_of, ctx_words
+from tilesim.machine.vector import prefix_lanes
+from tilesim.numerics.b16 import narrow, widen
+from tilesim.runtime.launch import (
     SERIAL_BELOW,
     copy_back,
     host_threads,
@@ -47,10 +50,7 @@ from tilesim.launch import (
     workspace,
     write_targets,
 )
-from tilesim.launcher import kernel, launch
-from tilesim.machine.movers import STREAM_TENSOR_BYTES as STREAMED  # copy-outs stream from this size
-from tilesim.machine.tensor import X_BASE, X_ERR_AT, core_of, ctx_words
-from tilesim.machine.vector import prefix_lanes
+from tilesim.runtime.launcher import kernel, launch
 from tilesim.soc import get_soc
 
 SOC = get_soc("Ascend910B1")
@@ -513,7 +513,7 @@ def test_write_targets_see_every_output_that_may_share_memory_with_an_input(case
 
 
 def test_by_identity_memoises_by_the_arguments_objects_not_their_values(monkeypatch):
-    from tilesim import memo
+    from tilesim.runtime import memo
 
     calls = []
 
@@ -574,7 +574,7 @@ def _two_call_sites(n):
 
 
 def test_a_constant_argument_compiles_no_second_version():
-    """Test modules are not in tilesim.specialise.PACKAGES, so check a tilesim function called both ways."""
+    """Test modules are not in tilesim.jit.plain_types.PACKAGES, so check a tilesim function called both ways."""
     assert _two_call_sites(32) == 16
     sigs = [str(s) for s in prefix_lanes.signatures]
     assert sigs and not any("Literal" in s for s in sigs), sigs
@@ -588,49 +588,57 @@ def test_gm_out_of_bounds_is_reported_in_fast_mode():
 
 
 def test_cache_stamps_carry_the_machine_hash():
-    """A cached kernel inlines tilesim's instructions, so its cache stamp must change when tilesim's device sources
-    do (Numba's own stamp covers only the function's file)."""
-    import hashlib
+    """A cached kernel inlines tilesim's instructions and other kernel modules' device functions, so its cache stamp
+    must change when those sources do (Numba's own stamp covers only the function's file); editing host code (an
+    error message, the cost model, the explorer) must not make the kernels stale."""
     import sys
     from pathlib import Path
 
-    from tilesim import jit_cache
+    from tilesim.jit import cache as jit_cache
 
-    h = hashlib.sha256()
-    root = Path(jit_cache.__file__).parent
-    for p in sorted(root.rglob("*.py")):  # tilesim/machine/ too
-        if p.name in jit_cache.HOST_ONLY and p.parent == root:  # modules no kernel inlines
-            continue
-        h.update(str(p.relative_to(root)).encode())
-        h.update(p.read_bytes())
-    assert jit_cache.MACHINE_HASH == h.hexdigest()[:16]
+    top = Path(tilesim.__file__).resolve().parents[1]
+    hashed = {str(p.relative_to(top)) for p in jit_cache.device_sources()}
+    for device in ("tilesim/machine/vector.py", "tilesim/core/records.py", "tilesim/runtime/launcher.py",
+                   "tilesim/jit/intrinsics.py", "tilesim/numerics/b16.py", "tilesim/core/timeline.py",
+                   "kernels/rms_norm.py", "kernels/common.py"):
+        assert device in hashed, device
+    for host in ("tilesim/errors.py", "tilesim/soc.py", "tilesim/precision.py", "tilesim/cost/model.py",
+                 "tilesim/cost/params.py", "tilesim/tools/explore.py", "tilesim/checks/races.py",
+                 "tiling/rms_norm.py"):
+        assert host not in hashed, host
     for fn in (sys.modules["tilesim.kernels.rms_norm_grad"]._split_n_compute, probe.fn):
         stamp = fn._cache._cache_file._source_stamp
         assert isinstance(stamp, tuple) and stamp[-1] == jit_cache.MACHINE_HASH
 
 
-def test_no_device_code_inlines_a_host_only_module():
-    """The machine hash leaves the HOST_ONLY modules out, so no kernel or device module may call a compiled
-    function of theirs: a kernel would keep the old machine code after an edit."""
+def test_no_device_code_inlines_host_code():
+    """The machine hash leaves the top-level modules and the host folders out, so no kernel or device module may
+    call a compiled function of theirs: a kernel would keep the old machine code after an edit."""
     import importlib
     import pkgutil
 
     from numba.core.registry import CPUDispatcher
 
-    from tilesim import jit_cache
+    from tilesim.jit import cache as jit_cache
 
-    host = {"tilesim." + n[:-3] for n in jit_cache.HOST_ONLY}
-    names = [f"tilesim.{m.name}" for m in pkgutil.iter_modules(tilesim.__path__) if f"tilesim.{m.name}" not in host]
-    names += [f"tilesim.kernels.{m.name}" for m in pkgutil.iter_modules(kernels.__path__)]
-    names += ["examples.add_tail"]
-    assert len(names) > 15
+    def walk(package):
+        return [m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]
+
+    folders = {m.name for m in pkgutil.iter_modules(tilesim.__path__) if m.ispkg}
+    device = [f"tilesim.{f}" for f in sorted(folders - jit_cache.HOST_FOLDERS) if f not in ("kernels", "tiling")]
+    names = [n for d in device for n in [d, *walk(importlib.import_module(d))]]
+    names += walk(kernels) + ["examples.add_tail"]
+    assert len(names) > 30
+
+    def is_host(module):
+        parts = module.split(".")
+        return parts[0] == "tilesim" and (len(parts) == 2 or parts[1] in jit_cache.HOST_FOLDERS)
+
     for name in names:
         mod = importlib.import_module(name)
         for attr, v in vars(mod).items():
             if isinstance(v, CPUDispatcher):
-                assert v.py_func.__module__ not in host, f"{name}.{attr} is compiled code of a HOST_ONLY module"
-
-
+                assert not is_host(v.py_func.__module__), f"{name}.{attr} is compiled code of a host module"
 
 
 D_OFFS = (0, 2, 4, 30, 32, 62, 64, 65)  # the destination's offset from a 64 B line

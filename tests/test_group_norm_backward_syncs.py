@@ -31,8 +31,8 @@ from tilesim.tiling.common import replace
 from tilesim.tiling.group_norm_backward import SPLIT_COUNT, ub_plan
 
 import tilesim
-from tilesim.device import COUNTER_NAMES
-from tilesim.launch import workspace
+from tilesim.core.records import COUNTER_NAMES
+from tilesim.runtime.launch import workspace
 
 DT = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 SYNCS = ["pipe_barriers", "set_flags", "wait_flags"]

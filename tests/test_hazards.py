@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 import examples.add_tail as add_tail_mod
-import tilesim.launcher
-from tilesim import CheckError, pipes
+import tilesim.runtime.launcher
+from tilesim import CheckError
 from tilesim import machine as asc
-from tilesim.launcher import KernelError, kernel, launch
+from tilesim.core import pipes
+from tilesim.runtime.launcher import KernelError, kernel, launch
 
 N = 64  # fp32 elements: 256 B, a repeat
 
@@ -318,7 +319,7 @@ def test_atomic_adds_land_in_core_order_on_every_host_thread(synced: int, checks
     as when the cores run one after another, though the launch (1 MiB of GM) runs on all the host threads; also
     with logs of 4 KiB, which fill up after 15 adds and make the core wait for its turn there."""
     if log_bytes:
-        monkeypatch.setattr(tilesim.launcher, "LOG_ROW_BYTES", log_bytes)
+        monkeypatch.setattr(tilesim.runtime.launcher, "LOG_ROW_BYTES", log_bytes)
     cores, k_rows = 8, 512
     rng = np.random.default_rng(5)
     x = (rng.standard_normal((cores * k_rows, N)) * 10.0 ** rng.integers(-4, 8, (cores * k_rows, 1)))

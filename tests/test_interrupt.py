@@ -1,5 +1,5 @@
-"""Ctrl-C during a launch (:mod:`tilesim.interrupt`): the KeyboardInterrupt reaches the caller at once, after which
-nothing of the launch writes; a checked launch leaves the outputs as they were; the next call is right. In a
+"""Ctrl-C during a launch (:mod:`tilesim.runtime.interrupt`): the KeyboardInterrupt reaches the caller at once, after
+which nothing of the launch writes; a checked launch leaves the outputs as they were; the next call is right. In a
 process of its own (``tests/spin_kernel.py``), sent SIGINT half a second into a launch that would run for ever."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""tilesim.jit_link: device code finalised link-only (no module pipeline, no machine code of its own), cached as
+"""tilesim.jit.link: device code finalised link-only (no module pipeline, no machine code of its own), cached as
 bitcode that a host function compiled in another process links; each process names its functions apart."""
 
 from __future__ import annotations

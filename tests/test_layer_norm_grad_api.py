@@ -1,4 +1,4 @@
-"""The Ascend C high-level APIs LayerNormGrad and LayerNormGradBeta (``tilesim.normalization``) and their host
+"""The Ascend C high-level APIs LayerNormGrad and LayerNormGradBeta (``tilesim.machine.normalization``) and their host
 helpers (``tiling.layer_norm_grad_api``).
 
 - The helpers, field for field, against the formulas of asc-devkit's tiling code written out here (ascend-ops.md
@@ -35,12 +35,12 @@ from tilesim.tiling.layer_norm_grad_api import (
 )
 
 from tilesim import AclnnError, CheckError, get_soc
+from tilesim.core.ub import UbPlan
 from tilesim.jit import njit
-from tilesim.launcher import kernel, launch
 from tilesim.machine import VECCALC, HardEvent, TBuf, TPipe, data_copy, set_flag, size_of, uint8, wait_flag
-from tilesim.normalization import layer_norm_grad, layer_norm_grad_beta
+from tilesim.machine.normalization import layer_norm_grad, layer_norm_grad_beta
 from tilesim.precision import compare
-from tilesim.ub import UbPlan
+from tilesim.runtime.launcher import kernel, launch
 
 SOC = get_soc("Ascend910B1")
 F32, F16 = np.float32, np.float16

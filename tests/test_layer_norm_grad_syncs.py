@@ -13,12 +13,12 @@ import dataclasses
 import numpy as np
 import pytest
 from tilesim.kernels.layer_norm_grad import layer_norm_grad
-from tilesim.kernels.ops import OPS
+from tilesim.kernels.op_specs import OPS
 from tilesim.tiling.layer_norm_grad import LANES, plan_for
 from tilesim.tiling.layer_norm_grad import layer_norm_grad as make_tiling
 
 import tilesim
-from tilesim.device import COUNTER_NAMES
+from tilesim.core.records import COUNTER_NAMES
 
 SYNCS = ["pipe_barriers", "set_flags", "wait_flags"]
 FLOAT_REPEAT, MAX_REPEAT = 64, 255

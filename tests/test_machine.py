@@ -23,13 +23,13 @@ from conftest import as_asked
 from tilesim.tiling.rms_norm_grad import SYS_WORKSPACE
 
 import tilesim
-from tilesim import launcher
 from tilesim import machine as asc  # AscendC::
+from tilesim.core.ub import BLOCK, UbPlan, align_up
 from tilesim.jit import njit
-from tilesim.launcher import kernel, launch
 from tilesim.precision import assert_close
+from tilesim.runtime import launcher
+from tilesim.runtime.launcher import kernel, launch
 from tilesim.soc import MIB, get_soc, list_socs
-from tilesim.ub import BLOCK, UbPlan, align_up
 
 SOC = get_soc("Ascend910B1")
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -66,7 +66,7 @@ def test_ub_plan_rejects_empty_buffers(nbytes, k):
 
 
 def test_shared_plans_are_built_once_and_frozen():
-    from tilesim.ub import shared_plan
+    from tilesim.core.ub import shared_plan
 
     built = []
 

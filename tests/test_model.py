@@ -1,4 +1,4 @@
-"""The programming model (tilesim.machine, tilesim.launcher): the element-wise families against numpy statements
+"""The programming model (tilesim.machine, tilesim.runtime.launcher): the element-wise families against numpy statements
 of their documented semantics, special values included; level-0 masks and strides; the queue rules and what
 breaks them.
 
@@ -15,8 +15,6 @@ import numpy as np
 import pytest
 
 from tilesim import CheckError, UbOverflowError
-from tilesim.expf import exp_values
-from tilesim.launcher import KernelError, kernel, launch
 from tilesim.machine import (
     CMPMODE,
     MASK_PLACEHOLDER,
@@ -69,6 +67,8 @@ from tilesim.machine import (
     wait_flag,
     whole_reduce_sum,
 )
+from tilesim.numerics.expf import exp_values
+from tilesim.runtime.launcher import KernelError, kernel, launch
 
 N = 256  # elements per operand (1 KiB of fp32, 512 B of half)
 SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-40, 65504.0, 3.0, -2.5], np.float32)
@@ -151,7 +151,7 @@ def test_count_forms_match_numpy(dtype: type) -> None:
     for k, want in enumerate(_expected(x.astype(np.float32), y.astype(np.float32))):
         with np.errstate(over="ignore"):
             want = want.astype(dtype)  # half: computed in fp32, rounded once
-        if k == 11 and dtype == np.float32:  # Exp: tilesim.expf's exponential, bit for bit
+        if k == 11 and dtype == np.float32:  # Exp: tilesim.numerics.expf's exponential, bit for bit
             np.testing.assert_array_equal(got[k].view(np.uint32), exp_values(relu_x).view(np.uint32))
             np.testing.assert_allclose(got[k], want, rtol=2e-7)  # within 1 ulp of the correctly rounded value
         elif k == 11:
@@ -409,7 +409,7 @@ def mixed_types(ctx, t, a, h, out):
 def test_every_fault_kind_has_a_number_of_its_own() -> None:
     """The fault kinds, numbered in three modules (the pipe's, SyncAll's, the UB bounds'), never share a number:
     a shared one words one stop as the other."""
-    from tilesim import device
+    from tilesim.core import records as device
     from tilesim.machine import pipe, sync
 
     kinds = {n: v for m in (pipe, sync, device) for n, v in vars(m).items()  # a name imported is one kind

@@ -19,8 +19,7 @@ import numpy as np
 import pytest
 
 from tilesim import CheckError
-from tilesim.device import COUNTER_NAMES
-from tilesim.launcher import KernelError, kernel, launch
+from tilesim.core.records import COUNTER_NAMES
 from tilesim.machine import (
     VECCALC,
     VECIN,
@@ -36,6 +35,7 @@ from tilesim.machine import (
     uint8,
     wait_flag,
 )
+from tilesim.runtime.launcher import KernelError, kernel, launch
 
 NB = 2048  # bytes of each tile
 

@@ -18,7 +18,6 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tilesim.launcher import KernelError, kernel, launch
 from tilesim.machine import (
     CAST_CEIL,
     CAST_FLOOR,
@@ -42,6 +41,7 @@ from tilesim.machine import (
     set_vector_mask,
     wait_flag,
 )
+from tilesim.runtime.launcher import KernelError, kernel, launch
 
 N = 1024
 R = (CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC)

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from tilesim import CheckError
-from tilesim.launcher import KernelError, kernel, launch
 from tilesim.machine import (
     CMPMODE,
     PIPE_V,
@@ -44,6 +43,7 @@ from tilesim.machine import (
     transpose,
     wait_flag,
 )
+from tilesim.runtime.launcher import KernelError, kernel, launch
 
 SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-40, 65504.0, 3.0, -2.5, 0.5, -0.0, 1e-45],
                    np.float32)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tilesim.launcher import kernel, launch
+from tilesim.runtime.launcher import kernel, launch
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from tilesim import CheckError
-from tilesim.launcher import kernel, launch
 from tilesim.machine import (
     CAST_NONE,
     CAST_RINT,
@@ -43,6 +42,7 @@ from tilesim.machine import (
     wait_flag,
     whole_reduce_sum,
 )
+from tilesim.runtime.launcher import kernel, launch
 
 N = 512  # fp32 elements of each TBuf: 8 repeats
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import tilesim
-from tilesim import launch as host
 from tilesim import machine as asc
-from tilesim.cost import estimate_all, estimated
-from tilesim.launcher import kernel, launch
-from tilesim.schedule import QUEUE
+from tilesim.core.timeline import QUEUE
+from tilesim.cost.model import estimate_all, estimated
+from tilesim.runtime import launch as host
+from tilesim.runtime.launcher import kernel, launch
 
 N = 64
 
@@ -83,7 +83,7 @@ def test_reset_waits_for_each_freed_buffer_and_places_from_zero(frees: int, chec
 
 @kernel
 def staged_kernel(ctx, t, x, y):
-    """More vector instructions than a core queues before it schedules them (tilesim.schedule.QUEUE), then SyncAll,
+    """More vector instructions than a core queues before it schedules them (tilesim.core.timeline.QUEUE), then SyncAll,
     Reset and a second stage whose buffers come after: while the first stage runs, the core's plan has fewer rows
     than the launch's."""
     pipe = asc.TPipe(ctx)

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from tilesim import CheckError
-from tilesim.launcher import KernelError, kernel, launch
 from tilesim.machine import (
     MASK_PLACEHOLDER,
     VECCALC,
@@ -46,6 +45,7 @@ from tilesim.machine import (
     whole_reduce_min,
     whole_reduce_sum,
 )
+from tilesim.runtime.launcher import KernelError, kernel, launch
 
 SENTINEL = -7.0  # what dst holds where an instruction writes nothing
 FAMILY = ["whole", "whole", "whole", "block", "block", "block", "pair"]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import tilesim
-from tilesim.launcher import kernel, launch
 from tilesim.machine import VECCALC, VECIN, TBuf, TPipe, TQue, data_copy, duplicate, float32, pop_stack_buffer, uint8
+from tilesim.runtime.launcher import kernel, launch
 from tilesim.soc import get_soc
 
 SOC = get_soc("Ascend910B1")

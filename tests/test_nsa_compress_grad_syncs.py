@@ -15,7 +15,7 @@ from tilesim.kernels.nsa_compress_grad import run, ub_plan
 from tilesim.tiling.nsa_compress_grad import UB_PRESERVE, seq_lengths, windows
 
 import tilesim
-from tilesim.device import COUNTER_NAMES
+from tilesim.core.records import COUNTER_NAMES
 
 SYNCS = ["pipe_barriers", "set_flags", "wait_flags"]
 

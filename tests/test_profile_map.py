@@ -101,7 +101,7 @@ def test_the_shares_add_up_by_kind():
     from bench.profile import by_kind
 
     rows = [(40.0, "__memmove_avx_unaligned_erms"), (5.0, "tilesim.machine.movers._write_gm"),
-            (20.0, "tilesim.machine.vector._contiguous_impl.<locals>.two"), (6.0, "tilesim.cast._widen_blocks"),
+            (20.0, "tilesim.machine.vector._contiguous_impl.<locals>.two"), (6.0, "tilesim.numerics.b16._widen_blocks"),
             (4.0, "tilesim.machine.reduce._whole_impl.<locals>.whole"), (3.0, "kernels.swiglu_grad._compute_float"),
             (1.0, "tilesim_launch_2c99c5f517920fd7.cores"), (1.0, "tilesim.machine.pipe._place"),
             (2.0, "_PyEval_EvalFrameDefault")]

@@ -1,4 +1,4 @@
-"""The pytest plugin (``tilesim.pytest_plugin``, registered by the package's ``pytest11`` entry point): a user's
+"""The pytest plugin (``tilesim.tools.pytest_plugin``, registered by the package's ``pytest11`` entry point): a user's
 test session run with ``--tilesim-checks`` launches every kernel, shipped or the user's own, in checked mode and
 leaves the flag as it found it; the ``ascend_close`` fixture passes close outputs and fails wrong ones with MERE,
 MARE and the thresholds.
@@ -18,7 +18,7 @@ import pytest
 import tilesim.kernels as kernels
 
 from examples.add_tail import add_tail
-from tilesim.launch import checks_enabled, force_checks
+from tilesim.runtime.launch import checks_enabled, force_checks
 
 pytest_plugins = ["pytester"]
 

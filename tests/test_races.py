@@ -1,14 +1,16 @@
-"""The race detector (tilesim.races) on hand-made logs whose races are known, against a brute-force search on
+"""The race detector (tilesim.checks.races) on hand-made logs whose races are known, against a brute-force search on
 random ones, and on every shipped kernel, which must show none."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from tilesim.kernels.ops import OPS
+from tilesim.kernels.op_specs import OPS
 
 import tilesim
-from tilesim.device import (
+from tilesim.checks.races import Race, find_races
+from tilesim.core.pipes import LANE_MTE2, LANE_MTE3, LANE_SCALAR, LANE_VECTOR
+from tilesim.core.records import (
     ATOMIC_BYTES,
     LOG_FIELDS,
     MTE2_BYTES,
@@ -17,10 +19,8 @@ from tilesim.device import (
     SCALAR_ACCESS,
     VEC_BINARY,
 )
-from tilesim.launch import RunReport
-from tilesim.pipes import LANE_MTE2, LANE_MTE3, LANE_SCALAR, LANE_VECTOR
-from tilesim.races import Race, find_races
-from tilesim.ub import UbPlan
+from tilesim.core.ub import UbPlan
+from tilesim.runtime.launch import RunReport
 
 A, B = 0, 1  # GM tensor tags of the hand-made reports
 NAMES = ["a", "b"]
@@ -53,7 +53,7 @@ VECTOR = [LANE_VECTOR, VEC_BINARY, 4, 1, 0, 0, 0, -1, 0, 0, 0]  # no GM access: 
 
 
 def report(*phases: list[list[list[int]]]) -> RunReport:
-    """A recorded report of ``phases``, each a list of per-core log rows (tilesim.device's L_* fields)."""
+    """A recorded report of ``phases``, each a list of per-core log rows (tilesim.core.records's L_* fields)."""
     cores = len(phases[0])
     logs = [np.array([ins for ph in phases for ins in ph[c]], np.int64).reshape(-1, LOG_FIELDS) for c in range(cores)]
     ends = np.cumsum([[len(ph[c]) for c in range(cores)] for ph in phases], axis=0).reshape(-1, cores)

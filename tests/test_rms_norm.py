@@ -21,7 +21,7 @@ import torch
 from bitwise import assert_bitwise
 from tilesim.kernels import reference as ref
 from tilesim.kernels import rms_norm
-from tilesim.kernels.ops import OPS
+from tilesim.kernels.op_specs import OPS
 from tilesim.kernels.rms_norm import run as run_kernel
 from tilesim.tiling.common import replace
 from tilesim.tiling.rms_norm import (
@@ -529,7 +529,7 @@ def test_checked_clean_with_and_without_auto_sync(rng, shape, dtype, gamma_dtype
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
 def test_every_candidate_passes_within_its_rounding_bound(dtype):
-    """kernels.ops' RmsNorm spec at a small shape (D 200: masked tails): the official tiling first and once,
+    """kernels.op_specs' RmsNorm spec at a small shape (D 200: masked tails): the official tiling first and once,
     several core counts, modes and tiles, every candidate within the standard and the op's rounding bound."""
     spec = OPS["rms_norm"]
     soc = tilesim.get_soc(B1)

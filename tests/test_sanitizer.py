@@ -21,7 +21,7 @@ from fixtures_broken import CLEAN, FIXTURES, SPAN, TILE, beta_inputs, run_fixtur
 
 import examples.add_tail as add_tail_mod
 import tilesim
-from tilesim.violations import KIND_NAMES, Violation
+from tilesim.checks.violations import KIND_NAMES, Violation
 
 N2 = 2 * SPAN  # fp32 elements of src and dst with the default 2 cores
 GM_BYTES = 4 * N2

@@ -6,8 +6,8 @@ a tail pass, the re-computed tiling of a short tile), non-finite rows; the API's
 against figures worked out by hand; what each tile issues; checked mode in both auto-sync settings; the explorer's
 candidates.
 
-The statement of the order takes exp from ``tilesim.expf.exp_values`` (the emulated Exp's own values) and the
-half rounding from ``tilesim.cast.narrow`` with CAST_ROUND (the API's FLOAT2HALF_ROUND_MODE on v220).
+The statement of the order takes exp from ``tilesim.numerics.expf.exp_values`` (the emulated Exp's own values) and the
+half rounding from ``tilesim.numerics.b16.narrow`` with CAST_ROUND (the API's FLOAT2HALF_ROUND_MODE on v220).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from bitwise import assert_bitwise, bits
 from tilesim.kernels import reference as ref
 from tilesim.kernels import softmax
-from tilesim.kernels.ops import OPS
+from tilesim.kernels.op_specs import OPS
 from tilesim.kernels.softmax import kernel_tiling_func
 from tilesim.kernels.softmax import run as run_kernel
 from tilesim.tiling.common import align_up
@@ -31,8 +31,8 @@ from tilesim.tiling.softmax import (
 from tilesim.tiling.softmax import softmax as make_tiling
 
 import tilesim
-from tilesim.cast import CAST_ROUND, narrow
-from tilesim.expf import exp_values
+from tilesim.numerics.b16 import CAST_ROUND, narrow
+from tilesim.numerics.expf import exp_values
 from tilesim.precision import Expected, compare, judge
 
 DT = {"float32": np.float32, "float16": np.float16}
@@ -419,7 +419,7 @@ def test_checked_clean_with_and_without_auto_sync(rng, dtype, shape, kw):
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
 def test_every_candidate_passes_within_its_rounding_bound(dtype):
-    """kernels.ops' softmax spec at a small shape with tails: the official tiling first and once, params uniform,
+    """kernels.op_specs' softmax spec at a small shape with tails: the official tiling first and once, params uniform,
     several core counts and tiles, every candidate within the standard and the op's rounding bound."""
     spec = OPS["softmax"]
     inputs = spec.make_inputs((50, 100), dtype, 0)

@@ -5,7 +5,7 @@ double buffering, saturating and non-finite inputs, hand-made tilings; the tilin
 hand from ``swi_glu_tiling.cpp``; the syncs and instructions each tile issues; checked mode in both auto-sync
 settings; the explorer's candidates.
 
-The statement of the kernels' order takes exp from ``tilesim.expf.exp_values``, the emulated Exp instruction's
+The statement of the kernels' order takes exp from ``tilesim.numerics.expf.exp_values``, the emulated Exp instruction's
 own values (numpy's float32 exp differs from the C library's expf by up to 2 ulp).
 """
 
@@ -18,7 +18,7 @@ import torch
 from bitwise import assert_bitwise, bits
 from tilesim.kernels import reference as ref
 from tilesim.kernels import swiglu
-from tilesim.kernels.ops import OPS
+from tilesim.kernels.op_specs import OPS
 from tilesim.kernels.swiglu import run as run_kernel
 from tilesim.tiling.common import align_up, replace
 from tilesim.tiling.swiglu import max_tile_len, ub_plan
@@ -26,7 +26,7 @@ from tilesim.tiling.swiglu import swiglu as make_tiling
 
 import tilesim
 from tilesim import machine as asc
-from tilesim.expf import exp_values
+from tilesim.numerics.expf import exp_values
 from tilesim.precision import Expected, compare, judge
 
 DT = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
@@ -381,7 +381,7 @@ def test_checked_clean_with_and_without_auto_sync(rng, dtype, shape):
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
 def test_every_candidate_passes_within_its_rounding_bound(dtype):
-    """kernels.ops' SwiGlu spec at a small shape with tails (colLen 100: DataCopyPad rows): the official tiling
+    """kernels.op_specs' SwiGlu spec at a small shape with tails (colLen 100: DataCopyPad rows): the official tiling
     first and once, params uniform, several core counts and tiles, every candidate within the standard and the
     op's rounding bound."""
     spec = OPS["swiglu"]

@@ -3,7 +3,7 @@ silu(A)·B and a float32 numpy emulation of the kernel's instruction order (bit 
 axis, aligned and unaligned colLen, one row and many, several SoCs, single and double buffering, saturating
 inputs, hand-made tilings, checked mode, ``out=``, the run report's counters and host thread counts.
 
-The emulation takes exp from ``tilesim.expf.exp_values``, the emulated Exp instruction's own values: numpy's
+The emulation takes exp from ``tilesim.numerics.expf.exp_values``, the emulated Exp instruction's own values: numpy's
 float32 ``np.exp`` is a SIMD routine that differs from the C library's ``expf`` by up to 2 ulp on a large share of
 inputs, which would leave the bitwise comparison only approximate.
 """
@@ -22,7 +22,7 @@ from tilesim.kernels import swiglu_grad
 from tilesim.tiling.common import align_up, ceil_div, replace
 
 import tilesim
-from tilesim.expf import exp_values
+from tilesim.numerics.expf import exp_values
 from tilesim.precision import compare
 
 DT = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}

@@ -26,7 +26,7 @@ from tilesim.tiling.swiglu_grad import swiglu_grad as make_tiling
 from tilesim.tiling.swiglu_grad import ub_plan
 
 import tilesim
-from tilesim.device import COUNTER_NAMES
+from tilesim.core.records import COUNTER_NAMES
 
 DT = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 SYNCS = ["pipe_barriers", "set_flags", "wait_flags"]

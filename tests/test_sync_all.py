@@ -13,8 +13,8 @@ import pytest
 
 import tilesim
 from tilesim import machine as asc
-from tilesim.cost import estimate
-from tilesim.launcher import KernelError, kernel, launch
+from tilesim.cost.model import estimate
+from tilesim.runtime.launcher import KernelError, kernel, launch
 
 N = 64
 

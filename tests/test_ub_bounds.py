@@ -24,7 +24,7 @@ import pytest
 
 import tilesim
 from tilesim import machine as asc  # AscendC::
-from tilesim.launcher import KernelError, kernel, launch
+from tilesim.runtime.launcher import KernelError, kernel, launch
 from tilesim.soc import get_soc
 
 pytestmark = pytest.mark.no_launch_here  # its launches run in a subprocess, each in the mode it asks for

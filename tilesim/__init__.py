@@ -1,29 +1,27 @@
 """tilesim: the Ascend AI Core (vector core) execution model for tiled kernels, on the CPU, with Numba.
 
-The submodules the documentation uses as ``tilesim.<module>`` work after a plain ``import tilesim``: those not
-imported here (the cost model, the trace, the explorer, the op packages, ...) are imported on first access
-(:pep:`562`), so ``tilesim.cost.estimated(...)`` needs no import of its own and ``import tilesim`` stays as fast as
-the runtime it needs.
+The package's rooms: ``jit`` (how tilesim compiles), ``numerics`` (bit-exact casts, the Exp), ``core`` (one core's
+records, its pipes and UB), ``machine`` (the Ascend C programming model a kernel calls), ``runtime`` (``@kernel`` and
+the launch), ``checks`` (checked mode's findings), ``cost`` (the cost model and its trace), ``tools`` (the explorer,
+the command line, the pytest plugin); the op packages ``kernels`` and ``tiling``. The names below are the public
+face; the rest is imported from its module (``from tilesim.cost.model import estimated``). ``tilesim.kernels`` and
+``tilesim.tiling`` work after a plain ``import tilesim`` (:pep:`562`: imported on first access, so that ``import
+tilesim`` stays as fast as the runtime it needs).
 """
 
 import importlib
 from typing import Any
 
 # isort: off
-from . import source_tree  # noqa: F401  (first: a checkout's kernels/ and tiling/ are tilesim's)
-from . import jit_cache  # noqa: F401  (first: njit caches are stamped when their functions are decorated)
+from tilesim import source_tree  # noqa: F401  (first: a checkout's kernels/ and tiling/ are tilesim's)
+from tilesim.jit import cache  # noqa: F401  (first: njit caches are stamped when their functions are decorated)
+from tilesim.jit import link, plain_types  # noqa: F401  (before any kernel compiles)
 # isort: on
-from . import (
-    cast,
-    device,
-    jit_link,  # noqa: F401  (before any kernel compiles)
-    machine,
-    precision,
-    races,  # noqa: F401  (registers the race check of checked launches)
-    specialise,  # noqa: F401  (before any kernel compiles)
-)
-from .device import COUNTER_NAMES
-from .errors import (
+from tilesim import machine, precision
+from tilesim.checks import races  # noqa: F401  (registers the race check of checked launches)
+from tilesim.core.records import COUNTER_NAMES
+from tilesim.core.ub import UbPlan
+from tilesim.errors import (
     ACLNN_ERR_INNER_TILING_ERROR,
     ACLNN_ERR_PARAM_INVALID,
     ACLNN_ERR_PARAM_NULLPTR,
@@ -33,19 +31,17 @@ from .errors import (
     CheckError,
     UbOverflowError,
 )
-from .launch import RunReport, capture, recorded
-from .soc import DEFAULT_SOC, SocSpec, get_soc, list_socs
-from .ub import UbPlan
+from tilesim.runtime.launch import RunReport, capture, recorded
+from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc, list_socs
 
-# Imported on first access as tilesim.<name>; tilesim.torch is not among them: it needs torch, and is imported as
-# ``import tilesim.torch``.
-_SUBMODULES = frozenset({"cost", "cost_params", "explore", "kernels", "launcher", "normalization", "opspec", "tiling",
-                         "trace", "violations"})
+# The op packages, imported on first access as tilesim.<name>; tilesim.torch is not among them: it needs torch, and is
+# imported as ``import tilesim.torch``.
+_SUBMODULES = frozenset({"kernels", "tiling"})
 
 __all__ = [
     "ACLNN_ERR_INNER_TILING_ERROR", "ACLNN_ERR_PARAM_INVALID", "ACLNN_ERR_PARAM_NULLPTR", "ACLNN_ERR_RUNTIME_ERROR",
     "ACLNN_SUCCESS", "AclnnError", "COUNTER_NAMES", "CheckError", "DEFAULT_SOC", "RunReport", "SocSpec",
-    "UbOverflowError", "UbPlan", "capture", "cast", "device", "get_soc", "list_socs", "machine", "precision",
+    "UbOverflowError", "UbPlan", "capture", "get_soc", "list_socs", "machine", "precision",
     "recorded",
 ]
 

@@ -37,7 +37,7 @@ class UbOverflowError(AclnnError):
 class CheckError(AclnnError):
     """Violations found by checked mode while a kernel ran (on the NPU: an exception at run time, 361001).
 
-    ``.violations`` holds the run's findings (:class:`tilesim.violations.Violation`, up to a limit per core),
+    ``.violations`` holds the run's findings (:class:`tilesim.checks.violations.Violation`, up to a limit per core),
     ``.reports`` their one-line messages, ``.total`` how many were found in all; the message shows the first and
     counts the rest.
     """

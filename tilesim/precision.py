@@ -23,11 +23,11 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from .cast import bf16_to_f32_bits, fp16_to_f32_bits, narrow, widen
-from .interop import accepts_torch
-from .intrinsics import u32_as_f32
-from .jit import OVERLOAD_OPTIONS, njit
-from .launch import host_threads, run_cores  # the launch's host threads
+from tilesim.interop import accepts_torch
+from tilesim.jit import OVERLOAD_OPTIONS, njit
+from tilesim.jit.intrinsics import u32_as_f32
+from tilesim.numerics.b16 import bf16_to_f32_bits, fp16_to_f32_bits, narrow, widen
+from tilesim.runtime.launch import host_threads, run_cores  # the launch's host threads
 
 THRESHOLD = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -13}
 SMALL_VALUE = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": 2.0 ** -14}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import ACLNN_ERR_PARAM_INVALID, AclnnError
+from tilesim.errors import ACLNN_ERR_PARAM_INVALID, AclnnError
 
 MIB = 1024 * 1024
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from tilesim.core.ub import UbPlan, shared_plan
 from tilesim.errors import invalid, tiling_error
-from tilesim.opspec import match_tiling
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tilesim.ub import UbPlan, shared_plan
+from tilesim.tools.opspec import match_tiling
 
 from .common import (
     BF16,
@@ -318,7 +318,7 @@ def check_tiling(t: Any, grad_out: Any, input: Any, mean: Any, rstd: Any, gamma:
                  HxW: int, group: int, output_mask: Any = (True, True, True), *,  # noqa: N803
                  soc: str | SocSpec = DEFAULT_SOC) -> GroupNormBackwardTiling:
     """A hand-made tiling, if it is what its free choices give for these arguments, field for field
-    (:func:`tilesim.opspec.match_tiling`; 561002 naming the field otherwise); the tiling function checks the UB
+    (:func:`tilesim.tools.opspec.match_tiling`; 561002 naming the field otherwise); the tiling function checks the UB
     plan of the choices."""
     return match_tiling(t, group_norm_backward, grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask,
                         soc=soc)

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from tilesim.core.ub import UbPlan, shared_plan
 from tilesim.errors import invalid, tiling_error
-from tilesim.opspec import match_tiling
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tilesim.ub import UbPlan, shared_plan
+from tilesim.tools.opspec import match_tiling
 
 from .common import (
     FP16,
@@ -263,7 +263,7 @@ def check_tiling(t: Any, dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, 
                  soc: str | SocSpec = DEFAULT_SOC, tmp: str = "shared",
                  is_reuse_source: bool = False) -> LayerNormGradOpTiling:
     """A hand-made tiling, if it is what its free choices give for these arguments (``tmp`` and
-    ``is_reuse_source`` included), field for field (:func:`tilesim.opspec.match_tiling`; 561002 naming the field
+    ``is_reuse_source`` included), field for field (:func:`tilesim.tools.opspec.match_tiling`; 561002 naming the field
     otherwise); the tiling function checks that the choices fit the UB."""
     return match_tiling(t, layer_norm_grad, dy, x, variance, mean, gamma, epsilon=epsilon, soc=soc, tmp=tmp,
                         is_reuse_source=is_reuse_source)

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from tilesim.errors import invalid, null_error, tiling_error
-from tilesim.opspec import match_tiling
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
+from tilesim.tools.opspec import match_tiling
 
 from .common import BF16, FP16, ceil_div, dtype_name, integer, remembered, require, shape_of
 
@@ -191,6 +191,6 @@ def check_tiling(t: Any, output_grad: Any, input: Any, weight: Any, act_seq_len:
                  compress_block_size: int, compress_stride: int, act_seq_len_type: int = 0, layout: str = "TND", *,
                  soc: str | SocSpec = DEFAULT_SOC) -> NsaCompressGradTiling:
     """A hand-made tiling, if it is what its core count gives for these arguments, field for field
-    (:func:`tilesim.opspec.match_tiling`; 561002 naming the field otherwise)."""
+    (:func:`tilesim.tools.opspec.match_tiling`; 561002 naming the field otherwise)."""
     return match_tiling(t, nsa_compress_grad, output_grad, input, weight, act_seq_len, compress_block_size,
                         compress_stride, act_seq_len_type, layout, soc=soc)

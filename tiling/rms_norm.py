@@ -45,10 +45,10 @@ from typing import Any
 
 import numpy as np
 
+from tilesim.core.ub import UbPlan, shared_plan
 from tilesim.errors import ACLNN_ERR_INNER_FIND_KERNEL_ERROR, AclnnError, invalid, tiling_error
-from tilesim.opspec import match_tiling
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tilesim.ub import UbPlan, shared_plan
+from tilesim.tools.opspec import match_tiling
 
 from .common import BF16, FP16, FP32, ITEMSIZE, align_up, ceil_div, dtype_name, numel, remembered, require, shape_of
 
@@ -327,7 +327,7 @@ def rms_norm(x: Any, gamma: Any, epsilon: float = 1e-6, *, soc: str | SocSpec = 
 def check_tiling(t: Any, x: Any, gamma: Any, epsilon: float = 1e-6, *,
                  soc: str | SocSpec = DEFAULT_SOC) -> RmsNormTiling:
     """A hand-made tiling, if it is what its free choices give for these arguments, field for field
-    (:func:`tilesim.opspec.match_tiling`; 561002 naming the field otherwise), whose UB plan fits (the tiling
+    (:func:`tilesim.tools.opspec.match_tiling`; 561002 naming the field otherwise), whose UB plan fits (the tiling
     function checks the plan of overridden choices)."""
     return match_tiling(t, rms_norm, x, gamma, epsilon, soc=soc)
 

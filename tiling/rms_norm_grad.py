@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from tilesim.core.ub import UbPlan, shared_plan
 from tilesim.errors import invalid, tiling_error
-from tilesim.opspec import match_tiling
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tilesim.ub import UbPlan, shared_plan
+from tilesim.tools.opspec import match_tiling
 
 from .common import (
     BF16,
@@ -279,6 +279,6 @@ def ub_plan(t: RmsNormGradTiling, soc: str | SocSpec = DEFAULT_SOC) -> UbPlan:
 def check_tiling(t: Any, dy: Any, x: Any, rstd: Any, gamma: Any, *, soc: str | SocSpec = DEFAULT_SOC,
                  deterministic: bool = False) -> RmsNormGradTiling:
     """A hand-made tiling, if it is what its free choices give for these arguments (``deterministic`` included),
-    field for field (:func:`tilesim.opspec.match_tiling`; 561002 naming the field otherwise). The op checks its
+    field for field (:func:`tilesim.tools.opspec.match_tiling`; 561002 naming the field otherwise). The op checks its
     UB plan."""
     return match_tiling(t, rms_norm_grad, dy, x, rstd, gamma, soc=soc, deterministic=deterministic)

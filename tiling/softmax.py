@@ -52,10 +52,10 @@ from typing import Any
 
 import numpy as np
 
+from tilesim.core.ub import UbPlan, shared_plan
 from tilesim.errors import ACLNN_ERR_INNER_FIND_KERNEL_ERROR, AclnnError, invalid, tiling_error
-from tilesim.opspec import match_tiling
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tilesim.ub import UbPlan, shared_plan
+from tilesim.tools.opspec import match_tiling
 
 from .common import BF16, FP16, FP32, ITEMSIZE, align_up, ceil_div, dtype_name, numel, remembered, require, shape_of
 
@@ -371,7 +371,7 @@ def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, core_num
 
 def check_tiling(t: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC) -> SoftmaxOpTiling:
     """A hand-made tiling, if it is what its free choices give for these arguments, field for field (the API's
-    tiling included: :func:`tilesim.opspec.match_tiling`; 561002 naming the field otherwise); the tiling function
+    tiling included: :func:`tilesim.tools.opspec.match_tiling`; 561002 naming the field otherwise); the tiling function
     checks the choices' tmp size and UB plan."""
     return match_tiling(t, softmax, x, dim, soc=soc)
 

@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from tilesim.cast import CAST_NONE, CAST_RINT
+from tilesim.core.ub import UbPlan, shared_plan
 from tilesim.errors import ACLNN_ERR_INNER_FIND_KERNEL_ERROR, AclnnError, invalid, tiling_error
-from tilesim.opspec import match_tiling
+from tilesim.numerics.b16 import CAST_NONE, CAST_RINT
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tilesim.ub import UbPlan, shared_plan
+from tilesim.tools.opspec import match_tiling
 
 from .common import BF16, FP16, FP32, ITEMSIZE, align_up, ceil_div, dtype_name, remembered, require, shape_of
 from .swiglu_grad import (
@@ -188,7 +188,7 @@ def swiglu(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, core_num:
 
 def check_tiling(t: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC) -> SwiGluTiling:
     """A hand-made tiling, if it is what its free choices give for these arguments on this SoC (``round_mode``,
-    the kernel build, included), field for field (:func:`tilesim.opspec.match_tiling`; 561002 naming the field
+    the kernel build, included), field for field (:func:`tilesim.tools.opspec.match_tiling`; 561002 naming the field
     otherwise); the tiling function checks that overridden tiles are ones DataCopy can move and fit the UB."""
     return match_tiling(t, swiglu, x, dim, soc=soc)
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from tilesim.core.ub import UbPlan, shared_plan
 from tilesim.errors import ACLNN_ERR_INNER_FIND_KERNEL_ERROR, AclnnError, invalid, tiling_error
-from tilesim.opspec import match_tiling
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
-from tilesim.ub import UbPlan, shared_plan
+from tilesim.tools.opspec import match_tiling
 
 from .common import BF16, FP16, FP32, ITEMSIZE, align_up, ceil_div, dtype_name, numel, remembered, require, shape_of
 
@@ -366,6 +366,6 @@ def check_copies(t: SwiGluGradTiling, soc: str | SocSpec) -> None:
 def check_tiling(t: Any, y_grad: Any, x: Any, dim: int = -1, *,
                  soc: str | SocSpec = DEFAULT_SOC) -> SwiGluGradTiling:
     """A hand-made tiling, if it is what its free choices give for these arguments, field for field
-    (:func:`tilesim.opspec.match_tiling`; 561002 naming the field otherwise); the tiling function checks that
+    (:func:`tilesim.tools.opspec.match_tiling`; 561002 naming the field otherwise); the tiling function checks that
     overridden tiles are ones DataCopy can move (:func:`check_copies`). The op checks its UB plan."""
     return match_tiling(t, swiglu_grad, y_grad, x, dim, soc=soc)

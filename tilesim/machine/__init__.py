@@ -1,11 +1,10 @@
 """What a kernel calls: the Ascend C programming model under its own names (snake_case; the Ascend name in each
 docstring). A kernel module imports what it uses from here, as an Ascend C kernel uses ``namespace AscendC``."""
 
-from ..cast import CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC
-from ..pipes import PIPE_ALL, PIPE_MTE2, PIPE_MTE3, PIPE_S, PIPE_V
-from .compare import CMPMODE, SELMODE, compare, compare_scalar, select
-from .convert import axpy, cast
-from .datacopy import (
+from tilesim.core.pipes import PIPE_ALL, PIPE_MTE2, PIPE_MTE3, PIPE_S, PIPE_V
+from tilesim.machine.compare import CMPMODE, SELMODE, compare, compare_scalar, select
+from tilesim.machine.convert import axpy, cast
+from tilesim.machine.datacopy import (
     DataCopyExtParams,
     DataCopyPadExtParams,
     DataCopyParams,
@@ -15,10 +14,10 @@ from .datacopy import (
     set_atomic_add,
     set_atomic_none,
 )
-from .dtypes import bfloat16, float32, half, int8, int16, int32, int64, size_of, uint8, uint16, uint32
-from .pipe import VECCALC, VECIN, VECOUT, TBuf, TPipe, TQue, pop_stack_buffer
-from .rearrange import broadcast, gather, transpose
-from .reduce import (
+from tilesim.machine.dtypes import bfloat16, float32, half, int8, int16, int32, int64, size_of, uint8, uint16, uint32
+from tilesim.machine.pipe import VECCALC, VECIN, VECOUT, TBuf, TPipe, TQue, pop_stack_buffer
+from tilesim.machine.rearrange import broadcast, gather, transpose
+from tilesim.machine.reduce import (
     BrcbRepeatParams,
     ReduceOrder,
     block_reduce_max,
@@ -33,15 +32,15 @@ from .reduce import (
     whole_reduce_min,
     whole_reduce_sum,
 )
-from .sync import (
+from tilesim.machine.sync import (
     HardEvent,
     pipe_barrier,
     set_flag,
     sync_all,
     wait_flag,
 )
-from .tensor import get_block_idx, get_block_num, get_user_workspace
-from .vector import (
+from tilesim.machine.tensor import get_block_idx, get_block_num, get_user_workspace
+from tilesim.machine.vector import (
     MASK_PLACEHOLDER,
     BinaryRepeatParams,
     CopyRepeatParams,
@@ -69,6 +68,7 @@ from .vector import (
     sqrt,
     sub,
 )
+from tilesim.numerics.b16 import CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC
 
 __all__ = [
     "PIPE_ALL", "PIPE_MTE2", "PIPE_MTE3", "PIPE_S", "PIPE_V", "HardEvent", "pipe_barrier", "set_flag", "wait_flag",

@@ -17,11 +17,21 @@ from __future__ import annotations
 import numpy as np
 from numba import carray
 
-from ..intrinsics import address_as_pointer, atomic_load, copy_bytes, store_fence
-from ..jit import njit
-from .movers import add_rows
-from .tensor import CTX_WORDS, X_ALOG_AT, X_ALOG_SIZE, X_ALOG_USED, X_ARRIVED, X_ATOMIC_TURN, X_FAULT, X_IDX, X_SYNC_GEN
-from .waits import finished_phase, wait_finished
+from tilesim.jit import njit
+from tilesim.jit.intrinsics import address_as_pointer, atomic_load, copy_bytes, store_fence
+from tilesim.machine.movers import add_rows
+from tilesim.machine.tensor import (
+    CTX_WORDS,
+    X_ALOG_AT,
+    X_ALOG_SIZE,
+    X_ALOG_USED,
+    X_ARRIVED,
+    X_ATOMIC_TURN,
+    X_FAULT,
+    X_IDX,
+    X_SYNC_GEN,
+)
+from tilesim.machine.waits import finished_phase, wait_finished
 
 LOG_ROW_BYTES = 8 << 20  # a core's log: adds it makes before its turn, beyond which it waits for its turn
 DONE = np.int64(1) << 30  # added to X_ARRIVED when a core ends: every phase of it finished (below 2**31: the

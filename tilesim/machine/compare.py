@@ -44,7 +44,8 @@ import numpy as np
 from numba import carray, types
 from numba.extending import overload
 
-from ..device import (
+from tilesim.core.pipes import LANE_VECTOR
+from tilesim.core.records import (
     ERR_API_RULE,
     RULE_CMP_COUNT,
     RULE_SCRATCH,
@@ -59,15 +60,14 @@ from ..device import (
     vec_ok,
     vec_out,
 )
-from ..intrinsics import address_as_pointer
-from ..jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
-from ..pipes import LANE_VECTOR
-from ..vec_kinds import vec_kind
-from .convert import api_fault, bad_type, type_fault, type_index
-from .hazard import hz_access, hz_instruction, op_code
-from .overlap import NONE, SAME, SEL_MASK, SRC, SRC0, SRC1, apart, count_ok, results_ok, walk_ok
-from .tensor import LocalTensorType, core_of, ctx_words, plan_tensor
-from .vector import (
+from tilesim.core.vec_kinds import vec_kind
+from tilesim.jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
+from tilesim.jit.intrinsics import address_as_pointer
+from tilesim.machine.convert import api_fault, bad_type, type_fault, type_index
+from tilesim.machine.hazard import hz_access, hz_instruction, op_code
+from tilesim.machine.overlap import NONE, SAME, SEL_MASK, SRC, SRC0, SRC1, apart, count_ok, results_ok, walk_ok
+from tilesim.machine.tensor import LocalTensorType, core_of, ctx_words, plan_tensor
+from tilesim.machine.vector import (
     LOOP_OPTIONS,
     BinaryRepeatParams,
     UnaryRepeatParams,

@@ -20,15 +20,15 @@ narrow type at the start or the end of the wide one's bytes, as RmsNormGrad's Ca
 where no repeat reads what an earlier one wrote: element k is read before any write reaches a later element's
 source.
 
-**Cast.** ``round_mode`` is one of :mod:`tilesim.cast`'s CAST_NONE ... CAST_ODD. The pairs and the modes each admits
-are Cast.md's A2 table (:data:`PAIRS`); another pair stops the kernel (a KernelError when it runs, so that a branch
-for another dtype may hold it), and so does a mode the pair does not admit (float to bfloat16 has no CAST_NONE,
-half to float only CAST_NONE). Not emulated: int32 to half, which ignores the mode and scales by SetDeqScale's
-DEQSCALE register (tilesim has no such register yet), and int4b_t, which tilesim has no type for. Rounding is
-:func:`tilesim.cast.round_shift`'s, on the exact value (CAST_NONE is CAST_RINT where the pair can lose precision).
-float to half and bfloat16 are :func:`tilesim.cast.f32_bits_to_b16` (the count form keeps its vector paths for
-them and for half / bfloat16 to float), whose overflow follows IEEE 754 (inf where the mode rounds away from zero)
-and NaN keeps a NaN: the NPU's half / bfloat16 saturation (CTRL[48]) is not modelled. Choices where the docs are
+**Cast.** ``round_mode`` is one of :mod:`tilesim.numerics.b16`'s CAST_NONE ... CAST_ODD. The pairs and the modes each
+admits are Cast.md's A2 table (:data:`PAIRS`); another pair stops the kernel (a KernelError when it runs, so that a
+branch for another dtype may hold it), and so does a mode the pair does not admit (float to bfloat16 has no CAST_NONE,
+half to float only CAST_NONE). Not emulated: int32 to half, which ignores the mode and scales by SetDeqScale's DEQSCALE
+register (tilesim has no such register yet), and int4b_t, which tilesim has no type for. Rounding is
+:func:`tilesim.numerics.b16.round_shift`'s, on the exact value (CAST_NONE is CAST_RINT where the pair can lose
+precision). float to half and bfloat16 are :func:`tilesim.numerics.b16.f32_bits_to_b16` (the count form keeps its vector
+paths for them and for half / bfloat16 to float), whose overflow follows IEEE 754 (inf where the mode rounds away from
+zero) and NaN keeps a NaN: the NPU's half / bfloat16 saturation (CTRL[48]) is not modelled. Choices where the docs are
 silent: a float rounded to an integer type saturates to its range (the docs' "溢出默认按照饱和模式处理"), with
 NaN giving 0 and a negative value to uint8 giving 0 ("视为异常" in the docs); float to float rounded to an integer
 keeps the sign (-0.4 gives -0.0) and passes inf and NaN on; integers narrow by saturation (int32 2**31 - 1 to
@@ -48,7 +48,47 @@ import numpy as np
 from numba import carray, types
 from numba.extending import overload
 
-from ..cast import (
+from tilesim.core.pipes import LANE_VECTOR
+from tilesim.core.records import (
+    VEC_CAST,
+    VEC_SCALAR,
+    checked_only,
+    count_vector,
+    flow2,
+    flow_lanes,
+    lane_state,
+    mix_state,
+    shadow_of,
+    u16,
+    u32,
+    vec_ok,
+    vec_out,
+)
+from tilesim.core.vec_kinds import vec_kind
+from tilesim.jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
+from tilesim.jit.intrinsics import address_as_pointer, f32_as_u32, u32_as_f32
+from tilesim.machine.dtypes import ALL
+from tilesim.machine.hazard import INSTRUCTIONS, hz_instruction, op_code
+from tilesim.machine.overlap import NONE, SAME, SRC, count_ok, walk_ok
+from tilesim.machine.pipe import FAULT_API_TABLE, FAULT_CAST, FAULT_DTYPE, fault
+from tilesim.machine.tensor import core_of, ctx_words, plan_tensor
+from tilesim.machine.vector import (
+    LOOP_OPTIONS,
+    UnaryRepeatParams,
+    elems,
+    lane_on,
+    last_lane,
+    level0_mask,
+    load,
+    marker,
+    mask_span,
+    op_name,
+    params_ok,
+    reset_mask,
+    scalar_of,
+    store,
+)
+from tilesim.numerics.b16 import (
     CAST_CEIL,
     CAST_FLOOR,
     CAST_NONE,
@@ -64,46 +104,6 @@ from ..cast import (
     narrow_bits,
     round_shift,
     widen_bits,
-)
-from ..device import (
-    VEC_CAST,
-    VEC_SCALAR,
-    checked_only,
-    count_vector,
-    flow2,
-    flow_lanes,
-    lane_state,
-    mix_state,
-    shadow_of,
-    u16,
-    u32,
-    vec_ok,
-    vec_out,
-)
-from ..intrinsics import address_as_pointer, f32_as_u32, u32_as_f32
-from ..jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
-from ..pipes import LANE_VECTOR
-from ..vec_kinds import vec_kind
-from .dtypes import ALL
-from .hazard import INSTRUCTIONS, hz_instruction, op_code
-from .overlap import NONE, SAME, SRC, count_ok, walk_ok
-from .pipe import FAULT_API_TABLE, FAULT_CAST, FAULT_DTYPE, fault
-from .tensor import core_of, ctx_words, plan_tensor
-from .vector import (
-    LOOP_OPTIONS,
-    UnaryRepeatParams,
-    elems,
-    lane_on,
-    last_lane,
-    level0_mask,
-    load,
-    marker,
-    mask_span,
-    op_name,
-    params_ok,
-    reset_mask,
-    scalar_of,
-    store,
 )
 
 _R = (CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC)
@@ -193,7 +193,7 @@ def api_fault(ctx, op, mode, a, b):
 
 def api_fault_text(detail: int) -> str:
     """FAULT_API_TABLE's detail (:func:`api_fault`) in words, for the KernelError."""
-    from .compare import CMPMODE, SELMODE  # the modes of the instructions built on this module
+    from tilesim.machine.compare import CMPMODE, SELMODE  # the modes of the instructions built on this module
 
     op, rest = divmod(detail, 10 ** 6)
     mode, rest = divmod(rest, 10 ** 4)

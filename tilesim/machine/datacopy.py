@@ -39,16 +39,16 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from ..device import count_mte3
-from ..jit import OVERLOAD_OPTIONS, njit
-from ..pipes import LANE_MTE2, LANE_MTE3, LANE_VECTOR
-from .atomic import atomic_rows
-from .dtypes import ALL, ElemType
-from .hazard import hz_issue, hz_rows, op_code
-from .movers import fill_gm, gm_to_ub, out_ok, ub_to_gm, ub_to_ub, whole_blocks
-from .pipe import FAULT_DTYPE
-from .sync import HardEvent, fetch_id, set_event, wait_event
-from .tensor import (
+from tilesim.core.pipes import LANE_MTE2, LANE_MTE3, LANE_VECTOR
+from tilesim.core.records import count_mte3
+from tilesim.jit import OVERLOAD_OPTIONS, njit
+from tilesim.machine.atomic import atomic_rows
+from tilesim.machine.dtypes import ALL, ElemType
+from tilesim.machine.hazard import hz_issue, hz_rows, op_code
+from tilesim.machine.movers import fill_gm, gm_to_ub, out_ok, ub_to_gm, ub_to_ub, whole_blocks
+from tilesim.machine.pipe import FAULT_DTYPE
+from tilesim.machine.sync import HardEvent, fetch_id, set_event, wait_event
+from tilesim.machine.tensor import (
     X_ATOMIC,
     GlobalTensorType,
     KernelContextType,
@@ -59,7 +59,7 @@ from .tensor import (
     gm_view,
     plan_tensor,
 )
-from .vector import element_bits, scalar_bits
+from tilesim.machine.vector import element_bits, scalar_bits
 
 DataCopyParams = namedtuple("DataCopyParams", ["block_count", "block_len", "src_stride", "dst_stride"],
                             defaults=(1, 0, 0, 0))

@@ -16,8 +16,8 @@ import ml_dtypes
 import numpy as np
 from numba.extending import overload
 
-from ..jit import OVERLOAD_OPTIONS
-from .structs import ConstantType, constant_type
+from tilesim.jit import OVERLOAD_OPTIONS
+from tilesim.machine.structs import ConstantType, constant_type
 
 
 class DType:

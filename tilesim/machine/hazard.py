@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 from numba import carray
 
-from ..device import (
+from tilesim.core.pipes import LANE_SCALAR, LANE_VECTOR
+from tilesim.core.records import (
     ERR_DOUBLE_SET,
     ERR_RAW,
     ERR_UNPAIRED_SET,
@@ -33,9 +34,8 @@ from ..device import (
     plan_of,
     report,
 )
-from ..intrinsics import address_as_pointer
-from ..jit import njit
-from ..pipes import LANE_SCALAR, LANE_VECTOR
+from tilesim.jit import njit
+from tilesim.jit.intrinsics import address_as_pointer
 
 # The instructions, as the hazard check names them (a code each, in the records; append, never reorder: the codes
 # are compiled into cached kernels).
@@ -59,7 +59,7 @@ def op_code(name: str) -> int:
 
 @njit(cache=True, inline="always")
 def _hz(core):
-    """The core's pipe-hazard state (:data:`tilesim.device.HZ_WORDS` words, then the granules)."""
+    """The core's pipe-hazard state (:data:`tilesim.core.records.HZ_WORDS` words, then the granules)."""
     n = HZ_WORDS + core.ub_size // HZ_GRANULE * HZ_GRANULE_WORDS
     return carray(address_as_pointer(core.err_at + hazard_col(core.ub_size) * 8, np.int64), n)
 

@@ -2,7 +2,7 @@
 :mod:`.atomic`): rows of bytes between GM and UB, DataCopyPad's padding and dummy bytes, the checks of their
 layout and bounds, and their MTE2/MTE3 counts.
 
-GM tensors are :class:`tilesim.device.GmView` ``(tag, addr, nbytes, isz)`` views: the tensor's bytes and its
+GM tensors are :class:`tilesim.core.records.GmView` ``(tag, addr, nbytes, isz)`` views: the tensor's bytes and its
 element size; offsets and pitches here are in bytes. The movers copy bytes, as the MTEs do, whatever the element type.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import carray
 
-from ..device import (
+from tilesim.core.records import (
     ERR_DATACOPY_GAP,
     ERR_DATACOPY_LEN,
     ERR_UB_ALIGN,
@@ -35,7 +35,10 @@ from ..device import (
     ub_rows_unwritten,
     ub_view,
 )
-from ..intrinsics import (
+from tilesim.core.ub import BLOCK
+from tilesim.core.vec_kinds import vec_kind
+from tilesim.jit import njit
+from tilesim.jit.intrinsics import (
     address_as_pointer,
     bf16_nearest_bits,
     bf16_widen_bits,
@@ -46,10 +49,7 @@ from ..intrinsics import (
     stream_line,
     u32_as_f32,
 )
-from ..jit import njit
-from ..ub import BLOCK
-from ..vec_kinds import vec_kind
-from .hazard import op_code
+from tilesim.machine.hazard import op_code
 
 _DATA_COPY, _DATA_COPY_PAD = op_code("DataCopy"), op_code("DataCopyPad")
 
@@ -68,8 +68,8 @@ def _streams(g, nbytes):
 @njit(cache=True)
 def _write_gm(dst, src, nbytes, stream):
     """``nbytes`` from host address ``src`` to GM address ``dst``; with ``stream``, the whole 64 B lines of the
-    destination by non-temporal stores (:func:`tilesim.intrinsics.stream_line`). Another host thread sees them
-    once this one has run a store fence: :func:`tilesim.launch.run_cores` runs one after each thread's cores."""
+    destination by non-temporal stores (:func:`tilesim.jit.intrinsics.stream_line`). Another host thread sees them
+    once this one has run a store fence: :func:`tilesim.runtime.launch.run_cores` runs one after each thread's cores."""
     if not stream:
         copy_bytes(dst, src, nbytes)
         return

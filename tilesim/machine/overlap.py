@@ -39,7 +39,7 @@ The families declare their rule where they call it:
 
 Blocks are followed as the instruction's mask and strides place them (a block with no lane on is not touched), a
 finding names the first conflicting block. A broken rule is a finding of kind ``API rule broken``
-(:data:`tilesim.device.ERR_API_RULE`, rule RULE_OVERLAP), and the instruction is not executed; none of this is
+(:data:`tilesim.core.records.ERR_API_RULE`, rule RULE_OVERLAP), and the instruction is not executed; none of this is
 compiled into the fast build.
 """
 
@@ -47,17 +47,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..device import ERR_API_RULE, RULE_OVERLAP, checked_only, plan_of, report
-from ..jit import njit
+from tilesim.core.records import ERR_API_RULE, RULE_OVERLAP, checked_only, plan_of, report
+from tilesim.jit import njit
 
 # The rule a family applies to one source (the caller picks it; see the module's table).
 SAME = 0  # the general rule
 ACCUMULATE = 1  # the general rule without its across-repeat part (Add/Sub/Mul/Max/Min's src1 exception)
 NONE = 2  # no overlap at all
-# The source a finding names (tilesim.violations words them).
+# The source a finding names (tilesim.checks.violations words them).
 SOURCE_NAMES = ("src", "src0", "src1", "selMask", "srcOffset", "sharedTmpBuffer")
 SRC, SRC0, SRC1, SEL_MASK, SRC_OFFSET, WORK = range(len(SOURCE_NAMES))
-# What the finding found (tilesim.violations words them).
+# What the finding found (tilesim.checks.violations words them).
 PARTIAL, FORWARD, ANY, LANE = 1, 2, 3, 4
 
 

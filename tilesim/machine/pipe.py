@@ -16,8 +16,8 @@ placed before, in call order, as TPipe does; a pipe that outgrows the UB stops t
 next free buffer round-robin; EnQue at most ``depth`` tensors before a DeQue; DeQue the oldest; FreeTensor only of
 a tensor in use. A call that would hang the NPU or trip CPU-debug's asserts (AllocTensor with every buffer in use,
 EnQue past depth, DeQue of an empty queue, FreeTensor of a free buffer) stops the kernel with a
-:class:`tilesim.launcher.KernelError` that names the core, the buffer and the rule. In checked mode a tensor used
-after its FreeTensor is reported (use after free).
+:class:`tilesim.runtime.launcher.KernelError` that names the core, the buffer and the rule. In checked mode a tensor
+used after its FreeTensor is reported (use after free).
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ import numpy as np
 from numba import types
 from numba.extending import overload, overload_method
 
-from ..device import FAULT_UB_RANGE, GEN_COL, MAX_BUFS, MAX_QUE_SLOTS, checked_only, errs_of
-from ..jit import OVERLOAD_OPTIONS, njit
-from .dtypes import ElemType
-from .structs import constructor, struct_type
-from .sync import (
+from tilesim.core.records import FAULT_UB_RANGE, GEN_COL, MAX_BUFS, MAX_QUE_SLOTS, checked_only, errs_of
+from tilesim.jit import OVERLOAD_OPTIONS, njit
+from tilesim.machine.dtypes import ElemType
+from tilesim.machine.structs import constructor, struct_type
+from tilesim.machine.sync import (
     FAULT_EVENT_ID,
     FAULT_EVENT_POOL,
     FAULT_SYNC_ALL,
@@ -43,7 +43,7 @@ from .sync import (
     set_event,
     wait_event,
 )
-from .tensor import (
+from tilesim.machine.tensor import (
     ALLOCATED,
     DEQUEUED,
     ENQUEUED,
@@ -91,7 +91,7 @@ FAULT_BAD_GET = 7  # TBuf.Get past the buffer
 FAULT_DTYPE = 8  # an instruction on an element type its A2 API does not take (detail: its code * 100 + dtype)
 FAULT_CAST = 9  # a Cast between types tilesim does not convert (detail: src * 100 + dst)
 # FAULT_EVENT_POOL = 10, FAULT_EVENT_ID = 11, FAULT_SYNC_ALL = 13: tilesim.machine.sync; FAULT_UB_RANGE = 14:
-# tilesim.device (an access outside the core's UB)
+# tilesim.core.records (an access outside the core's UB)
 FAULT_API_TABLE = 12  # element types or a mode outside an instruction's A2 table (detail: op_code * 10**6 + (mode
 # + 1) * 10**4 + type * 100 + second type, the types' indices in tilesim.machine.dtypes.ALL, 99 for none)
 FAULT_MIXED_TYPES = 15  # tensors of one instruction's one element type T given different types (detail:
@@ -442,5 +442,5 @@ FAULT_TEXT = {
                     "PIPE_ALL (100 + pipe)",
     FAULT_SYNC_ALL: "SyncAll {detail} (-1: in a launch that did not expect it: the kernel's own source must call "
                     "sync_all; else the number of the SyncAll given up because another core stopped)",
-    FAULT_UB_RANGE: "{detail}",  # tilesim.launcher words it
+    FAULT_UB_RANGE: "{detail}",  # tilesim.runtime.launcher words it
 }

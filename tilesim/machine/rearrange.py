@@ -45,7 +45,8 @@ import numpy as np
 from numba import carray
 from numba.extending import overload
 
-from ..device import (
+from tilesim.core.pipes import LANE_VECTOR
+from tilesim.core.records import (
     ERR_API_RULE,
     ERR_UB_OOB,
     VEC_DUP,
@@ -60,16 +61,24 @@ from ..device import (
     vec_ok,
     vec_out,
 )
-from ..intrinsics import address_as_pointer
-from ..jit import INLINE_OPTIONS, OVERLOAD_OPTIONS
-from ..pipes import LANE_VECTOR
-from ..ub import PlanTensor
-from ..vec_kinds import vec_kind
-from .convert import api_fault, bad_type, type_fault, type_index
-from .hazard import hz_access, hz_instruction, op_code
-from .overlap import ANY, SRC, SRC_OFFSET, apart, overlap_extra
-from .tensor import core_of, plan_tensor
-from .vector import LOOP_OPTIONS, lane_on, level0_mask, mask_bits, mixed_fault, mixed_types, params_ok, span
+from tilesim.core.ub import PlanTensor
+from tilesim.core.vec_kinds import vec_kind
+from tilesim.jit import INLINE_OPTIONS, OVERLOAD_OPTIONS
+from tilesim.jit.intrinsics import address_as_pointer
+from tilesim.machine.convert import api_fault, bad_type, type_fault, type_index
+from tilesim.machine.hazard import hz_access, hz_instruction, op_code
+from tilesim.machine.overlap import ANY, SRC, SRC_OFFSET, apart, overlap_extra
+from tilesim.machine.tensor import core_of, plan_tensor
+from tilesim.machine.vector import (
+    LOOP_OPTIONS,
+    lane_on,
+    level0_mask,
+    mask_bits,
+    mixed_fault,
+    mixed_types,
+    params_ok,
+    span,
+)
 
 _GATHER, _TRANSPOSE, _BROADCAST = op_code("Gather"), op_code("Transpose"), op_code("Broadcast")
 GATHER_TYPES = ("int16_t", "uint16_t", "half", "bfloat16_t", "int32_t", "uint32_t", "float")

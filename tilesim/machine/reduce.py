@@ -82,7 +82,8 @@ import numpy as np
 from numba import carray
 from numba.extending import overload
 
-from ..device import (
+from tilesim.core.pipes import LANE_VECTOR
+from tilesim.core.records import (
     ERR_API_TMP,
     ERR_VEC_ALIGN,
     VEC_DUP,
@@ -101,16 +102,15 @@ from ..device import (
     vec_ok,
     vec_out,
 )
-from ..intrinsics import address_as_pointer, pair_tree_sum_f32
-from ..jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
-from ..pipes import LANE_VECTOR
-from ..vec_kinds import vec_kind
-from .dtypes import ALL
-from .hazard import hz_access, hz_instruction, hz_level0, op_code
-from .overlap import SAME, SRC, WORK, blocks_apart, results_ok
-from .pipe import FAULT_DTYPE, fault
-from .tensor import X_MASK_HI, X_MASK_LO, core_of, ctx_words, plan_tensor
-from .vector import (
+from tilesim.core.vec_kinds import vec_kind
+from tilesim.jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
+from tilesim.jit.intrinsics import address_as_pointer, pair_tree_sum_f32
+from tilesim.machine.dtypes import ALL
+from tilesim.machine.hazard import hz_access, hz_instruction, hz_level0, op_code
+from tilesim.machine.overlap import SAME, SRC, WORK, blocks_apart, results_ok
+from tilesim.machine.pipe import FAULT_DTYPE, fault
+from tilesim.machine.tensor import X_MASK_HI, X_MASK_LO, core_of, ctx_words, plan_tensor
+from tilesim.machine.vector import (
     LOOP_OPTIONS,
     MarkerType,
     lane_on,
@@ -199,7 +199,7 @@ def _aligned(core, t, nbytes, align):
 @njit(cache=True, inline="always")
 def _dst_ok(core, t, nbytes, align, op):
     """A reduction's dst (instruction ``op``): in checked mode at its instruction's alignment (``align`` bytes);
-    inside its buffer (:func:`tilesim.device.ub_ok`)."""
+    inside its buffer (:func:`tilesim.core.records.ub_ok`)."""
     return _aligned(core, t, nbytes, align) and ub_ok(core, t, nbytes, op)
 
 
@@ -217,7 +217,7 @@ def _holds(core, t, have, need):
 def _work_ok(core, t, have, need, op):
     """The sharedTmpBuffer of instruction ``op``: in checked mode it holds the ``need`` bytes the API asks for
     (:func:`_holds`), 32 B aligned; the instruction scribbles on them, so they count as written
-    (:func:`tilesim.device.vec_out`)."""
+    (:func:`tilesim.core.records.vec_out`)."""
     return _holds(core, t, have, need) and vec_out(core, t, need, op)
 
 
@@ -312,7 +312,7 @@ def _f32_sums(src, blk, dst, group, bits, repeat, src_rep, dst_rep):
     into ``dst`` (repeats ``dst_rep`` apart), the lanes on the bits of ``bits`` (the others add as +0): each
     repeat's 8 block sums (BlockReduceSum, ``group`` 8), 32 pair sums (PairReduceSum, 2) or sum (WholeReduceSum,
     64), in the pair tree's order (a Whole sum's upper levels pair the block sums). A group with no lane on is
-    not written. A Whole sum is :func:`tilesim.intrinsics.pair_tree_sum_f32` (the tree as vector shuffles and
+    not written. A Whole sum is :func:`tilesim.jit.intrinsics.pair_tree_sum_f32` (the tree as vector shuffles and
     adds); the Block and Pair sums written out."""
     for r in range(repeat):
         _f32_repeat(src + r * src_rep, blk, dst + r * dst_rep, group, bits)

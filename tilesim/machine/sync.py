@@ -16,7 +16,7 @@ instructions in order but lets them overlap; nothing orders two pipes but a sync
 - ``pipe.alloc_event_id(HardEvent.V_S)``, ``release_event_id``, ``fetch_event_id``: each HardEvent's pool of 8
   ids (A2), shared with the queues, lowest free id first.
 - ``sync_all(ctx)``: SyncAll, the barrier of all the launch's cores (each core's pipes drained first). A kernel
-  that calls it runs its cores as coroutines on the host threads (:mod:`tilesim.coroutines`), each thread its
+  that calls it runs its cores as coroutines on the host threads (:mod:`tilesim.runtime.coroutines`), each thread its
   cores in order, a core that waits switching to the next (:mod:`tilesim.machine.waits`); the launch ends a
   phase at each SyncAll (checked mode's race check between cores and the cost model take phases as they took
   the shipped kernels'). Cores that do not all reach the same SyncAll would hang the NPU: the launch stops with a
@@ -47,12 +47,12 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from ..device import HZ_EVENTS, PIPE_BARRIERS, SET_FLAGS, WAIT_FLAGS, count_sync, counters_of
-from ..jit import OVERLOAD_OPTIONS, njit
-from ..pipes import LANE_LETTERS, LANE_OF_PIPE, LANE_SCALAR, PIPE_ALL
-from .atomic import finish_phase
-from .hazard import hz_barrier, hz_set, hz_wait
-from .tensor import (
+from tilesim.core.pipes import LANE_LETTERS, LANE_OF_PIPE, LANE_SCALAR, PIPE_ALL
+from tilesim.core.records import HZ_EVENTS, PIPE_BARRIERS, SET_FLAGS, WAIT_FLAGS, count_sync, counters_of
+from tilesim.jit import OVERLOAD_OPTIONS, njit
+from tilesim.machine.atomic import finish_phase
+from tilesim.machine.hazard import hz_barrier, hz_set, hz_wait
+from tilesim.machine.tensor import (
     N_EVENT_POOLS,
     X_BLOCK_NUM,
     X_CORO,
@@ -64,7 +64,7 @@ from .tensor import (
     ctx_words,
     fault,
 )
-from .waits import arrive, await_release, gate
+from tilesim.machine.waits import arrive, await_release, gate
 
 
 class HardEvent(IntEnum):
@@ -87,7 +87,7 @@ class HardEvent(IntEnum):
 
 
 assert len(HardEvent) <= min(HZ_EVENTS, N_EVENT_POOLS)
-# Each event's source and destination lane (tilesim.pipes).
+# Each event's source and destination lane (tilesim.core.pipes).
 EVENT_SRC = tuple(LANE_LETTERS.index(e.name.split("_")[0]) for e in HardEvent)
 EVENT_DST = tuple(LANE_LETTERS.index(e.name.split("_")[1]) for e in HardEvent)
 EVENT_IDS = 8  # QUE_MAX_EVENT on A2 (2201)

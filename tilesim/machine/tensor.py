@@ -3,7 +3,7 @@
 A kernel receives a KernelContext: the address of its core's context block (the core's place in the launch,
 where its UB, counters and checked-mode records are, the TPipe's buffers and queue states, the vector mask
 register) and the build it runs in (``checks``: None fast, a bool checked, False when it records without
-checks; see :mod:`tilesim.device`). Every tensor carries both, so that an instruction needs nothing but its
+checks; see :mod:`tilesim.core.records`). Every tensor carries both, so that an instruction needs nothing but its
 operands, as in Ascend C: ``add(z, x, y, n)``.
 
 A LocalTensor is ``(ctx, checks, buf, addr, nbytes, gen)`` with its element type in its Numba type: the UB plan
@@ -24,7 +24,8 @@ import numpy as np
 from numba import carray, types
 from numba.extending import overload, overload_attribute, overload_method
 
-from ..device import (
+from tilesim.core.pipes import LANE_SCALAR
+from tilesim.core.records import (
     FAULT_WORDS,
     MAX_BUFS,
     MAX_QUE_SLOTS,
@@ -36,20 +37,19 @@ from ..device import (
     ub_in,
     ub_out,
 )
-from ..intrinsics import address_as_pointer
-from ..jit import OVERLOAD_OPTIONS, njit
-from ..pipes import LANE_SCALAR
-from ..ub import PlanTensor
-from .dtypes import ElemType, uint8
-from .hazard import hz_access, hz_issue, op_code
-from .structs import StructType, constructor, struct_type
+from tilesim.core.ub import PlanTensor
+from tilesim.jit import OVERLOAD_OPTIONS, njit
+from tilesim.jit.intrinsics import address_as_pointer
+from tilesim.machine.dtypes import ElemType, uint8
+from tilesim.machine.hazard import hz_access, hz_issue, op_code
+from tilesim.machine.structs import StructType, constructor, struct_type
 
 # The context block of a core: int64 words.
 X_IDX, X_BLOCK_NUM, X_BASE, X_UB_SIZE, X_PLAN_AT, X_PLAN_ROWS, X_CNT_AT, X_CNT_SIZE, X_ERR_AT, X_ERR_SIZE = range(10)
 X_POOL = 10  # TPipe: the end of the buffers placed so far, in bytes
 X_WS_AT, X_WS_SIZE = 11, 12  # GetUserWorkspace: address and bytes
 X_MASK_LO, X_MASK_HI, X_COUNTER_MODE = 13, 14, 15  # the vector mask register, and SetMaskCount / SetMaskNorm
-X_FAULT = 16  # FAULT_WORDS: what stopped the kernel, the buffer, a detail, ... (tilesim.device's fault record)
+X_FAULT = 16  # FAULT_WORDS: what stopped the kernel, the buffer, a detail, ... (tilesim.core.records's fault record)
 X_PLAN = X_FAULT + FAULT_WORDS  # MAX_BUFS rows of (offset, slot bytes, slots): the UB plan as InitBuffer placed it
 X_QUE = X_PLAN + 3 * MAX_BUFS  # MAX_BUFS rows of Q_WORDS: each buffer's queue state
 Q_POS, Q_DEPTH, Q_NEXT, Q_COUNT, Q_HEAD, Q_SLOT = range(6)  # Q_SLOT: Q_NEXT modulo the buffer count
@@ -70,8 +70,8 @@ X_ALOG_AT, X_ALOG_SIZE, X_ALOG_USED = X_ATOMIC_TURN + 1, X_ATOMIC_TURN + 2, X_AT
 X_WAITERS = X_ALOG_USED + 1  # threads asleep until X_ARRIVED advances (tilesim.machine.waits)
 X_STACK = X_WAITERS + 1  # PopStackBuffer: 1 + the plan row it placed last (0: none)
 X_STACK_ROWS = X_STACK + 1  # the plan rows PopStackBuffer placed, a bit each (for reports)
-X_CORO = X_STACK_ROWS + 1  # a SyncAll launch's core, a coroutine: its job record (tilesim.coroutines); else 0
-X_STOP_AT = X_CORO + 1  # the address of the launch's stop word (tilesim.interrupt), which every instruction reads
+X_CORO = X_STACK_ROWS + 1  # a SyncAll launch's core, a coroutine: its job record (tilesim.runtime.coroutines); else 0
+X_STOP_AT = X_CORO + 1  # the address of the launch's stop word (tilesim.runtime.interrupt): every instruction reads it
 CTX_WORDS = X_STOP_AT + 1
 FREE, ALLOCATED, ENQUEUED, DEQUEUED = 0, 1, 2, 3  # a queue slot's state
 _GET_VALUE, _SET_VALUE = op_code("GetValue"), op_code("SetValue")
@@ -107,7 +107,7 @@ class GlobalTensorType(StructType):
 
 
 def _checks_type(t):  # type: ignore[no-untyped-def]
-    """Core.checks' type in a build: None or a bool (see :func:`tilesim.device.build_of`)."""
+    """Core.checks' type in a build: None or a bool (see :func:`tilesim.core.records.build_of`)."""
     return t if isinstance(t, types.NoneType) else types.boolean
 
 
@@ -135,7 +135,7 @@ def ctx_words(at):
 @njit(cache=True)
 def fault(w, kind, buf, detail):
     """Stop the kernel: the context records what happened (``tilesim.machine.pipe.FAULT_*``), for the host's
-    message (:func:`tilesim.launcher.launch` raises the KernelError)."""
+    message (:func:`tilesim.runtime.launcher.launch` raises the KernelError)."""
     w[X_FAULT] = kind
     w[X_FAULT + 1] = buf
     w[X_FAULT + 2] = detail
@@ -144,7 +144,7 @@ def fault(w, kind, buf, detail):
 
 @njit(cache=True, inline="always")
 def core_of(x):
-    """The :class:`tilesim.device.Core` of a context, tensor or queue: what the machine's internals take."""
+    """The :class:`tilesim.core.records.Core` of a context, tensor or queue: what the machine's internals take."""
     w = ctx_words(x.ctx)
     return Core(w[X_IDX], w[X_BLOCK_NUM], x.checks, w[X_BASE], w[X_UB_SIZE], w[X_PLAN_AT], w[X_PLAN_ROWS],
                 w[X_CNT_AT], w[X_CNT_SIZE], w[X_ERR_AT], w[X_ERR_SIZE], w[X_STOP_AT], x.ctx + X_FAULT * 8)
@@ -260,7 +260,7 @@ def _set_value(t, i, v):  # type: ignore[no-untyped-def]
 
 
 def gm_view(t):  # type: ignore[no-untyped-def]
-    """The machine's :class:`tilesim.device.GmView` (tag, address, bytes, element size) of the whole tensor
+    """The machine's :class:`tilesim.core.records.GmView` (tag, address, bytes, element size) of the whole tensor
     a typed GlobalTensor lies in."""
 
 

@@ -38,7 +38,8 @@ import numpy as np
 from numba import carray, types
 from numba.extending import overload
 
-from ..device import (
+from tilesim.core.pipes import LANE_VECTOR
+from tilesim.core.records import (
     ERR_VEC_PARAM,
     VEC_BINARY,
     VEC_DIV,
@@ -54,8 +55,9 @@ from ..device import (
     vec_ok,
     vec_out,
 )
-from ..expf import exp_f32
-from ..intrinsics import (
+from tilesim.core.vec_kinds import vec_kind
+from tilesim.jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
+from tilesim.jit.intrinsics import (
     address_as_pointer,
     bf16_nearest_bits,
     f32_as_u32,
@@ -63,15 +65,21 @@ from ..intrinsics import (
     fp16_widen_bits,
     u32_as_f32,
 )
-from ..jit import INLINE_OPTIONS, OVERLOAD_OPTIONS, njit
-from ..pipes import LANE_VECTOR
-from ..vec_kinds import vec_kind
-from .dtypes import ALL
-from .hazard import INSTRUCTIONS, hz_instruction, hz_level0, op_code
-from .overlap import ACCUMULATE, SAME, SRC, SRC0, SRC1, count_ok, walk_ok
-from .pipe import FAULT_DTYPE, FAULT_MIXED_TYPES, fault
-from .structs import ConstantType, constant_type
-from .tensor import X_COUNTER_MODE, X_MASK_HI, X_MASK_LO, KernelContextType, core_of, ctx_words, plan_tensor
+from tilesim.machine.dtypes import ALL
+from tilesim.machine.hazard import INSTRUCTIONS, hz_instruction, hz_level0, op_code
+from tilesim.machine.overlap import ACCUMULATE, SAME, SRC, SRC0, SRC1, count_ok, walk_ok
+from tilesim.machine.pipe import FAULT_DTYPE, FAULT_MIXED_TYPES, fault
+from tilesim.machine.structs import ConstantType, constant_type
+from tilesim.machine.tensor import (
+    X_COUNTER_MODE,
+    X_MASK_HI,
+    X_MASK_LO,
+    KernelContextType,
+    core_of,
+    ctx_words,
+    plan_tensor,
+)
+from tilesim.numerics.expf import exp_f32
 
 BinaryRepeatParams = namedtuple("BinaryRepeatParams", ["dst_blk_stride", "src0_blk_stride", "src1_blk_stride",
                                                        "dst_rep_stride", "src0_rep_stride", "src1_rep_stride"],

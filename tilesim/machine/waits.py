@@ -1,7 +1,7 @@
 """How one host thread waits for another: asleep on the word it waits for (a futex), not spinning.
 
 A launch's cores on two host threads wait for each other (an atomic add's turn); a SyncAll launch's cores, run
-as coroutines on the host threads (:mod:`tilesim.coroutines`), switch to their thread's scheduler instead of
+as coroutines on the host threads (:mod:`tilesim.runtime.coroutines`), switch to their thread's scheduler instead of
 sleeping, and the scheduler sleeps on the word of its first waiting core when none can go on. A thread's
 waiter that spins (``sched_yield``) takes turns from the cores at work; one that naps wakes late or often. Here a
 waiter counts itself in the word's waiter count, checks the word once more, and sleeps on it; the thread that
@@ -15,7 +15,7 @@ woke a sleeper for is seen. A core waiting behind the gate for a whole phase sle
 it: a sleep cut into short naps would wake it many times a call, each a context switch taken from the cores at
 work.
 
-The SyncAll barrier's words (:func:`tilesim.launch.run_synced` owns them): cores arrived at SyncAlls in all,
+The SyncAll barrier's words (:func:`tilesim.runtime.launch.run_synced` owns them): cores arrived at SyncAlls in all,
 SyncAlls released, cores ended, an abort (a core stopped, or the cores cannot all reach the next SyncAll), the
 cores a phase runs at once (:func:`gate`), sleepers on the release, and the launch's bell (rung when the launching
 thread, asleep on it, has something to do) with its sleepers. A core behind the gate waits for its predecessor
@@ -28,18 +28,18 @@ from __future__ import annotations
 import numpy as np
 from numba import carray
 
-from ..intrinsics import address_as_pointer, atomic_add, atomic_load, futex_wait, futex_wake, swap_ucontext
-from ..jit import njit
-from .tensor import CTX_WORDS, X_ARRIVED, X_CORO, X_FAULT, X_IDX, X_SYNC_AT, X_SYNC_GEN, X_WAITERS
+from tilesim.jit import njit
+from tilesim.jit.intrinsics import address_as_pointer, atomic_add, atomic_load, futex_wait, futex_wake, swap_ucontext
+from tilesim.machine.tensor import CTX_WORDS, X_ARRIVED, X_CORO, X_FAULT, X_IDX, X_SYNC_AT, X_SYNC_GEN, X_WAITERS
 
 BAR_ARRIVED, BAR_RELEASED, BAR_EXITED, BAR_ABORT, BAR_GATE, BAR_RELEASE_WAITERS, BAR_BELL, BAR_BELL_WAITERS = range(8)
 BAR_WORDS = 8
 SLEEP_US = 128_000  # a wait's sleeps are at most this long: how late a stop nobody woke it for is seen
 
-# A core run as a coroutine (tilesim.coroutines) has a job record: its context and its scheduler's (ucontext_t
+# A core run as a coroutine (tilesim.runtime.coroutines) has a job record: its context and its scheduler's (ucontext_t
 # addresses), its state, what it waits for (the word, the target, the word's waiter count, the two stop words),
 # the launch's argument record, its core index, and how it ended (Numba's status and the address of the exception
-# it raised: tilesim.excinfo)
+# it raised: tilesim.runtime.excinfo)
 J_OWN, J_SCHED, J_STATE, J_AT, J_TARGET, J_WAITERS, J_STOP_A, J_STOP_B, J_ARGS, J_CORE, J_STATUS, J_EXCINFO = range(12)
 JOB_WORDS = 16
 NEW, RUNNING, WAITING, ENDED, FAILED = 0, 1, 2, 3, 4

@@ -2,14 +2,14 @@
 
 Numba stamps each cached function with its own source file only. A kernel's machine code inlines tilesim's
 instructions, so after an edit to (or an upgrade of) ``tilesim``, every kernel loaded from the cache, ours and a
-user's alike, would still run the old instructions. This adds a hash of tilesim's sources to every stamp: when they
-change, each cached function is compiled again on first use.
+user's alike, would still run the old instructions. This adds a hash of tilesim's device sources
+(:func:`device_sources`) to every stamp: when they change, each cached function is compiled again on first use.
 
 It must run before the first ``@njit(cache=True)`` is decorated (the stamp is taken then), so
 ``tilesim/__init__.py`` imports it first.
 
 Numba keys a cached closure (an ``@overload``'s implementation is one) by its code and by the pickled values it
-closes over. A compiled function among them (``tilesim.device``'s build selectors close over one) pickles with its
+closes over. A compiled function among them (``tilesim.core.records``'s build selectors close over one) pickles with its
 dispatcher's uuid, drawn anew in each process: such a key matched in no other process, so every process compiled
 the function again and added one more entry to the cache. Here it pickles as its Python function. (A set of
 strings in a closure would still key by the process's hash seed; no closure of tilesim's holds one.)
@@ -40,21 +40,30 @@ from numba.core import caching, serialize
 from numba.core.ccallback import CFunc
 from numba.core.dispatcher import Dispatcher
 
-# Host-side modules no kernel inlines: editing them (the cost model, the explorer, the command line, the launch's
-# host side) leaves the compiled kernels valid. Their own @njit helpers, called from the host, are covered by
-# Numba's stamp of their file. A new module is hashed until it is listed here.
-HOST_ONLY = frozenset({"__main__.py", "cli.py", "cost.py", "cost_params.py", "explore.py", "interop.py", "launch.py",
-                       "memo.py", "opspec.py", "precision.py", "pytest_plugin.py", "races.py", "soc.py",
-                       "source_tree.py", "trace.py", "torch.py", "ub.py", "violations.py"})
+# Compiled code lives in tilesim's folders but these host ones, and in the shipped kernels (a kernel inlines other
+# kernel modules' device functions). The top-level modules (errors, soc, precision, interop, torch, ...) and the host
+# folders hold nothing a kernel's machine code takes in, so editing them (an error message, the cost model's figures,
+# the explorer) leaves the compiled kernels valid; their own @njit helpers, called from the host, are covered by
+# Numba's stamp of their file. A new folder is device code until it is named here.
+HOST_FOLDERS = frozenset({"checks", "cost", "tools", "tiling"})
+
+
+def device_sources() -> list[Path]:
+    """The source files every cached kernel depends on: each folder of tilesim that is not a host folder, and the
+    shipped kernels (``tilesim/kernels/`` installed, ``kernels/`` beside ``tilesim/`` in a checkout)."""
+    package = Path(__file__).resolve().parent.parent
+    folders = [d for d in sorted(package.iterdir()) if (d / "__init__.py").is_file() and d.name not in HOST_FOLDERS]
+    checkout_kernels = package.parent / "kernels"
+    if not (package / "kernels").is_dir() and (checkout_kernels / "__init__.py").is_file():
+        folders.append(checkout_kernels)
+    return [p for d in folders for p in sorted(d.rglob("*.py"))]
 
 
 def _sources_hash() -> str:
     h = hashlib.sha256()
-    root = Path(__file__).parent
-    for p in sorted(root.rglob("*.py")):
-        if p.name in HOST_ONLY and p.parent == root:
-            continue
-        h.update(str(p.relative_to(root)).encode())
+    top = Path(__file__).resolve().parents[2]
+    for p in device_sources():
+        h.update(str(p.relative_to(top)).encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
 

@@ -3,13 +3,13 @@
 One function, :func:`run`, places instructions in the instruction log's layout on their pipes' timelines. Two
 callers use it:
 
-- a launch that schedules itself while it runs (``tilesim.cost.estimated``): each core writes the instructions it
+- a launch that schedules itself while it runs (``tilesim.cost.model.estimated``): each core writes the instructions it
   issues into a queue of QUEUE entries and schedules the queue whenever it is full (and the launch at the end of
   each phase), so the estimate needs no log and its memory does not grow with the number of instructions;
-- the replay of a recorded log (``tilesim.cost.estimate`` of a ``tilesim.recorded`` report), which also gives
+- the replay of a recorded log (``tilesim.cost.model.estimate`` of a ``tilesim.recorded`` report), which also gives
   each instruction's start and end for a trace.
 
-The model itself is stated in ``tilesim.cost``'s docstring. A core's state is one float64 array (layout below);
+The model itself is stated in ``tilesim.cost.model``'s docstring. A core's state is one float64 array (layout below);
 each phase starts from zero (the caller adds the phase's start), so a core's span in a phase is its ``F_SPAN``.
 The state's tables are indexed by queue slot (:func:`slot_of`: a UB buffer's slot, the unit TQue's EnQue/DeQue
 flags synchronise on) and by GM tensor tag.
@@ -17,20 +17,22 @@ flags synchronise on) and by GM tensor tag.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .cost_params import VEC_CLASSES, CostParams
-from .jit import njit
-from .pipes import LANE_MTE2, LANE_MTE3, LANE_SCALAR, LANE_VECTOR, N_LANES
-from .vec_kinds import VEC_KINDS
+from tilesim.core.pipes import LANE_MTE2, LANE_MTE3, LANE_SCALAR, LANE_VECTOR, N_LANES
+from tilesim.core.vec_kinds import VEC_CLASSES, VEC_KINDS
+from tilesim.jit import njit
+
+if TYPE_CHECKING:  # the figures are read, never imported: the cost model's host side sits above the core
+    from tilesim.cost.params import CostParams
 
 N_VEC = len(VEC_CLASSES)
-N_RATES = 2 * len(VEC_KINDS)  # cycles per repeat by kind and element size (tilesim.vec_kinds.vec_kind)
+N_RATES = 2 * len(VEC_KINDS)  # cycles per repeat by kind and element size (tilesim.core.vec_kinds.vec_kind)
 QUEUE = 64  # instructions a core queues before it schedules them (5.5 KiB a core; 16 to 2048 cost the same)
 
-# The instruction log: LOG_FIELDS int64 per instruction (tilesim.device writes it; its comment says what each is).
+# The instruction log: LOG_FIELDS int64 per instruction (tilesim.core.records writes it; its comment says what each is).
 LOG_FIELDS = 11
 L_PIPE, L_CLASS, L_AMOUNT, L_BURSTS, L_WRITE, L_READ0, L_READ1, L_GM, L_GM_OFF, L_GM_ROW, L_GM_STRIDE = \
     range(LOG_FIELDS)

@@ -8,8 +8,8 @@ error (3.8e-9 before float32 rounding); the scale 2^k is built from exponent bit
 down to the smallest subnormal and up to overflow are reached with one final rounding.
 
 Error against the correctly rounded e^x (e^x in float64, rounded to float32), measured over all 2 239 889 410
-float32 x in [−104, 89] (``python -m tilesim.expf``, about a minute): at most 1 ulp (``MAX_ULP``); 0.78 % of all
-those float32 are not rounded correctly (most of them are tiny, where e^x rounds right), about 6 % of x drawn
+float32 x in [−104, 89] (``python -m tilesim.numerics.expf``, about a minute): at most 1 ulp (``MAX_ULP``); 0.78 % of
+all those float32 are not rounded correctly (most of them are tiny, where e^x rounds right), about 6 % of x drawn
 uniformly from the range; against the C library's ``expf`` (Numba's ``np.exp``), sampled
 every 4096th input: at most 1 ulp. The tests sample it again. Special values
 follow IEEE: exp(−inf) = +0, exp(+inf) = +inf, NaN stays NaN (its sign and payload kept, a signalling NaN
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .intrinsics import fma_f32, u32_as_f32
-from .jit import njit
+from tilesim.jit import njit
+from tilesim.jit.intrinsics import fma_f32, u32_as_f32
 
 MAX_ULP = 1  # measured, see the module docstring
 

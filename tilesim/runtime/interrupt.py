@@ -3,7 +3,7 @@ after every host thread of the launch has stopped.
 
 Python runs its SIGINT handler (the KeyboardInterrupt) in the main thread between two bytecodes, which a thread
 inside compiled code never reaches before the launch ends. So a launch carries a *stop word* in its cores'
-context blocks, which every instruction reads (:func:`tilesim.device.stop_if_asked`): a core that finds it set
+context blocks, which every instruction reads (:func:`tilesim.core.records.stop_if_asked`): a core that finds it set
 raises, and the launch turns that into the KeyboardInterrupt. A launch from the main thread gets the process's
 interrupt word, which a small native SIGINT handler increments at the moment of the signal before it calls the
 handler it found in place (Python's, so that Python's handling is as it was). It does so only while Python's
@@ -34,8 +34,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .jit import njit
-from .machine.tensor import X_STOP_AT
+from tilesim.jit import njit
+from tilesim.machine.tensor import X_STOP_AT
 
 # The interrupt word of the main thread's launches: the interrupt count (the native handler increments it while
 # the launch is armed), the handler the native one chains to, the native handler's address (0 until it is made),

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from .intrinsics import (
+from tilesim.jit import njit
+from tilesim.jit.intrinsics import (
     BLOCK_LANES,
     bf16_nearest_bits,
     bf16_nearest_block,
@@ -23,7 +24,6 @@ from .intrinsics import (
     fp16_widen_bits,
     fp16_widen_block,
 )
-from .jit import njit
 
 # Ascend C RoundMode, in the enum's order.
 CAST_NONE = 0
@@ -124,7 +124,7 @@ def f32_bits_to_fp16(u, mode):
 @njit(cache=True)
 def f32_bits_to_bf16_nearest(u, away):
     """:func:`f32_bits_to_bf16` for CAST_RINT / CAST_NONE (``away`` False) and CAST_ROUND (``away`` True), bit
-    for bit, without branches and in 32-bit lanes (:func:`tilesim.intrinsics.bf16_nearest_bits`), so that the
+    for bit, without branches and in 32-bit lanes (:func:`tilesim.jit.intrinsics.bf16_nearest_bits`), so that the
     loops calling it vectorise fully."""
     return bf16_nearest_bits(u, away)
 
@@ -133,19 +133,19 @@ def f32_bits_to_bf16_nearest(u, away):
 def f32_bits_to_fp16_nearest(u, away):
     """:func:`f32_bits_to_fp16` for CAST_RINT / CAST_NONE (``away`` False) and CAST_ROUND (``away`` True), bit
     for bit, without branches (every case computed, then selected) and in 32-bit lanes
-    (:func:`tilesim.intrinsics.fp16_nearest_bits`)."""
+    (:func:`tilesim.jit.intrinsics.fp16_nearest_bits`)."""
     return fp16_nearest_bits(u, away)
 
 
 @njit(cache=True, host=True)
 def bf16_to_f32_bits(h):
-    """bf16 bits to fp32 bits, exactly (:func:`tilesim.intrinsics.bf16_widen_bits`)."""
+    """bf16 bits to fp32 bits, exactly (:func:`tilesim.jit.intrinsics.bf16_widen_bits`)."""
     return bf16_widen_bits(h)
 
 
 @njit(cache=True, host=True)
 def fp16_to_f32_bits(h):
-    """Exact, without branches, in 32-bit lanes (:func:`tilesim.intrinsics.fp16_widen_bits`)."""
+    """Exact, without branches, in 32-bit lanes (:func:`tilesim.jit.intrinsics.fp16_widen_bits`)."""
     return fp16_widen_bits(h)
 
 

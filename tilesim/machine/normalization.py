@@ -42,12 +42,12 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from . import machine as asc
-from .device import ERR_API_TMP, checked_only, clobber, plan_of, report
-from .intrinsics import u32_as_f32
-from .jit import OVERLOAD_OPTIONS, njit
-from .machine.sync import fetch_id, pipe_barrier_run
-from .machine.tensor import core_of, ctx_words, plan_tensor
+from tilesim import machine as asc
+from tilesim.core.records import ERR_API_TMP, checked_only, clobber, plan_of, report
+from tilesim.jit import OVERLOAD_OPTIONS, njit
+from tilesim.jit.intrinsics import u32_as_f32
+from tilesim.machine.sync import fetch_id, pipe_barrier_run
+from tilesim.machine.tensor import core_of, ctx_words, plan_tensor
 
 PH = asc.MASK_PLACEHOLDER
 BRCB_BROADCAST_NUMBER = 8  # rows a Brcb repeat takes (one 32 B block each)

@@ -23,11 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .errors import ACLNN_ERR_PARAM_INVALID, AclnnError
-from .soc import SocSpec, get_soc
-
-# Vector instruction classes, as the counters name them (tilesim.device VEC_*).
-VEC_CLASSES = ("binary", "scalar", "unary", "div", "reduce", "cast", "dup")
+from tilesim.errors import ACLNN_ERR_PARAM_INVALID, AclnnError
+from tilesim.soc import SocSpec, get_soc
 
 
 @dataclass(frozen=True)

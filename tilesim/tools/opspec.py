@@ -1,8 +1,8 @@
 """What the explorer, the trace command and the run report need to know about an op: an :class:`OpSpec`.
 
-The shipped ops have theirs in ``tilesim.kernels.ops``; a user's own kernel (a ``@kernel`` on
+The shipped ops have theirs in ``tilesim.kernels.op_specs``; a user's own kernel (a ``@kernel`` on
 :mod:`tilesim.machine` and a tiling dataclass) gets the same report, trace and sweep by building one. The machine
-never imports an op: the command line finds the specs by module name (``tilesim.kernels.ops`` by default,
+never imports an op: the command line finds the specs by module name (``tilesim.kernels.op_specs`` by default,
 ``--ops mypkg.myops`` for more).
 """
 
@@ -17,9 +17,9 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .errors import AclnnError, tiling_error
-from .precision import ErrorBound
-from .soc import SocSpec
+from tilesim.errors import AclnnError, tiling_error
+from tilesim.precision import ErrorBound
+from tilesim.soc import SocSpec
 
 Inputs = dict[str, Any]
 """An op's inputs by name, as ``OpSpec.make_inputs`` makes them and ``run`` and ``reference`` take them."""

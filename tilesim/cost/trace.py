@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .cost import Estimate
-from .pipes import LANE_NAMES
+from tilesim.core.pipes import LANE_NAMES
+from tilesim.cost.model import Estimate
 
 _UNIT = {"MTE2": "bytes", "MTE3": "bytes", "VECTOR": "repeats", "SCALAR": "accesses"}
 

@@ -1,4 +1,4 @@
-"""The namedtuple types a tiling crosses into a kernel as (:mod:`tilesim.launcher`), one per list of fields,
+"""The namedtuple types a tiling crosses into a kernel as (:mod:`tilesim.runtime.launcher`), one per list of fields,
 named after the fields so that any process can rebuild one by name: Numba's cache pickles a compiled kernel's
 argument types by reference, and a kernel compiled in one process is loaded in another."""
 

@@ -4,8 +4,8 @@ Installing tilesim registers it (entry point ``pytest11``); pytest itself comes 
 (``pip install "tilesim[pytest]"``: pytest alone) or the ``test`` extra (tilesim's own test suite's). Any project's
 pytest then has:
 - ``pytest --tilesim-checks`` (or ``tilesim_checks = true`` in the ini file): for the whole session
-  :func:`tilesim.launch.force_checks` is on, so every op call that decides with
-  :func:`tilesim.launch.checks_enabled` (the shipped ops, and a kernel of your own written like
+  :func:`tilesim.runtime.launch.force_checks` is on, so every op call that decides with
+  :func:`tilesim.runtime.launch.checks_enabled` (the shipped ops, and a kernel of your own written like
   ``examples/add_tail.py``) runs checked, whatever ``checks=`` it was given. A violation raises
   :class:`tilesim.CheckError` in the test that launched the kernel. From the environment:
   ``PYTEST_ADDOPTS=--tilesim-checks``. (``TILESIM_CHECKS=1`` keeps its own meaning: the default of ``checks=None``.)
@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from .interop import as_array
-from .launch import checks_enabled, force_checks
-from .precision import Precision, compare
+from tilesim.interop import as_array
+from tilesim.precision import Precision, compare
+from tilesim.runtime.launch import checks_enabled, force_checks
 
 _PREVIOUS = pytest.StashKey[bool]()  # the force flag before this session set it
 
@@ -34,8 +34,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     """pytest hook: the ``--tilesim-checks`` option and the ``tilesim_checks`` ini setting."""
     group = parser.getgroup("tilesim")
     group.addoption("--tilesim-checks", action="store_true", default=False,
-                    help="run every tilesim op in checked mode, whatever checks= its caller passes (ops that "
-                         "decide with tilesim.launch.checks_enabled: the shipped ones, and yours if written so)")
+                    help="run every tilesim op in checked mode, whatever checks= its caller passes (ops that decide "
+                         "with tilesim.runtime.launch.checks_enabled: the shipped ones, and yours if written so)")
     parser.addini("tilesim_checks", type="bool", default=False,
                   help="as --tilesim-checks: run every tilesim kernel launch in checked mode")
 

@@ -1,7 +1,7 @@
 """Host side of a kernel launch: per-core arenas and counters, the workspace, atomic targets, the run report.
 
-:func:`tilesim.launcher.launch` calls :func:`prepare`, then runs the loop over cores it generated for the kernel:
-with :func:`run_cores` (ranges of cores on the host threads, returning when every core has finished), or with
+:func:`tilesim.runtime.launcher.launch` calls :func:`prepare`, then runs the loop over cores it generated for the
+kernel: with :func:`run_cores` (ranges of cores on the host threads, returning when every core has finished), or with
 :func:`run_synced` for a kernel that calls SyncAll (the cores as coroutines that wait for each other there); then
 :func:`finish`.
 """
@@ -22,10 +22,9 @@ from typing import Any
 import numba
 import numpy as np
 
-from . import interrupt, schedule, violations
-from .coroutines import STACK_BYTES, run_coroutines
-from .cost_params import CostParams, cost_params
-from .device import (
+from tilesim.checks import violations
+from tilesim.core import timeline
+from tilesim.core.records import (
     CHECKED_BUILD,
     COUNTER_NAMES,
     FAST_BUILD,
@@ -49,15 +48,18 @@ from .device import (
     err_width,
     schedule_queue,
 )
-from .errors import CheckError
-from .excinfo import rebuilt
-from .intrinsics import UCONTEXT_BYTES, store_fence
-from .jit import njit
-from .machine import waits
-from .machine.atomic import DONE
-from .machine.tensor import X_ARRIVED, X_STOP_AT
-from .soc import SocSpec
-from .ub import UbPlan
+from tilesim.core.ub import UbPlan
+from tilesim.cost.params import CostParams, cost_params
+from tilesim.errors import CheckError
+from tilesim.jit import njit
+from tilesim.jit.intrinsics import UCONTEXT_BYTES, store_fence
+from tilesim.machine import waits
+from tilesim.machine.atomic import DONE
+from tilesim.machine.tensor import X_ARRIVED, X_STOP_AT
+from tilesim.runtime import interrupt
+from tilesim.runtime.coroutines import STACK_BYTES, run_coroutines
+from tilesim.runtime.excinfo import rebuilt
+from tilesim.soc import SocSpec
 
 _POISON = 0xFF  # never-written UB reads as NaN (fp32 and b16), as stale UB would read as garbage
 PAGE = 4096
@@ -133,7 +135,7 @@ class Launch:
     # is reported as a read of UB never written.
     phase_local_ub: bool = False
     gm_bytes: tuple[int, int] = (0, 0)  # bytes of the GM inputs and of the outputs (the cost model's L2)
-    stop_at: int = 0  # the address of its stop word (tilesim.interrupt), which the launcher gives the cores
+    stop_at: int = 0  # the address of its stop word (tilesim.runtime.interrupt), which the launcher gives the cores
     arena: np.ndarray = field(init=False)
     plan_array: np.ndarray = field(init=False)
     counters: np.ndarray = field(init=False)
@@ -184,53 +186,53 @@ class Launch:
     def _schedule_like(self, fast: RunReport) -> None:
         """Schedule this launch while it runs, with the MTE rates of each phase worked out from ``fast``'s
         snapshots (the same launch run before under :func:`capture`): the counter rows get each core's state. A
-        kernel whose TPipe places its buffers as it runs (:func:`tilesim.launcher.launch`) has no plan before it
+        kernel whose TPipe places its buffers as it runs (:func:`tilesim.runtime.launcher.launch`) has no plan before it
         runs: it takes ``fast``'s."""
         if not self.plan.buffers:
             self.plan, self.plan_array = fast.ub_plan, fast.ub_plan.as_array()
-        base, n_slots = schedule.slot_bases(self.plan_array)
+        base, n_slots = timeline.slot_bases(self.plan_array)
         head = REC_AT + SCHED_BASE + len(base)
-        queue = head + schedule.state_words(n_slots, MAX_GM_TAGS)
-        self.counters = np.zeros((self.block_dim, queue + schedule.QUEUE * schedule.LOG_FIELDS), np.int64)
+        queue = head + timeline.state_words(n_slots, MAX_GM_TAGS)
+        self.counters = np.zeros((self.block_dim, queue + timeline.QUEUE * timeline.LOG_FIELDS), np.int64)
         self.counters[:, REC_MODE] = REC_SCHEDULE
         self.counters[:, REC_AT + SCHED_SLOTS] = n_slots
         self.counters[:, REC_AT + SCHED_GMS] = MAX_GM_TAGS
         self.counters[:, REC_AT + SCHED_QUEUE] = queue
-        self.counters[:, REC_AT + SCHED_CACHE:REC_AT + SCHED_BASE] = schedule.new_slot_cache()
+        self.counters[:, REC_AT + SCHED_CACHE:REC_AT + SCHED_BASE] = timeline.new_slot_cache()
         self.counters[:, REC_AT + SCHED_BASE:head] = base
         self.state = self.counters[:, head:queue].view(np.float64)
         self.params = cost_params(self.soc)
-        schedule.set_params(self.state[0], self.params)
-        self.state[1:, schedule.F_LAT2:schedule.F_TABLES] = self.state[0, schedule.F_LAT2:schedule.F_TABLES]
-        hit = schedule.l2_hit(fast.gm_in_bytes, fast.gm_out_bytes, fast.total("mte2_bytes"), self.soc.l2_size,
+        timeline.set_params(self.state[0], self.params)
+        self.state[1:, timeline.F_LAT2:timeline.F_TABLES] = self.state[0, timeline.F_LAT2:timeline.F_TABLES]
+        hit = timeline.l2_hit(fast.gm_in_bytes, fast.gm_out_bytes, fast.total("mte2_bytes"), self.soc.l2_size,
                               _local.l2_warm)
         self.l2_warm = _local.l2_warm
         self.rates = phase_rates(fast.phase_counters, self.params, hit,
-                                 schedule.l2_read_gbs(self.params, self.soc.ai_core_cnt))
+                                 timeline.l2_read_gbs(self.params, self.soc.ai_core_cnt))
         self._set_rates()
 
     def _set_rates(self) -> None:
         if self.calls < len(self.rates):
-            self.state[:, schedule.F_RATE2] = self.rates[self.calls, :, 0]
-            self.state[:, schedule.F_RATE3] = self.rates[self.calls, :, 1]
+            self.state[:, timeline.F_RATE2] = self.rates[self.calls, :, 0]
+            self.state[:, timeline.F_RATE3] = self.rates[self.calls, :, 1]
 
     @property
     def core_checks(self) -> bool | None:
-        """What the core loop hands each core's context (:func:`tilesim.launcher.enter_core`), which selects the
-        build the kernel runs (:func:`tilesim.device.checks_field`): None for the fast build, which neither checks
+        """What the core loop hands each core's context (:func:`tilesim.runtime.launcher.enter_core`), which selects the
+        build the kernel runs (:func:`tilesim.core.records.checks_field`): None for the fast build, which neither checks
         nor records; else the checked build, with its checks on in checked mode (True) and off in a launch that
         only records (False: a log, or its own schedule)."""
         return None if self.build == FAST_BUILD else bool(self.checks)
 
     @property
     def build(self) -> str:
-        """The name of the build the launch runs (:func:`tilesim.device.build_of`'s names)."""
+        """The name of the build the launch runs (:func:`tilesim.core.records.build_of`'s names)."""
         return CHECKED_BUILD if self.checks or self.recording else FAST_BUILD
 
     def end_phase(self) -> None:
         """SyncAll: note where each core's instruction count and violations stand (when recording, a phase in
         which no core issued or failed anything is no phase: a host helper's run_cores between phases); a launch
-        that schedules itself keeps each core's span and pipe times and starts the next phase's schedule."""
+        that schedules itself keeps each core's span and pipe times and starts the next phase's timeline."""
         ends = self.counters[:, LOG_COUNT].copy() if self.recording else None
         errs = self.err[:, 0].copy()
         if self.snapshots is not None:
@@ -244,9 +246,9 @@ class Launch:
             self.err_ends.append(errs)
             if self.state is not None:
                 _schedule_queues(self.counters, self.plan_array)
-                self.schedule.append(self.state[:, schedule.PHASE_RESULT].copy())
+                self.schedule.append(self.state[:, timeline.PHASE_RESULT].copy())
         if self.state is not None:
-            schedule.reset(self.state)
+            timeline.reset(self.state)
             self.calls += 1
             self._set_rates()
 
@@ -272,17 +274,17 @@ def _room_key(launch: Launch) -> tuple[Any, ...] | None:
 def phase_rates(snapshots: np.ndarray, p: CostParams, hit: float = 0.0, l2_gbs: float = 0.0) -> np.ndarray:
     """``[run_cores calls, cores, 2]``: each core's MTE2 and MTE3 rate (GB/s) in each run_cores call of a launch,
     from the counters ``snapshots`` taken at the end of each (:attr:`RunReport.phase_counters`):
-    :func:`tilesim.schedule.mte_rates` of its bytes in and out, shared with the cores that moved data, ``hit`` of
+    :func:`tilesim.core.timeline.mte_rates` of its bytes in and out, shared with the cores that moved data, ``hit`` of
     the reads from the L2 (``l2_gbs``)."""
     delta = np.diff(snapshots, axis=0, prepend=np.zeros_like(snapshots[:1]))
     movers = ((delta[:, :, MTE2_XFERS] + delta[:, :, MTE3_XFERS]) > 0).sum(axis=1, keepdims=True)
-    return np.stack(schedule.mte_rates(delta[:, :, MTE2_BYTES], delta[:, :, MTE3_BYTES], movers, p, hit, l2_gbs),
+    return np.stack(timeline.mte_rates(delta[:, :, MTE2_BYTES], delta[:, :, MTE3_BYTES], movers, p, hit, l2_gbs),
                     axis=-1)
 
 
 @njit(cache=True, host=True)
 def _schedule_queues(counters, plan):
-    """The end of a phase: every core's queued instructions scheduled (:func:`tilesim.device.schedule_queue`)."""
+    """The end of a phase: every core's queued instructions scheduled (:func:`tilesim.core.records.schedule_queue`)."""
     for c in range(counters.shape[0]):
         schedule_queue(counters.ctypes.data + c * counters.strides[0], plan)
 
@@ -424,7 +426,7 @@ class SyncAllMismatch(RuntimeError):
 class CoresRaised(RuntimeError):
     """Cores of a SyncAll launch that ended with an exception (among them those that gave a SyncAll up because
     another core stopped): ``raised`` has each one's exception and where it was raised
-    (:func:`tilesim.excinfo.rebuilt`), by core."""
+    (:func:`tilesim.runtime.excinfo.rebuilt`), by core."""
 
     def __init__(self, raised: dict[int, tuple[BaseException, str]]) -> None:
         super().__init__(f"cores {sorted(raised)} raised an exception in compiled code")
@@ -433,7 +435,7 @@ class CoresRaised(RuntimeError):
 
 def run_synced(entry: int, block_dim: int, bar: np.ndarray, contexts: np.ndarray, record: np.ndarray) -> None:
     """A kernel with SyncAll (:func:`tilesim.machine.sync.sync_all`): its cores as coroutines on the host threads
-    (:mod:`tilesim.coroutines`), host thread k of n running cores k, k + n, ... through the generated C entry at
+    (:mod:`tilesim.runtime.coroutines`), host thread k of n running cores k, k + n, ... through the generated C entry at
     ``entry`` with the argument record ``record``, and a phase ended (as :func:`run_cores` ends one) each time
     every core waits at the next SyncAll, which then releases them. ``bar``: the barrier words the cores see
     (BAR_WORDS of :mod:`tilesim.machine.waits`, set here): a core goes on with a phase once the core n before it
@@ -499,8 +501,8 @@ def run_synced(entry: int, block_dim: int, bar: np.ndarray, contexts: np.ndarray
 
 def _raised(jobs: list[np.ndarray]) -> dict[int, tuple[BaseException, str]]:
     """By core, the exception of each core of a SyncAll launch that ended with one, and where it was raised, rebuilt
-    from the launch's job records (:func:`tilesim.excinfo.rebuilt`): once, after the cores have ended, which frees
-    what a raise with values computed at run time allocated."""
+    from the launch's job records (:func:`tilesim.runtime.excinfo.rebuilt`): once, after the cores have ended, which
+    frees what a raise with values computed at run time allocated."""
     return {int(row[waits.J_CORE]): rebuilt(int(row[waits.J_STATUS]), int(row[waits.J_EXCINFO]))
             for j in jobs for row in j[j[:, waits.J_STATE] == waits.FAILED]}
 
@@ -681,7 +683,7 @@ def finish(launch: Launch, workspace_size: int = 0) -> RunReport:
         if launch.calls != len(launch.rates):
             raise RuntimeError(f"{launch.op}: {launch.calls} run_cores calls, the fast run it is scheduled by made "
                                f"{len(launch.rates)}: a scheduled call must launch exactly as the captured one did")
-        rep.schedule = np.array(launch.schedule, np.float64).reshape(-1, launch.block_dim, schedule.PHASE_WORDS)
+        rep.schedule = np.array(launch.schedule, np.float64).reshape(-1, launch.block_dim, timeline.PHASE_WORDS)
         rep.schedule_params = launch.params
         rep.schedule_l2_warm = launch.l2_warm
     found: list[Any] = []
@@ -731,7 +733,7 @@ def _attach_log(rep: RunReport, launch: Launch, keep: bool) -> None:
 @dataclass
 class RunReport:
     """One kernel launch: its tiling, UB plan (with offsets), per-core counters, wall time; when recorded
-    (``capture(log=True)``), every core's instruction log (``tilesim.device`` L_* fields) and where each SyncAll
+    (``capture(log=True)``), every core's instruction log (``tilesim.core.records`` L_* fields) and where each SyncAll
     phase ends in it."""
 
     op: str
@@ -752,14 +754,14 @@ class RunReport:
     # captured: [run_cores calls, block_dim, N_COUNTERS], the counters at the end of each run_cores
     phase_counters: np.ndarray | None = None
     # scheduled while it ran (:func:`scheduled`): [phases, block_dim, PHASE_WORDS] cycles, each pipe's busy time,
-    # the core's span, then the span's critical path by pipe, per phase (tilesim.schedule), and the figures it was
+    # the core's span, then the span's critical path by pipe, per phase (tilesim.core.timeline), and the figures it was
     # scheduled with
     schedule: np.ndarray | None = None
     schedule_params: CostParams | None = None
     schedule_l2_warm: bool = False
 
     def counter(self, name: str) -> np.ndarray:
-        """Per-core values of one counter (see ``tilesim.device.COUNTER_NAMES``)."""
+        """Per-core values of one counter (see ``tilesim.core.records.COUNTER_NAMES``)."""
         return self.counters[:, COUNTER_NAMES.index(name)]
 
     def total(self, name: str) -> int:
@@ -806,11 +808,11 @@ def capture(log: bool = False) -> Iterator[list[RunReport]]:
 @contextmanager
 def scheduled(fast: Sequence[RunReport], l2_warm: bool = False) -> Iterator[list[RunReport]]:
     """Collect the reports of the launches in the block (as :func:`capture`), each of which schedules itself on
-    the cost model while it runs, instruction by instruction, without a log: ``tilesim.cost.estimated`` turns
+    the cost model while it runs, instruction by instruction, without a log: ``tilesim.cost.model.estimated`` turns
     them into estimates. The k-th launch takes its phases' MTE bytes from the k-th report of ``fast``, a
     :func:`capture` of the same call (the model shares GM bandwidth by the bytes each core moves in a phase, which
     must be known before the phase is scheduled). ``l2_warm``: each launch's inputs are in the L2 from the
-    previous run of the call (:func:`tilesim.schedule.l2_hit`). A launch that logs (checked mode,
+    previous run of the call (:func:`tilesim.core.timeline.l2_hit`). A launch that logs (checked mode,
     :func:`recorded`) is left to its log."""
     prev, prev_warm = _local.schedule, _local.l2_warm
     _local.schedule, _local.l2_warm = deque(fast), l2_warm

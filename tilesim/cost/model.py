@@ -1,6 +1,6 @@
 """The NPU cost model: estimated AI Core time of a launch, scheduled from the instructions the emulation recorded.
 
-The schedule is made per core in issue order (:func:`tilesim.schedule.run`): every DataCopy, vector instruction
+The schedule is made per core in issue order (:func:`tilesim.core.timeline.run`): every DataCopy, vector instruction
 and scalar access with its bytes or 256 B repeats and the UB queue slots it writes and reads. Either while the
 kernel runs (:func:`estimated`: each core queues a few dozen instructions at a time, no log, so it costs one more
 run of the call and no memory per instruction), or afterwards from a recorded log (:func:`estimate` of a
@@ -14,13 +14,13 @@ The model, per core and per SyncAll phase:
   bytes each moves, each within its per-core limit) or, for a transfer of many short rows (bursts), a least time
   per row, whichever is longer.
   VECTOR: 256 B repeats times the cycles per repeat of the instruction's kind and element size
-  (:func:`tilesim.vec_kinds.vec_kind`) hold the pipe, and the result comes its class's start-up delay later
+  (:func:`tilesim.core.vec_kinds.vec_kind`) hold the pipe, and the result comes its class's start-up delay later
   (back-to-back instructions overlap their delays, as the pipe does). SCALAR (GetValue/SetValue): a fixed cost.
-  Figures per SoC family in :mod:`tilesim.cost_params`.
+  Figures per SoC family in :mod:`tilesim.cost.params`.
 - **L2.** Where a launch's GM tensors fit the L2 (``SocSpec.l2_size``), its re-reads (read bytes beyond its
   inputs' bytes) come from the L2, at the L2's read bandwidth shared likewise; with ``l2_warm`` (the inputs left
-  there by the previous run of the same call) every read does. Writes go to HBM (:func:`tilesim.schedule.l2_hit`,
-  :func:`tilesim.schedule.mte_rates`). The share is the launch's, the same for every core.
+  there by the previous run of the same call) every read does. Writes go to HBM (:func:`tilesim.core.timeline.l2_hit`,
+  :func:`tilesim.core.timeline.mte_rates`). The share is the launch's, the same for every core.
 - **Issue.** The scalar unit issues instructions in program order, ``scalar_issue_cycles`` apart, into one
   in-order queue per pipe. A scalar access stalls issue until it has finished (the value is needed).
 - **Dependencies.** An instruction starts when its pipe is free, it has been issued, the last write of every
@@ -53,9 +53,9 @@ from typing import Any
 
 import numpy as np
 
-from . import schedule
-from .cost_params import CostParams, cost_params
-from .device import (
+from tilesim.core import timeline
+from tilesim.core.pipes import LANE_MTE2, LANE_MTE3, LANE_NAMES, LANE_SCALAR, LANE_VECTOR, N_LANES
+from tilesim.core.records import (
     L_AMOUNT,
     L_CLASS,
     L_GM,
@@ -64,9 +64,9 @@ from .device import (
     PIPE_BARRIERS,
     VEC_BINARY,
 )
-from .launch import MAX_GM_TAGS, RunReport, capture, scheduled
-from .pipes import LANE_MTE2, LANE_MTE3, LANE_NAMES, LANE_SCALAR, LANE_VECTOR, N_LANES
-from .soc import get_soc
+from tilesim.cost.params import CostParams, cost_params
+from tilesim.runtime.launch import MAX_GM_TAGS, RunReport, capture, scheduled
+from tilesim.soc import get_soc
 
 
 @dataclass(frozen=True)
@@ -163,35 +163,35 @@ def _replay_log(report: RunReport, p: CostParams, stages: bool,
     span, then its critical path by pipe, per phase) and, with ``stages``, each core's phase with its instructions'
     starts and pipe releases (cycles from the phase's start)."""
     spec = get_soc(report.soc)
-    hit = schedule.l2_hit(report.gm_in_bytes, report.gm_out_bytes, report.total("mte2_bytes"), spec.l2_size,
+    hit = timeline.l2_hit(report.gm_in_bytes, report.gm_out_bytes, report.total("mte2_bytes"), spec.l2_size,
                           l2_warm)
-    l2_gbs = schedule.l2_read_gbs(p, spec.ai_core_cnt)
+    l2_gbs = timeline.l2_read_gbs(p, spec.ai_core_cnt)
     plan = report.ub_plan.as_array()
-    base, n_slots = schedule.slot_bases(plan)
-    cache = schedule.new_slot_cache()
-    f = np.zeros(schedule.state_words(n_slots, MAX_GM_TAGS))
-    schedule.set_params(f, p)
+    base, n_slots = timeline.slot_bases(plan)
+    cache = timeline.new_slot_cache()
+    f = np.zeros(timeline.state_words(n_slots, MAX_GM_TAGS))
+    timeline.set_params(f, p)
     ends, bd = report.phase_ends, report.block_dim
-    out = np.zeros((ends.shape[0], bd, schedule.PHASE_WORDS))
+    out = np.zeros((ends.shape[0], bd, timeline.PHASE_WORDS))
     kept = []
     for ph in range(ends.shape[0]):
         lo = ends[ph - 1] if ph else np.zeros(bd, np.int64)
         parts = [report.log[c][lo[c]:ends[ph, c]] for c in range(bd)]
         moved = [np.bincount(x[:, L_PIPE], weights=x[:, L_AMOUNT], minlength=N_LANES) for x in parts]
         # a core that moved data: a sync on an MTE pipe (a SetFlag, a PresetFlag's) is logged on that pipe but moves
-        # nothing, and the live schedule counts movers by their transfers (tilesim.launch.phase_rates)
+        # nothing, and the live schedule counts movers by their transfers (tilesim.runtime.launch.phase_rates)
         movers = sum(1 for x in parts if (((x[:, L_PIPE] == LANE_MTE2) | (x[:, L_PIPE] == LANE_MTE3))
                                           & (x[:, L_CLASS] < PIPE_BARRIERS)).any())
         for c, part in enumerate(parts):
             if part.shape[0] == 0:
                 continue
-            schedule.reset(f)
-            f[schedule.F_RATE2], f[schedule.F_RATE3] = schedule.mte_rates(
+            timeline.reset(f)
+            f[timeline.F_RATE2], f[timeline.F_RATE3] = timeline.mte_rates(
                 int(moved[c][LANE_MTE2]), int(moved[c][LANE_MTE3]), movers, p, hit, l2_gbs)
             start, free = (np.empty(part.shape[0]), np.empty(part.shape[0])) if stages else (np.empty(0),) * 2
-            schedule.run(f, plan, base, cache, n_slots, MAX_GM_TAGS, part, part.shape[0], VEC_BINARY, PIPE_BARRIERS,
+            timeline.run(f, plan, base, cache, n_slots, MAX_GM_TAGS, part, part.shape[0], VEC_BINARY, PIPE_BARRIERS,
                          start, free)
-            out[ph, c] = f[schedule.PHASE_RESULT]
+            out[ph, c] = f[timeline.PHASE_RESULT]
             if stages:
                 kept.append((c, ph, part, start, free))
     return out, kept
@@ -249,7 +249,7 @@ def estimate(report: RunReport, params: CostParams | None = None, stages: bool =
         phases = report.schedule
     else:
         raise ValueError(f"{report.op}: the report has no instruction log; run the op under tilesim.recorded(...) "
-                         f"or tilesim.capture(log=True), or estimate it with tilesim.cost.estimated(...)")
+                         f"or tilesim.capture(log=True), or estimate it with tilesim.cost.model.estimated(...)")
     hz = p.clock_ghz * 1e3  # cycles per µs
     spans = phases[:, :, N_LANES]
     starts = np.empty(len(phases))  # each phase's start, from the launch's

@@ -1,13 +1,13 @@
 """The tiling explorer: run every legal tiling of an op in the emulator, check it against the untiled math, and rank
 the tilings by estimated NPU time.
 
-An op describes itself with an :class:`~tilesim.opspec.OpSpec`; nothing here knows an op. One candidate is one
+An op describes itself with an :class:`~tilesim.tools.opspec.OpSpec`; nothing here knows an op. One candidate is one
 row (:func:`evaluate`): its free choices, its verdict, the cost model's estimate of the call and the CPU time of
 the emulated run. :func:`explore` makes the rows of every candidate on every SoC asked for, in this process, in
 local worker processes or on a Dask cluster, and ranks them.
 
 What a candidate costs beyond its fast run: a second run that schedules itself on the cost model as it goes
-(:func:`tilesim.cost.estimated`: no instruction log, so memory does not grow with the instructions and does not
+(:func:`tilesim.cost.model.estimated`: no instruction log, so memory does not grow with the instructions and does not
 depend on the order of the sweep), and one compiled pass over each output (:func:`tilesim.precision.judge`).
 
 The verdict (:data:`VERDICTS`): ``pass`` (every output meets Ascend's precision standard), ``imprecise`` (one
@@ -37,12 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from .cost import Estimate, estimate_all, estimated, total_us
-from .errors import AclnnError
-from .launch import capture, recorded
-from .opspec import Candidate, Inputs, OpSpec
-from .precision import Expected, Judgement, judge
-from .soc import SocSpec, get_soc
+from tilesim.cost.model import Estimate, estimate_all, estimated, total_us
+from tilesim.errors import AclnnError
+from tilesim.precision import Expected, Judgement, judge
+from tilesim.runtime.launch import capture, recorded
+from tilesim.soc import SocSpec, get_soc
+from tilesim.tools.opspec import Candidate, Inputs, OpSpec
 
 Row = dict[str, Any]
 VERDICTS = ("pass", "imprecise", "wrong", "error")  # best first: the ranking's tiers

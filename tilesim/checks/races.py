@@ -8,8 +8,8 @@ and another core's plain write of those bytes is a race (the write may land befo
 an atomic add and another core's read (the read may see a partial sum). A core never races with itself: its
 accesses are ordered by its own pipe barriers, which this detector does not judge.
 
-The log's GM rows (``tilesim.device``: L_GM >= 0) are reads (LANE_MTE2, and LANE_SCALAR GetValue), writes (LANE_MTE3
-of class MTE3_BYTES, and LANE_SCALAR SetValue, logged with that class) and atomic adds (LANE_MTE3 of class
+The log's GM rows (``tilesim.core.records``: L_GM >= 0) are reads (LANE_MTE2, and LANE_SCALAR GetValue), writes
+(LANE_MTE3 of class MTE3_BYTES, and LANE_SCALAR SetValue, logged with that class) and atomic adds (LANE_MTE3 of class
 ATOMIC_BYTES). An access covers L_BURSTS rows of L_GM_ROW bytes from byte L_GM_OFF, L_GM_STRIDE bytes from one row's
 start to the next. The accesses are expanded into byte intervals with numpy (an access whose rows touch or overlap
 is one interval), sorted by (phase, tensor, start), and swept once: an interval races with an earlier one of another
@@ -27,7 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .device import (
+from tilesim.checks.violations import Violation
+from tilesim.core.pipes import LANE_MTE2, LANE_MTE3, LANE_NAMES, LANE_SCALAR
+from tilesim.core.records import (
     ATOMIC_BYTES,
     L_BURSTS,
     L_CLASS,
@@ -38,10 +40,8 @@ from .device import (
     L_PIPE,
     MTE3_BYTES,
 )
-from .jit import njit
-from .launch import RunReport, _race_checks
-from .pipes import LANE_MTE2, LANE_MTE3, LANE_NAMES, LANE_SCALAR
-from .violations import Violation
+from tilesim.jit import njit
+from tilesim.runtime.launch import RunReport, _race_checks
 
 READ, WRITE, ATOMIC = 0, 1, 2  # access classes
 KINDS = ("write-write", "write-read", "atomic-write", "atomic-read")

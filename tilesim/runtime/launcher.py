@@ -36,19 +36,25 @@ from typing import Any
 import numpy as np
 from numba import cfunc, types
 
-from . import interrupt
-from . import launch as _launch
-from .device import CHECKED_BUILD, FAST_BUILD, FAULT_UB_RANGE, HZ_MANUAL_SYNC, checks_field, hazard_col
-from .errors import UbOverflowError
-from .jit import njit
-from .jit_cache import CacheWarning
-from .machine import dtypes, waits
-from .machine.atomic import DONE, LOG_ROW_BYTES, finish_phase
-from .machine.convert import api_fault_text
-from .machine.hazard import INSTRUCTIONS, hz_end
-from .machine.pipe import FAULT_API_TABLE, FAULT_CAST, FAULT_DTYPE, FAULT_MIXED_TYPES, FAULT_TEXT, FAULT_UB_OVERFLOW
-from .machine.sync import FAULT_SYNC_ALL, enter_phase
-from .machine.tensor import (
+from tilesim.core.records import CHECKED_BUILD, FAST_BUILD, FAULT_UB_RANGE, HZ_MANUAL_SYNC, checks_field, hazard_col
+from tilesim.core.ub import UbPlan
+from tilesim.errors import UbOverflowError
+from tilesim.jit import njit
+from tilesim.jit.cache import CacheWarning
+from tilesim.machine import dtypes, waits
+from tilesim.machine.atomic import DONE, LOG_ROW_BYTES, finish_phase
+from tilesim.machine.convert import api_fault_text
+from tilesim.machine.hazard import INSTRUCTIONS, hz_end
+from tilesim.machine.pipe import (
+    FAULT_API_TABLE,
+    FAULT_CAST,
+    FAULT_DTYPE,
+    FAULT_MIXED_TYPES,
+    FAULT_TEXT,
+    FAULT_UB_OVERFLOW,
+)
+from tilesim.machine.sync import FAULT_SYNC_ALL, enter_phase
+from tilesim.machine.tensor import (
     CTX_WORDS,
     N_EVENT_POOLS,
     X_ALOG_AT,
@@ -86,11 +92,12 @@ from .machine.tensor import (
     ctx_words,
     make_kernel_context,
 )
-from .machine.vector import mixed_types_text
-from .memo import by_identity
-from .soc import DEFAULT_SOC, SocSpec, get_soc
-from .tilings import name_of
-from .ub import UbPlan
+from tilesim.machine.vector import mixed_types_text
+from tilesim.runtime import interrupt
+from tilesim.runtime import launch as _launch
+from tilesim.runtime.memo import by_identity
+from tilesim.runtime.tiling_types import name_of
+from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
 _BYTES = np.dtype(np.uint8)
 _NO_WORKSPACE = np.zeros(0, np.uint8)  # a dtype object: view(np.uint8) converts the type on every call
@@ -156,7 +163,7 @@ class Kernel:
     py_func: Any
     buffer_names: tuple[str, ...]
     gm_params: list[str]  # the names of its GM parameters (after ctx and the tiling), for reports
-    sync_all: bool = False  # it calls sync_all: its cores run as coroutines (tilesim.coroutines)
+    sync_all: bool = False  # it calls sync_all: its cores run as coroutines (tilesim.runtime.coroutines)
     # its module file's hash as the kernel was defined (as Numba stamps its cache then): a core loop compiled from
     # it is cached under this, not under what the file holds when it launches (it may have been edited meanwhile)
     source_hash: str = ""
@@ -256,7 +263,7 @@ def _cache_file(name: str, src: str) -> Path | None:
     """The file ``name`` of the generated core loops' directory (``$TILESIM_CACHE/launchers``, else
     ``~/.cache/tilesim/launchers``) with the text ``src``: written unless it holds it already (a read-only directory
     that does serves), to a temporary file renamed over it (another process may read it meanwhile). None, with a
-    :class:`~tilesim.jit_cache.CacheWarning`, when it cannot be written: the caller compiles the loop in memory."""
+    :class:`~tilesim.jit.cache.CacheWarning`, when it cannot be written: the caller compiles the loop in memory."""
     root = os.environ.get("TILESIM_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tilesim")
     path, data = Path(root) / "launchers" / name, src.encode()
     try:
@@ -370,9 +377,9 @@ def _record_layout(n_gm: int) -> tuple[dict[str, int], int]:
 
 
 def _entries(t: Any, n_gm: int) -> str:
-    """The C entries of a SyncAll kernel's core loop, one per build (tilesim.coroutines): ``entry_fast(job)``
+    """The C entries of a SyncAll kernel's core loop, one per build (tilesim.runtime.coroutines): ``entry_fast(job)``
     and ``entry_checked(job)`` rebuild the loop's arguments from the launch's argument record and run the
-    job's core; an exception it raises is kept in the job record (:mod:`tilesim.excinfo`), for the launching
+    job's core; an exception it raises is kept in the job record (:mod:`tilesim.runtime.excinfo`), for the launching
     thread to raise."""
     slots, at = _record_layout(n_gm)
     leaves = _leaves(_tiling_values(t))
@@ -406,8 +413,8 @@ def _entries(t: Any, n_gm: int) -> str:
     out = f"""
 
 from numba import carray
-from tilesim.excinfo import call_caught
-from tilesim.intrinsics import address_as_pointer, store_fence
+from tilesim.runtime.excinfo import call_caught
+from tilesim.jit.intrinsics import address_as_pointer, store_fence
 from tilesim.machine.tensor import CTX_WORDS, X_ARRIVED, X_CORO
 from tilesim.machine.waits import ENDED, FAILED, J_ARGS, J_CORE, J_EXCINFO, J_STATE, J_STATUS, JOB_WORDS, RUNNING
 from tilesim.machine.waits import leave
@@ -498,17 +505,17 @@ def _new_core_loop(k: Kernel, t: Any, elems: tuple[dtypes.DType, ...], key: tupl
     tensors = ", ".join(f"make_global((kc.ctx, kc.checks, np.int64({i}), np.int64(g{i}.ctypes.data), "
                         f"np.int64(g{i}.size), np.int64(0)), D{i})" for i in range(n_gm))
     consts = "".join(f"D{i} = by_name({e.name!r})\n" for i, e in enumerate(elems))
-    src = f'''# generated by tilesim.launcher: the core loop of {k.py_func.__module__}.{k.py_func.__qualname__}
+    src = f'''# generated by tilesim.runtime.launcher: the core loop of {k.py_func.__module__}.{k.py_func.__qualname__}
 # kernel source {k.source_hash}; CACHED (set by the launcher): this file is in the cache, not only in memory
 import importlib
 
 import numpy as np
-from tilesim.interrupt import keep_handler
+from tilesim.runtime.interrupt import keep_handler
 from tilesim.jit import njit
-from tilesim.launcher import enter_core, exit_core
+from tilesim.runtime.launcher import enter_core, exit_core
 from tilesim.machine.dtypes import by_name
 from tilesim.machine.tensor import make_global
-from tilesim.tilings import {", ".join(sorted(tiling_types)) if nested else name_of(names) + " as Tiling"}
+from tilesim.runtime.tiling_types import {", ".join(sorted(tiling_types)) if nested else name_of(names) + " as Tiling"}
 
 kernel = importlib.import_module({k.py_func.__module__!r}).{k.py_func.__qualname__}.fn
 {consts}
@@ -616,7 +623,7 @@ def _ub_range_text(op: int, addr: int, nbytes: int, buf_offset: int, ub_size: in
 def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec, raised: dict[int, tuple[BaseException, str]]) -> None:
     """Raise what stopped the first core that stopped of its own (before those that gave up a SyncAll because it
     stopped), if any: what its fault word says, else the exception it raised (``raised``: a SyncAll launch's, by
-    core, with where; :class:`tilesim.launch.CoresRaised`), with a note that names the kernel and the core."""
+    core, with where; :class:`tilesim.runtime.launch.CoresRaised`), with a note that names the kernel and the core."""
     kinds = ctx[:, X_FAULT].copy()
     ctx[:, X_FAULT] = 0
     first = np.where((kinds == FAULT_SYNC_ALL) & (ctx[:, X_FAULT + 2] >= 0), 0, kinds)
@@ -656,10 +663,10 @@ def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec, raised: dict[int, tup
 def _check_args(k: Kernel, block_dim: Any, outputs: Any, gm: tuple[Any, ...], names: list[str]) -> None:
     """What :func:`launch` refuses before it builds anything: a ValueError that names the argument and the rule."""
     if isinstance(block_dim, bool) or not isinstance(block_dim, (int, np.integer)) or block_dim < 1:
-        raise ValueError(f"tilesim.launch of {k.name}: block_dim must be a positive integer (the cores to run), "
+        raise ValueError(f"launch of {k.name}: block_dim must be a positive integer (the cores to run), "
                          f"got {block_dim!r}")
     if isinstance(outputs, bool) or not isinstance(outputs, (int, np.integer)) or not 0 <= outputs <= len(gm):
-        raise ValueError(f"tilesim.launch of {k.name}: outputs must be an integer from 0 to the {len(gm)} GM arrays, "
+        raise ValueError(f"launch of {k.name}: outputs must be an integer from 0 to the {len(gm)} GM arrays, "
                          f"got {outputs!r}")
     first_out = len(gm) - outputs
     for i, a in enumerate(gm):
@@ -668,10 +675,10 @@ def _check_args(k: Kernel, block_dim: Any, outputs: Any, gm: tuple[Any, ...], na
             continue
         name = names[i] if i < len(names) else f"GM array {i}"
         if flags is None:
-            raise ValueError(f"tilesim.launch of {k.name}: {name} must be a numpy array, got {type(a).__name__}")
+            raise ValueError(f"launch of {k.name}: {name} must be a numpy array, got {type(a).__name__}")
         if not flags.c_contiguous:
-            raise ValueError(f"tilesim.launch of {k.name}: {name} must be C-contiguous")
-        raise ValueError(f"tilesim.launch of {k.name}: {name} is an output and must be writeable (it is read-only)")
+            raise ValueError(f"launch of {k.name}: {name} must be C-contiguous")
+        raise ValueError(f"launch of {k.name}: {name} is an output and must be writeable (it is read-only)")
 
 
 def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int = 1,
@@ -680,9 +687,9 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
     """Run kernel ``k`` on ``block_dim`` cores with tiling ``tiling`` (a dataclass) over the GM arrays ``gm``
     (C-contiguous numpy arrays; the last ``outputs`` of them are written), and return the launch's report.
 
-    ``checks`` runs checked mode (as :func:`tilesim.launch.checks_enabled` decides: ``pytest --tilesim-checks``
+    ``checks`` runs checked mode (as :func:`tilesim.runtime.launch.checks_enabled` decides: ``pytest --tilesim-checks``
     forces it, None follows TILESIM_CHECKS). A checked launch, or one whose outputs overlap its inputs, computes
-    into temporaries (:func:`tilesim.launch.write_targets`: their contents are not the outputs') and writes the
+    into temporaries (:func:`tilesim.runtime.launch.write_targets`: their contents are not the outputs') and writes the
     outputs only when it finished clean: a :class:`tilesim.CheckError` leaves the caller's arrays as they were. A
     fast kernel that stops (:class:`KernelError`, :class:`tilesim.UbOverflowError`) may have written some.
     ``gm_names`` name the arrays in reports (the kernel's parameter names by default). ``auto_sync`` is BiSheng's

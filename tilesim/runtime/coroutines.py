@@ -8,7 +8,7 @@ go on, or sleeps on the word the lowest waiting core waits for when none can. A 
 (glibc saves the signal mask), less than the thread wake that a core on a host thread of its own would cost at
 each wait.
 
-The core's C entry (``entry_<build>`` of the generated core loop, :mod:`tilesim.launcher`) rebuilds the loop's
+The core's C entry (``entry_<build>`` of the generated core loop, :mod:`tilesim.runtime.launcher`) rebuilds the loop's
 arguments from the launch's argument record and runs ``cores(c, c + 1, ...)``.
 """
 
@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 from numba import carray
 
-from .intrinsics import (
+from tilesim.jit import njit
+from tilesim.jit.intrinsics import (
     UCONTEXT_BYTES,
     address_as_pointer,
     atomic_add,
@@ -27,8 +28,7 @@ from .intrinsics import (
     make_ucontext,
     swap_ucontext,
 )
-from .jit import njit
-from .machine.waits import (
+from tilesim.machine.waits import (
     ENDED,
     FAILED,
     J_ARGS,

@@ -1,7 +1,7 @@
 """The ``tilesim`` command: ``explore`` an op's tilings, ``trace`` one run, list the ``ops``.
 
 Ops are found by module name, in modules that expose ``OPS: dict[str, OpSpec]``: the shipped ones in
-``tilesim.kernels.ops`` (imported only when a command runs, so the machine never imports the kernels), plus a
+``tilesim.kernels.op_specs`` (imported only when a command runs, so the machine never imports the kernels), plus a
 user's own with ``--ops mypkg.myops`` (repeatable; the current directory is searched too, as ``python -m`` would).
 """
 
@@ -14,12 +14,12 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from .explore import explore, load_ops, make_inputs, run_recorded
-from .opspec import OpSpec
-from .precision import compare
-from .soc import DEFAULT_SOC, get_soc
+from tilesim.precision import compare
+from tilesim.soc import DEFAULT_SOC, get_soc
+from tilesim.tools.explore import explore, load_ops, make_inputs, run_recorded
+from tilesim.tools.opspec import OpSpec
 
-DEFAULT_OPS = "tilesim.kernels.ops"
+DEFAULT_OPS = "tilesim.kernels.op_specs"
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -160,7 +160,7 @@ def _explore(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .trace import write_trace
+    from tilesim.cost.trace import write_trace
 
     _, spec, shape, dtype = _resolve(parser, args)
     soc = get_soc(args.soc)

@@ -1,7 +1,7 @@
 """The exception a core of a SyncAll launch raised: carried out of compiled code, and raised again in Python.
 
-A SyncAll kernel's cores run from C entries (the coroutines of :mod:`tilesim.coroutines`) that Python never calls,
-so nothing turns what a core raises into a Python exception there, and Numba's own ways lose it: a ``try`` /
+A SyncAll kernel's cores run from C entries (the coroutines of :mod:`tilesim.runtime.coroutines`) that Python never
+calls, so nothing turns what a core raises into a Python exception there, and Numba's own ways lose it: a ``try`` /
 ``except`` in compiled code keeps neither type nor message, and a cfunc wrapper takes the GIL on the core's stack
 to print it. So the entry calls the core loop through :func:`call_caught`, which keeps the status and the
 exception's description that Numba's calling convention hands back, and the launching thread, once every core has
@@ -21,7 +21,7 @@ code compiled in the process and from Numba's cache, so a Numba that changes one
   which ``_helperlib.c``'s ``numba_unpickle`` reads with ``serialize._numba_unpickle`` and its ``numba_do_raise``
   raises as ``class(*args)``. A raise with values computed at run time points at a struct allocated with
   ``NRT_Allocate``: its unwrap function (it needs the GIL, and the raising function's environment, which
-  :mod:`tilesim.jit_link` sets) boxes those values into a tuple and frees them,
+  :mod:`tilesim.jit.link` sets) boxes those values into a tuple and frees them,
   ``serialize.runtime_build_excinfo_struct`` merges them into the pickled tuple, and the struct is then ours to
   free (``NRT_Free``, from Numba's ``_nrt_python.c_helpers``).
 """
@@ -84,7 +84,7 @@ def rebuilt(status: int, excinfo: int) -> tuple[BaseException, str]:
     if status < callconv.FIRST_USEREXC or not excinfo:
         return RuntimeError(f"compiled code stopped with Numba's status {status}, which describes no exception"), ""
     if not _KNOWN_LAYOUT:
-        return RuntimeError("tilesim.excinfo does not know this Numba's exception layout (numba.core.callconv."
+        return RuntimeError("tilesim.runtime.excinfo does not know this Numba's exception layout (numba.core.callconv."
                             "excinfo_t): the exception a core raised cannot be read"), ""
     try:
         info = _ExcInfo.from_address(excinfo)

@@ -3,8 +3,8 @@
 - ``pipe_t`` (PIPE_S, PIPE_V, ...): Ascend C's enum, as CCE numbers it, the values a kernel passes to
   PipeBarrier<pipe>.
 - The lanes (LANE_MTE2, LANE_VECTOR, LANE_MTE3, LANE_SCALAR): the index of a pipe in the emulator's records, the
-  instruction log (``tilesim.device``), checked mode's pipe-hazard state (``tilesim.machine.hazard``) and the cost
-  model's timeline (``tilesim.schedule``), in msprof's lane order.
+  instruction log (``tilesim.core.records``), checked mode's pipe-hazard state (``tilesim.machine.hazard``) and the cost
+  model's timeline (``tilesim.core.timeline``), in msprof's lane order.
 
 :data:`LANE_OF_PIPE` takes a ``pipe_t`` to its lane.
 """

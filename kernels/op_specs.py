@@ -1,14 +1,14 @@
 """The five shipped ops as the explorer, the trace command and the run report see them: one
-:class:`tilesim.opspec.OpSpec` each in :data:`OPS`, keyed by op name, with the realistic input makers the demo
+:class:`tilesim.tools.opspec.OpSpec` each in :data:`OPS`, keyed by op name, with the realistic input makers the demo
 (``bench.demo``) uses too.
 
 A sweep (``candidates``) crosses an op's free choices, so that a table of a few dozen rows shows each choice's
 trend without running every value:
 - the core count: 1, 2, 4, ... and all the SoC's vector cores (the official count); ``block_dim`` is what the
   tiling makes of it (fewer when there is less work than cores);
-- the tile: the size the op's own host code picks for those choices, plus :data:`tilesim.opspec.TILES` sizes
+- the tile: the size the op's own host code picks for those choices, plus :data:`tilesim.tools.opspec.TILES` sizes
   from a small one (a row, a 256 B repeat, a 512 B cache line: whatever the op's unit is) to the largest the UB
-  takes, spread geometrically (:func:`tilesim.opspec.with_tiles`);
+  takes, spread geometrically (:func:`tilesim.tools.opspec.with_tiles`);
 - buffer_num 1 and 2 where the kernel has queues to deepen, and the op's split or mode where it has one. A
   split or mode the host code would not pick for these inputs is there to compare against: it gets only its
   smallest and largest tiles (:data:`OTHER_TILES`), which keeps a sweep of a default shape to a few dozen runs.
@@ -53,7 +53,8 @@ from tilesim.tiling.swiglu_grad import swiglu_grad as swiglu_tiling
 from tilesim.tiling.swiglu_grad import ub_plan as swiglu_ub_plan
 
 from tilesim.errors import invalid
-from tilesim.opspec import (
+from tilesim.soc import SocSpec, get_soc
+from tilesim.tools.opspec import (
     DTYPES,
     TILES,
     Accumulation,
@@ -65,7 +66,6 @@ from tilesim.opspec import (
     legal,
     with_tiles,
 )
-from tilesim.soc import SocSpec, get_soc
 
 from . import reference
 from .group_norm_backward import group_norm_backward

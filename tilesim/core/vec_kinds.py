@@ -7,6 +7,9 @@ instruction's code is a constant of its machine code), so, unlike the cost figur
 
 from __future__ import annotations
 
+# Vector instruction classes, as the counters name them (tilesim.core.records VEC_*): CostParams' start-up delays.
+VEC_CLASSES = ("binary", "scalar", "unary", "div", "reduce", "cast", "dup")
+
 # The kinds, and the kind of each Ascend C instruction tilesim emulates. Transpose (no msKPP row), Broadcast (Brcb
 # and Copy steps) and a UB-to-UB DataCopy are given VADDS's one cycle a repeat.
 VEC_KINDS = ("VADD", "VADDS", "VEXP", "VDIV", "VCADD", "VCMAX", "VCGADD", "VCPADD", "VGATHER")

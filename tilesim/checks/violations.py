@@ -1,7 +1,7 @@
 """Checked mode's findings, as msSanitizer reports them: what went wrong, where, on which core, in which phase.
 
-The device side (``tilesim.device.report``) records each core's violations in its err row; the race detector
-(``tilesim.races``) finds conflicts between cores from the instruction logs. This module turns both into
+The device side (``tilesim.core.records.report``) records each core's violations in its err row; the race detector
+(``tilesim.checks.races``) finds conflicts between cores from the instruction logs. This module turns both into
 :class:`Violation` records and their messages.
 """
 
@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .device import (
+from tilesim.core.pipes import LANE_LETTERS
+from tilesim.core.records import (
     E_BYTES,
     E_EXTRA,
     E_INSTR,
@@ -42,10 +43,9 @@ from .device import (
     RULE_OVERLAP,
     RULE_SCRATCH,
 )
-from .machine.hazard import INSTRUCTIONS
-from .machine.overlap import ANY, FORWARD, PARTIAL, SOURCE_NAMES, WORK
-from .machine.sync import EVENT_DST, EVENT_SRC, HardEvent
-from .pipes import LANE_LETTERS
+from tilesim.machine.hazard import INSTRUCTIONS
+from tilesim.machine.overlap import ANY, FORWARD, PARTIAL, SOURCE_NAMES, WORK
+from tilesim.machine.sync import EVENT_DST, EVENT_SRC, HardEvent
 
 KIND_NAMES = {ERR_DATACOPY_LEN: "misaligned DataCopy length", ERR_UB_OOB: "UB out of bounds",
               ERR_GM_OOB: "GM out of bounds", ERR_UB_ALIGN: "misaligned DataCopy address",

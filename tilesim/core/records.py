@@ -17,10 +17,8 @@ import numpy as np
 from numba import carray, types
 from numba.extending import overload
 
-from .intrinsics import address_as_pointer, copy_bytes, flag_load
-from .jit import OVERLOAD_OPTIONS, njit
-from .pipes import LANE_MTE2, LANE_MTE3, LANE_SCALAR, LANE_VECTOR
-from .schedule import (
+from tilesim.core.pipes import LANE_MTE2, LANE_MTE3, LANE_SCALAR, LANE_VECTOR
+from tilesim.core.timeline import (
     L_AMOUNT,
     L_BURSTS,
     L_CLASS,
@@ -39,7 +37,9 @@ from .schedule import (
     run,
     state_words,
 )
-from .ub import PlanTensor
+from tilesim.core.ub import PlanTensor
+from tilesim.jit import OVERLOAD_OPTIONS, njit
+from tilesim.jit.intrinsics import address_as_pointer, copy_bytes, flag_load
 
 # Addresses, not arrays: every instruction takes the core, and Numba passes a namedtuple of arrays as some forty
 # scalars plus a reference count per array, which cost more than a small instruction's own work.
@@ -47,7 +47,7 @@ Core = namedtuple("Core", ["idx", "block_num", "checks", "base", "ub_size", "pla
                            "cnt_size", "err_at", "err_size", "stop_at", "fault_at"])
 Core.__doc__ = """A core: its index, the block's core count, checked mode (:func:`checks_field`), and where its memory
 lies: the UB (``base``, ``ub_size`` bytes), the UB plan's rows (offset, slot bytes, slots), its counter row and its
-err row, as addresses and sizes; the address of its launch's stop word (Ctrl-C: :mod:`tilesim.interrupt`) and of
+err row, as addresses and sizes; the address of its launch's stop word (Ctrl-C: :mod:`tilesim.runtime.interrupt`) and of
 its fault record (FAULT_WORDS)."""
 # Bytes rather than typed elements, so that one compiled kernel serves every dtype, as one binary does on the NPU.
 GmView = namedtuple("GmView", ["tag", "addr", "nbytes", "isz"])
@@ -74,7 +74,7 @@ PIPE_BARRIERS = 14  # PipeBarrier
 SET_FLAGS = 15  # SetFlag, the kernel's own and those its queue calls make (EnQue, FreeTensor)
 WAIT_FLAGS = 16  # WaitFlag, likewise (DeQue, AllocTensor of a freed buffer)
 N_COUNTERS = 17
-assert VEC_DUP - VEC_BINARY + 1 == N_VEC, "tilesim.cost_params.VEC_CLASSES names the vector counter columns"
+assert VEC_DUP - VEC_BINARY + 1 == N_VEC, "tilesim.core.vec_kinds.VEC_CLASSES names the vector counter columns"
 COUNTER_NAMES = ["mte2_bytes", "mte2_transfers", "mte2_pad_bytes", "mte3_bytes", "mte3_transfers", "atomic_bytes",
                  "vec_binary", "vec_scalar", "vec_unary", "vec_div", "vec_reduce", "vec_cast", "vec_dup",
                  "scalar_access", "pipe_barriers", "set_flags", "wait_flags"]
@@ -84,14 +84,14 @@ COUNTER_NAMES = ["mte2_bytes", "mte2_transfers", "mte2_pad_bytes", "mte3_bytes",
 # follows from REC_AT: the instruction log (REC_LOG) or the core's cost-model schedule (REC_SCHEDULE).
 # The log has LOG_FIELDS int64 per instruction: its pipe, its class (the counter column it feeds), its amount
 # (bytes for MTE2/MTE3, 256 B repeats for VECTOR, 1 for SCALAR), its bursts (rows of a transfer; for a vector
-# instruction its throughput's code, tilesim.vec_kinds.vec_kind), the UB tensor it writes and the two it reads
+# instruction its throughput's code, tilesim.core.vec_kinds.vec_kind), the UB tensor it writes and the two it reads
 # (``buffer << 32 | address``, -1 for none), the GM tensor it moves (its tag, -1 for none) and where: the byte
 # offset of its first row, the bytes of a row and the bytes from one row's start to the next. The cost model
 # replays this log and checked mode looks in it for races between cores.
-# The schedule (:mod:`tilesim.schedule`) is, from REC_AT, the number of queue slots (SCHED_SLOTS), of GM tensors
+# The schedule (:mod:`tilesim.core.timeline`) is, from REC_AT, the number of queue slots (SCHED_SLOTS), of GM tensors
 # (SCHED_GMS), the instructions queued (SCHED_PENDING) and where the queue starts in the row (SCHED_QUEUE), the slot
-# cache of :func:`tilesim.schedule.slot_of` (SCHED_CACHE, 2 * SLOT_CACHE words), each plan buffer's first slot id
-# (SCHED_BASE, a word per plan row), the float64 state of :func:`tilesim.schedule.run`, then the queue: QUEUE
+# cache of :func:`tilesim.core.timeline.slot_of` (SCHED_CACHE, 2 * SLOT_CACHE words), each plan buffer's first slot id
+# (SCHED_BASE, a word per plan row), the float64 state of :func:`tilesim.core.timeline.run`, then the queue: QUEUE
 # entries in the log's layout, scheduled whenever it is full (:func:`schedule_queue`).
 # Only the checked build has the recording (:func:`recorded_only`): the fast build pays nothing.
 LOG_COUNT = N_COUNTERS
@@ -122,7 +122,7 @@ ERR_WAIT_UNSET = 15  # a WaitFlag with no SetFlag of its event and id before it:
 ERR_DOUBLE_SET = 16  # a SetFlag of an event and id already set and not waited for: undefined
 ERR_UNPAIRED_SET = 17  # a SetFlag never waited for by the kernel's end
 ERR_API_RULE = 18  # an instruction breaking a rule its API states; extra: the rule | the instruction's code << 8
-RULE_OVERLAP, RULE_CMP_COUNT, RULE_SCRATCH = 1, 2, 3  # ERR_API_RULE's rules (tilesim.violations words them)
+RULE_OVERLAP, RULE_CMP_COUNT, RULE_SCRATCH = 1, 2, 3  # ERR_API_RULE's rules (tilesim.checks.violations words them)
 ERR_FIELDS = 7
 E_KIND, E_TAG, E_OFFSET, E_BYTES, E_EXTRA, E_INSTR, E_PHASE = range(ERR_FIELDS)
 MAX_REPORTS = 32
@@ -147,7 +147,7 @@ def err_width(checks: bool, ub_size: int) -> int:
 # every pipe it knows to be done), each (HardEvent, id) flag (set or not, and the clock it carries), then a record
 # per 32 B granule of UB: its last write and each pipe's last read.
 HZ_MANUAL_SYNC = 0  # 1: --cce-auto-sync=off (the launch sets it; the zeroed row means on)
-HZ_ISSUED = 1  # 4 words, by lane (tilesim.pipes)
+HZ_ISSUED = 1  # 4 words, by lane (tilesim.core.pipes)
 HZ_CLOCK = HZ_ISSUED + 4  # 16 words: [waiting pipe * 4 + pipe]
 HZ_SCRATCH = HZ_CLOCK + 16  # 4 words: a clock being built
 HZ_FLAGS = HZ_SCRATCH + 4  # HZ_EVENTS * HZ_IDS flags of HZ_FLAG_WORDS: state (0 clear, 1 set by the kernel, 2 by a
@@ -165,7 +165,7 @@ def hazard_col(ub_size):
 
 
 # A kernel compiles in two builds, told apart by the type of Core.checks, which the launch chooses
-# (:attr:`tilesim.launch.Launch.core_checks`): the fast build (None) has neither checked mode's code nor the
+# (:attr:`tilesim.runtime.launch.Launch.core_checks`): the fast build (None) has neither checked mode's code nor the
 # recording of instructions; the checked build (a bool) has both, checks when the flag is True and records when the
 # launch records: a launch that records without checks (an instruction log, or the launch's own schedule on the cost
 # model) runs it with the flag False. Code that a build does not have costs it nothing: not even a test per
@@ -317,7 +317,7 @@ def report(core, kind, tag, offset, nbytes, extra):
 @njit(cache=True, inline="always")
 def _ref(t):
     """The log's name of a LocalTensor: ``buffer << 32 | address`` (-1 for NO_TENSOR); the host turns it into a
-    queue slot with the plan (``tilesim.cost``), so that the device side stays a shift and an or."""
+    queue slot with the plan (``tilesim.cost.model``), so that the device side stays a shift and an or."""
     return np.int64(-1) if t.buf < 0 else (np.int64(t.buf) << 32) | np.int64(t.addr)
 
 
@@ -334,7 +334,7 @@ def _log(core, pipe, cls, amount, bursts, w, r0, r1, gm, gm_off, gm_row, gm_stri
         o = c[REC_AT + SCHED_QUEUE] + k * LOG_FIELDS
     else:
         o = REC_AT + k * LOG_FIELDS
-        if o + LOG_FIELDS > c.size:  # a full log counts on; the host reruns with room for all (tilesim.launch)
+        if o + LOG_FIELDS > c.size:  # a full log counts on; the host reruns with room for all (tilesim.runtime.launch)
             return
     c[o + L_PIPE] = pipe
     c[o + L_CLASS] = cls
@@ -356,7 +356,7 @@ def _log(core, pipe, cls, amount, bursts, w, r0, r1, gm, gm_off, gm_row, gm_stri
 @njit(cache=True, host=True)
 def schedule_queue(row_at, plan):
     """Schedule the instructions a core has queued (its counter row at address ``row_at``, in a launch that
-    schedules itself; ``plan``: the UB plan's rows) with :func:`tilesim.schedule.run`, and empty its queue. The
+    schedules itself; ``plan``: the UB plan's rows) with :func:`tilesim.core.timeline.run`, and empty its queue. The
     core calls it when its queue is full, the launch at the end of each phase. Its arrays are built from the row's
     address: slicing, viewing and reshaping the row would cost more than the call's other work, queue or no
     queue."""
@@ -383,7 +383,7 @@ STOPPED = "tilesim: the launch was interrupted"  # what a core raises when its l
 
 @njit(cache=True, inline="always")
 def stop_if_asked(core):
-    """Raise (:data:`STOPPED`) when the core's launch has been asked to stop (Ctrl-C, :mod:`tilesim.interrupt`):
+    """Raise (:data:`STOPPED`) when the core's launch has been asked to stop (Ctrl-C, :mod:`tilesim.runtime.interrupt`):
     every instruction issued reads the word, in both builds, so that a launch stops within an instruction."""
     if flag_load(core.stop_at) != 0:
         raise RuntimeError(STOPPED)
@@ -391,7 +391,7 @@ def stop_if_asked(core):
 
 @njit(cache=True)
 def count_vector(core, cls, kind, nbytes, dst, a, b):
-    """A vector instruction of class ``cls`` and kind ``kind`` (:func:`tilesim.vec_kinds.vec_kind`: its
+    """A vector instruction of class ``cls`` and kind ``kind`` (:func:`tilesim.core.vec_kinds.vec_kind`: its
     throughput) over ``nbytes`` of UB: its 256 B repeats, written ``dst``, read ``a`` and ``b`` (pass ``dst``
     again where it has fewer sources)."""
     stop_if_asked(core)
@@ -402,7 +402,7 @@ def count_vector(core, cls, kind, nbytes, dst, a, b):
 
 @njit(cache=True)
 def count_sync(core, pipe, cls, key):
-    """A sync on lane ``pipe`` (tilesim.pipes) of class ``cls`` (PIPE_BARRIERS, SET_FLAGS or
+    """A sync on lane ``pipe`` (tilesim.core.pipes) of class ``cls`` (PIPE_BARRIERS, SET_FLAGS or
     WAIT_FLAGS): ``key`` the barrier's pipe (-1: PIPE_ALL) or the flag's ``event * 8 + id``, in the log's
     L_GM_OFF (its L_GM stays -1: no GM access)."""
     stop_if_asked(core)
