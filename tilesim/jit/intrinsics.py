@@ -136,17 +136,21 @@ def atomic_add(typingctx, addr, v):
     return types.int64(addr, v), codegen
 
 
+def _int64_load(ordering: str) -> Any:
+    """The codegen of an atomic load of the int64 at an address, with LLVM's memory ``ordering``."""
+
+    def codegen(context, builder, signature, args):
+        return builder.load_atomic(builder.inttoptr(args[0], ir.IntType(64).as_pointer()), ordering, 8)
+
+    return codegen
+
+
 @intrinsic
 def atomic_load(typingctx, addr):
     """The int64 at an address, read atomically (sequentially consistent): another thread's store is seen."""
     if not isinstance(addr, types.Integer):
         return None
-
-    def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        return builder.load_atomic(builder.inttoptr(args[0], i64.as_pointer()), "seq_cst", 8)
-
-    return types.int64(addr), codegen
+    return types.int64(addr), _int64_load("seq_cst")
 
 
 @intrinsic
@@ -156,12 +160,7 @@ def flag_load(typingctx, addr):
     instruction) that :func:`atomic_load`'s barrier to the optimiser would cost the kernel's loops."""
     if not isinstance(addr, types.Integer):
         return None
-
-    def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        return builder.load_atomic(builder.inttoptr(args[0], i64.as_pointer()), "monotonic", 8)
-
-    return types.int64(addr), codegen
+    return types.int64(addr), _int64_load("monotonic")
 
 
 # Linux's futex system call (its number per architecture), with which a waiting thread sleeps until the thread it
