@@ -218,9 +218,8 @@ def main() -> None:
           f"first call: with Numba compile/cache load; wall: median of {REPEATS} later calls into the first call's "
           f"outputs, on this CPU; est. NPU: the cost model's time for the call on the SoC (tilesim.cost.model; "
           f"`tilesim trace` draws its timeline); rms_norm's key: its mode (NORMAL, SPLIT_D, MERGE_N, SINGLE_ROW), "
-          f"perf: "
-          f"ops-nn's is_performance; softmax's key: x's dtype, its tile (rows x 32 B-aligned cols), DB and the SoftMax "
-          f"API's passes a tile.")
+          f"perf: ops-nn's is_performance; softmax's key: x's dtype, its tile (rows x 32 B-aligned cols), DB and the "
+          f"SoftMax API's passes a tile.")
 
 
 if __name__ == "__main__":
