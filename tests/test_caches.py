@@ -308,7 +308,8 @@ def test_a_checkouts_tilesim_kernels_and_tiling_are_found_by_their_names_alone()
     ``tilesim.tilesim``, its patches of Numba's cache applied twice, its entries unreadable to other processes."""
     assert Path(tilesim.kernels.__file__) == ROOT / "kernels" / "__init__.py"
     assert Path(tilesim.tiling.__file__) == ROOT / "tiling" / "__init__.py"
-    assert [m.name for m in pkgutil.iter_modules(tilesim.__path__) if m.ispkg] == ["machine"]
+    assert [m.name for m in pkgutil.iter_modules(tilesim.__path__) if m.ispkg] == [
+        "checks", "core", "cost", "jit", "machine", "numerics", "runtime", "tools"]
     for name in ("tilesim", "examples", "bench"):
         assert importlib.util.find_spec(f"tilesim.{name}") is None
 

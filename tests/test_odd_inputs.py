@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from refusals import assert_refused
-from tilesim.kernels import aclnn, layer_norm_grad_beta, ops
+from tilesim.kernels import aclnn, layer_norm_grad_beta, op_specs
 
 from tilesim import AclnnError, kernels, tiling
 
@@ -49,12 +49,12 @@ F32, F16 = np.float32, np.float16
 GN_MASK = (True, True, True)
 OPS: dict[str, Op] = {
     "rms_norm_grad": Op(
-        kernels.rms_norm_grad, lambda: ops.rms_norm_grad_inputs((4, 64), "fp32"),
+        kernels.rms_norm_grad, lambda: op_specs.rms_norm_grad_inputs((4, 64), "fp32"),
         {"dy": "dy", "x": "x", "rstd": "rstd", "gamma": "gamma"}, (((4, 64), F32), ((64,), F32)),
         lambda a, o: aclnn.rms_norm_grad_get_workspace_size(a["dy"], a["x"], a["rstd"], a["gamma"], *o),
         tiling.rms_norm_grad),
     "group_norm_backward": Op(
-        kernels.group_norm_backward, lambda: ops.group_norm_backward_inputs((2, 8, 16), "fp32"),
+        kernels.group_norm_backward, lambda: op_specs.group_norm_backward_inputs((2, 8, 16), "fp32"),
         {"grad_out": "gradOut", "input": "input", "mean": "mean", "rstd": "rstd", "gamma": "gamma"},
         (((2, 8, 16), F32), ((8,), F32), ((8,), F32)),
         lambda a, o: aclnn.group_norm_backward_get_workspace_size(
@@ -62,28 +62,28 @@ OPS: dict[str, Op] = {
             a.get("output_mask", GN_MASK), *o),
         tiling.group_norm_backward),
     "swiglu_grad": Op(
-        kernels.swiglu_grad, lambda: ops.swiglu_grad_inputs((4, 64), "fp32"), {"y_grad": "yGrad", "x": "x"},
+        kernels.swiglu_grad, lambda: op_specs.swiglu_grad_inputs((4, 64), "fp32"), {"y_grad": "yGrad", "x": "x"},
         (((4, 64), F32),), lambda a, o: aclnn.swi_glu_grad_get_workspace_size(a["y_grad"], a["x"], a["dim"], *o),
         tiling.swiglu_grad),
     "swiglu": Op(
-        kernels.swiglu, lambda: ops.swiglu_inputs((4, 64), "fp32"), {"x": "x"}, (((4, 32), F32),),
+        kernels.swiglu, lambda: op_specs.swiglu_inputs((4, 64), "fp32"), {"x": "x"}, (((4, 32), F32),),
         lambda a, o: aclnn.swi_glu_get_workspace_size(a["x"], a["dim"], *o), tiling.swiglu),
     "softmax": Op(
-        kernels.softmax, lambda: ops.softmax_inputs((4, 64), "fp32"), {"x": "x"}, (((4, 64), F32),),
+        kernels.softmax, lambda: op_specs.softmax_inputs((4, 64), "fp32"), {"x": "x"}, (((4, 64), F32),),
         lambda a, o: aclnn.softmax_get_workspace_size(a["x"], a["dim"], *o), tiling.softmax),
     "rms_norm": Op(
-        kernels.rms_norm, lambda: ops.rms_norm_inputs((4, 64), "fp32"), {"x": "x", "gamma": "gamma"},
+        kernels.rms_norm, lambda: op_specs.rms_norm_inputs((4, 64), "fp32"), {"x": "x", "gamma": "gamma"},
         (((4, 64), F32), ((4, 1), F32)),
         lambda a, o: aclnn.rms_norm_get_workspace_size(a["x"], a["gamma"], a["epsilon"], *o), tiling.rms_norm),
     "layer_norm_grad": Op(
-        kernels.layer_norm_grad, lambda: ops.layer_norm_grad_inputs((4, 64), "fp32"),
+        kernels.layer_norm_grad, lambda: op_specs.layer_norm_grad_inputs((4, 64), "fp32"),
         {"dy": "dy", "x": "x", "variance": "variance", "mean": "mean", "gamma": "gamma"},
         (((4, 64), F32), ((64,), F32), ((64,), F32)),
         lambda a, o: aclnn.layer_norm_grad_get_workspace_size(a["dy"], a["x"], a["variance"], a["mean"], a["gamma"],
                                                               a["epsilon"], *o),
         tiling.layer_norm_grad),
     "nsa_compress_grad": Op(
-        kernels.nsa_compress_grad, lambda: ops.nsa_compress_grad_inputs((64, 2, 16), "fp16", seqs=2),
+        kernels.nsa_compress_grad, lambda: op_specs.nsa_compress_grad_inputs((64, 2, 16), "fp16", seqs=2),
         {"output_grad": "outputGrad", "input": "input", "weight": "weight"}, (((64, 2, 16), F16), ((32, 2), F16)),
         lambda a, o: aclnn.nsa_compress_grad_get_workspace_size(
             a["output_grad"], a["input"], a["weight"], a["act_seq_len"], a["compress_block_size"],
@@ -318,7 +318,7 @@ def test_rms_norm_grad_derived_fields_that_used_to_run() -> None:
 def test_a_huge_count_is_a_mismatch_not_a_loop() -> None:
     # the task count of a hand-edited GroupNormBackward tiling is compared, not enumerated (2**31 tasks: 21 GB)
     op = OPS["group_norm_backward"]
-    args = op.args(**ops.group_norm_backward_inputs((1, 8, 16), "fp32", groups=1))
+    args = op.args(**op_specs.group_norm_backward_inputs((1, 8, 16), "fp32", groups=1))
     t = official(op, args)
     assert t.block_dim == 1
     for count in (2**22, 2**31):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from tilesim.kernels import aclnn, ops, reference
+from tilesim.kernels import aclnn, op_specs, reference
 
 import tilesim
 from tilesim import kernels, tiling
@@ -28,13 +28,13 @@ def bits(a: np.ndarray | torch.Tensor) -> bytes:
 
 def cases() -> list[tuple[str, str]]:
     """Each op in bf16 where it takes it (fp16 where not), and fp32 for two."""
-    b16 = [(op, "bf16" if "bf16" in ops.OPS[op].dtypes else "fp16") for op in SMALL]
+    b16 = [(op, "bf16" if "bf16" in op_specs.OPS[op].dtypes else "fp16") for op in SMALL]
     return b16 + [("swiglu", "fp32"), ("rms_norm_grad", "fp32")]
 
 
 @pytest.mark.parametrize(("op", "dtype"), cases())
 def test_tensors_give_the_arrays_bits(op: str, dtype: str) -> None:
-    inputs = ops.OPS[op].make_inputs(SMALL[op], dtype, 0)
+    inputs = op_specs.OPS[op].make_inputs(SMALL[op], dtype, 0)
     want = getattr(kernels, op)(**inputs)
     given = tensors(inputs)
     before = {k: bits(v) for k, v in given.items() if isinstance(v, torch.Tensor)}
@@ -57,7 +57,7 @@ def test_no_copy_either_way(dtype: torch.dtype) -> None:
 
 
 def test_out_tensors_are_returned_as_themselves() -> None:
-    inputs = tensors(ops.rms_norm_grad_inputs((8, 96), "bf16"))
+    inputs = tensors(op_specs.rms_norm_grad_inputs((8, 96), "bf16"))
     dx = torch.full((8, 96), 7.0, dtype=torch.bfloat16)
     dgamma = torch.full((96,), 7.0)
     got = kernels.rms_norm_grad(**inputs, out=(dx, dgamma))
@@ -106,14 +106,14 @@ def test_views_and_autograd_tensors_are_read_as_values() -> None:
 
 
 def test_tilings_read_tensors_as_arrays() -> None:
-    inputs = ops.rms_norm_grad_inputs((8, 96), "bf16")
+    inputs = op_specs.rms_norm_grad_inputs((8, 96), "bf16")
     assert tiling.rms_norm_grad(**tensors(inputs)) == tiling.rms_norm_grad(**inputs)
-    x = ops.swiglu_inputs((8, 128), "fp16")["x"]
+    x = op_specs.swiglu_inputs((8, 128), "fp16")["x"]
     assert tiling.swiglu(to_torch(x)) == tiling.swiglu(x)
 
 
 def test_reference_and_the_standard_take_tensors(ascend_close) -> None:  # type: ignore[no-untyped-def]
-    inputs = tensors(ops.swiglu_grad_inputs((8, 128), "bf16"))
+    inputs = tensors(op_specs.swiglu_grad_inputs((8, 128), "bf16"))
     dx = kernels.swiglu_grad(**inputs)
     golden = reference.swiglu_grad(**inputs)
     assert isinstance(golden, torch.Tensor) and golden.dtype == torch.float64
@@ -122,7 +122,7 @@ def test_reference_and_the_standard_take_tensors(ascend_close) -> None:  # type:
 
 
 def test_the_aclnn_form_writes_output_tensors() -> None:
-    inputs = tensors(ops.rms_norm_grad_inputs((8, 96), "bf16"))
+    inputs = tensors(op_specs.rms_norm_grad_inputs((8, 96), "bf16"))
     dx, dgamma = torch.zeros(8, 96, dtype=torch.bfloat16), torch.zeros(96)
     status, size, executor = aclnn.rms_norm_grad_get_workspace_size(*inputs.values(), dx, dgamma)
     assert status == tilesim.ACLNN_SUCCESS, aclnn.get_recent_err_msg()
