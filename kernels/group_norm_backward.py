@@ -83,8 +83,9 @@ from tilesim import machine as asc  # AscendC::
 from tilesim.errors import invalid
 from tilesim.interop import accepts_torch
 from tilesim.jit import OVERLOAD_OPTIONS, njit
-from tilesim.runtime.launch import RunReport, workspace
+from tilesim.runtime.host_threads import workspace
 from tilesim.runtime.launcher import kernel, launch
+from tilesim.runtime.report import RunReport
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
 from .common import NUMPY_DTYPE, checks_default, outputs, to_float

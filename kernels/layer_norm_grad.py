@@ -40,8 +40,9 @@ from tilesim.jit import OVERLOAD_OPTIONS, njit
 from tilesim.machine.normalization import layer_norm_grad as lng_api
 from tilesim.machine.normalization import layer_norm_grad_beta as beta_api
 from tilesim.machine.normalization import tmp_buffer
-from tilesim.runtime.launch import RunReport, workspace
+from tilesim.runtime.host_threads import workspace
 from tilesim.runtime.launcher import kernel, launch
+from tilesim.runtime.report import RunReport
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
 from .common import checks_default, outputs, to_float

@@ -73,8 +73,9 @@ from tilesim import machine as asc  # AscendC::
 from tilesim.errors import tiling_error
 from tilesim.interop import accepts_torch
 from tilesim.jit import OVERLOAD_OPTIONS, njit
-from tilesim.runtime.launch import RunReport, workspace
+from tilesim.runtime.host_threads import workspace
 from tilesim.runtime.launcher import kernel, launch
+from tilesim.runtime.report import RunReport
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
 from .common import checks_default, outputs

@@ -34,7 +34,7 @@ with more than 32 rows dgamma is (((d + b0) + b1) + ...) in core order, the NPU'
 batches summed first and added once, an order the NPU cannot take).
 
 Every kernel has a SyncAll, so a launch runs its cores as coroutines on the host threads
-(:func:`tilesim.runtime.launch.run_synced`).
+(:func:`tilesim.runtime.host_threads.run_synced`).
 
 Where this differs from ops-nn on purpose:
 
@@ -74,8 +74,9 @@ from tilesim import machine as asc  # AscendC::
 from tilesim.errors import tiling_error
 from tilesim.interop import accepts_torch
 from tilesim.jit import OVERLOAD_OPTIONS, njit
-from tilesim.runtime.launch import RunReport, workspace
+from tilesim.runtime.host_threads import workspace
 from tilesim.runtime.launcher import kernel, launch
+from tilesim.runtime.report import RunReport
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
 from .common import checks_default, outputs

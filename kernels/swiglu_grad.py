@@ -50,8 +50,9 @@ from tilesim.tiling.swiglu_grad import swiglu_grad as make_tiling
 from tilesim import machine as asc  # AscendC::
 from tilesim.interop import accepts_torch
 from tilesim.jit import njit
-from tilesim.runtime.launch import RunReport, workspace
+from tilesim.runtime.host_threads import workspace
 from tilesim.runtime.launcher import kernel, launch
+from tilesim.runtime.report import RunReport
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
 from .common import checks_default, output

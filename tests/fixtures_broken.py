@@ -43,8 +43,8 @@ from tilesim.jit import njit
 from tilesim.machine import VECCALC, HardEvent, TBuf, TPipe, float32, set_flag, uint8, wait_flag
 from tilesim.machine import data_copy as asc_data_copy
 from tilesim.machine.normalization import layer_norm_grad_beta as api_beta
-from tilesim.runtime.launch import RunReport, capture
 from tilesim.runtime.launcher import kernel, launch
+from tilesim.runtime.report import RunReport, capture
 from tilesim.soc import get_soc
 
 SOC = get_soc("Ascend910B1")

@@ -34,7 +34,7 @@ from tilesim.cost.model import estimate, estimate_all, estimated
 from tilesim.cost.params import CostParams, cost_params
 from tilesim.cost.trace import chrome_trace
 from tilesim.runtime import launch
-from tilesim.runtime.launch import RunReport
+from tilesim.runtime.report import RunReport
 
 # Round figures, so that schedules can be worked out by hand: 1 GHz (a cycle is a ns), 1 GB/s per MTE (a byte
 # is a cycle), no launch or SyncAll cost unless a test sets one.

@@ -39,17 +39,16 @@ from tilesim.machine.movers import STREAM_TENSOR_BYTES as STREAMED  # copy-outs 
 from tilesim.machine.tensor import X_BASE, X_ERR_AT, core_of, ctx_words
 from tilesim.machine.vector import prefix_lanes
 from tilesim.numerics.b16 import narrow, widen
-from tilesim.runtime.launch import (
+from tilesim.runtime.host_threads import (
     SERIAL_BELOW,
-    copy_back,
-    host_threads,
     page_aligned,
     release_scratch,
     run_cores,
     scratch,
+    thread_count,
     workspace,
-    write_targets,
 )
+from tilesim.runtime.launch import copy_back, write_targets
 from tilesim.runtime.launcher import kernel, launch
 from tilesim.soc import get_soc
 
@@ -294,20 +293,15 @@ def _mark(first, last, hits):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("block_dim", [1, 2, 3, 48])
 def test_run_cores_runs_every_core_once(threads, block_dim):
-    before = numba.get_num_threads()
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    try:
-        hits = np.zeros(block_dim, np.int64)
-        run_cores(_mark, block_dim, hits)
-    finally:
-        numba.set_num_threads(before)
+    hits = np.zeros(block_dim, np.int64)
+    run_cores(_mark, block_dim, (hits,), min(threads, numba.config.NUMBA_NUM_THREADS, block_dim))
     assert hits.tolist() == [1] * block_dim
 
 
-def test_host_threads_serialises_small_launches_and_restores_the_count():
+def test_small_launches_run_on_one_thread_and_large_ones_split():
+    """thread_count keeps a launch under SERIAL_BELOW bytes on the calling thread, and splits a larger one over
+    the caller's thread count, at most one thread a core; run_cores gives each thread one contiguous range."""
     before = numba.get_num_threads()
-    small = np.zeros(SERIAL_BELOW // 8, np.float32)
-    big = np.zeros(SERIAL_BELOW // 4, np.float32)
     calls: list[tuple[int, int, int]] = []
 
     def cores(first: int, last: int) -> None:
@@ -315,19 +309,17 @@ def test_host_threads_serialises_small_launches_and_restores_the_count():
 
     numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
     try:
-        with host_threads(big) as n:
-            assert n == numba.get_num_threads()
-            with host_threads(small) as inner:  # the innermost block decides
-                assert inner == 1
-                run_cores(cores, 48)
-                assert calls == [(0, 48, threading.get_ident())]
-            calls.clear()
-            run_cores(cores, 48)
-            if n == 2:
-                assert sorted(c[:2] for c in calls) == [(0, 24), (24, 48)] and len({c[2] for c in calls}) == 2
-            else:
-                assert calls == [(0, 48, threading.get_ident())]
-        assert numba.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
+        n = numba.get_num_threads()
+        assert thread_count(48, SERIAL_BELOW - 1) == 1
+        assert thread_count(48, SERIAL_BELOW) == n and thread_count(1, SERIAL_BELOW) == 1
+        run_cores(cores, 48, (), thread_count(48, SERIAL_BELOW - 1))
+        assert calls == [(0, 48, threading.get_ident())]
+        calls.clear()
+        run_cores(cores, 48, (), thread_count(48, SERIAL_BELOW))
+        if n == 2:
+            assert sorted(c[:2] for c in calls) == [(0, 24), (24, 48)] and len({c[2] for c in calls}) == 2
+        else:
+            assert calls == [(0, 48, threading.get_ident())]
     finally:
         numba.set_num_threads(before)
 

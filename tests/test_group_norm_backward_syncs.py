@@ -32,7 +32,7 @@ from tilesim.tiling.group_norm_backward import SPLIT_COUNT, ub_plan
 
 import tilesim
 from tilesim.core.records import COUNTER_NAMES
-from tilesim.runtime.launch import workspace
+from tilesim.runtime.host_threads import workspace
 
 DT = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 SYNCS = ["pipe_barriers", "set_flags", "wait_flags"]

@@ -20,7 +20,7 @@ from tilesim.core.records import (
     VEC_BINARY,
 )
 from tilesim.core.ub import UbPlan
-from tilesim.runtime.launch import RunReport
+from tilesim.runtime.report import RunReport
 
 A, B = 0, 1  # GM tensor tags of the hand-made reports
 NAMES = ["a", "b"]

@@ -194,7 +194,7 @@ def test_checked_mode_clean_with_auto_sync_on_and_off(rng, dtype, gamma_dtype, s
     fast = rms_norm_grad(*args, deterministic=det, tiling=t)
     for auto_sync in (True, False):
         dx, dgamma = np.full_like(fast[0], 7), np.full_like(fast[1], 7)
-        rep = run(t, spec, *args, dx, dgamma, tilesim.runtime.launch.workspace(t.workspace_size), True,
+        rep = run(t, spec, *args, dx, dgamma, tilesim.runtime.host_threads.workspace(t.workspace_size), True,
                   auto_sync=auto_sync)
         assert rep.checks
         assert_bitwise(dx, fast[0], f"dx, auto-sync {auto_sync}")

@@ -18,7 +18,6 @@ from tilesim.jit import cache  # noqa: F401  (first: njit caches are stamped whe
 from tilesim.jit import link, plain_types  # noqa: F401  (before any kernel compiles)
 # isort: on
 from tilesim import machine, precision
-from tilesim.checks import races  # noqa: F401  (registers the race check of checked launches)
 from tilesim.core.records import COUNTER_NAMES
 from tilesim.core.ub import UbPlan
 from tilesim.errors import (
@@ -31,7 +30,7 @@ from tilesim.errors import (
     CheckError,
     UbOverflowError,
 )
-from tilesim.runtime.launch import RunReport, capture, recorded
+from tilesim.runtime.report import RunReport, capture, recorded
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc, list_socs
 
 # The op packages, imported on first access as tilesim.<name>; tilesim.torch is not among them: it needs torch, and is

@@ -27,7 +27,7 @@ from tilesim.interop import accepts_torch
 from tilesim.jit import OVERLOAD_OPTIONS, njit
 from tilesim.jit.intrinsics import u32_as_f32
 from tilesim.numerics.b16 import bf16_to_f32_bits, fp16_to_f32_bits, narrow, widen
-from tilesim.runtime.launch import host_threads, run_cores  # the launch's host threads
+from tilesim.runtime.host_threads import run_cores, thread_count  # the launch's host threads
 
 THRESHOLD = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -13}
 SMALL_VALUE = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": 2.0 ** -14}
@@ -114,8 +114,10 @@ class ErrorBound:
         m = np.ascontiguousarray(self.magnitude, np.float64).reshape(-1)
         g = np.ascontiguousarray(golden, np.float64).reshape(-1)
         out = np.empty(m.size, np.float32)
-        run_cores(_absolute, -(-m.size // JUDGE_CHUNK), m, g, k * u / (1.0 - k * u), UNIT_ROUNDOFF[dtype],
-                  SPACING[dtype], BOUND_SAFETY * (1.0 + 2.0 ** -20), out)  # float32's rounding cannot go below
+        chunks = -(-m.size // JUDGE_CHUNK)
+        run_cores(_absolute, chunks, (m, g, k * u / (1.0 - k * u), UNIT_ROUNDOFF[dtype], SPACING[dtype],
+                                      BOUND_SAFETY * (1.0 + 2.0 ** -20), out),  # float32's rounding cannot go below
+                  thread_count(chunks, m.nbytes + g.nbytes))
         return out
 
 
@@ -298,8 +300,8 @@ def judge(actual: np.ndarray, expected: Expected) -> Judgement:
     chunks = -(-a.size // JUDGE_CHUNK)
     out = np.zeros((max(chunks, 1), 6))
     bound = expected.bound if expected.bound is not None else np.zeros(0, np.float32)
-    with host_threads(a, expected.rounded, bound):  # a small output stays on this thread: waking another costs more
-        run_cores(_judge_chunks, chunks, a.view(bits), expected.rounded.view(bits), bound, expected.floor, out)
+    run_cores(_judge_chunks, chunks, (a.view(bits), expected.rounded.view(bits), bound, expected.floor, out),
+              thread_count(chunks, a.nbytes + expected.rounded.nbytes + bound.nbytes))  # a small output: one thread
     nan = bool(out[:, _NANS].any())
     mere = math.fsum(out[:, _SUM].tolist()) / a.size if a.size else 0.0
     p = Precision(dt, math.nan if nan else mere, math.nan if nan else float(out[:, _MARE].max()), None,

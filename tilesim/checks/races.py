@@ -41,7 +41,7 @@ from tilesim.core.records import (
     MTE3_BYTES,
 )
 from tilesim.jit import njit
-from tilesim.runtime.launch import RunReport, _race_checks
+from tilesim.runtime.report import RunReport
 
 READ, WRITE, ATOMIC = 0, 1, 2  # access classes
 KINDS = ("write-write", "write-read", "atomic-write", "atomic-read")
@@ -221,6 +221,3 @@ def violations(report: RunReport) -> tuple[list[Violation], int]:
     races, total = find_races(report)
     return [Violation(f"race ({r.kind})", report.op, r.core_a, r.phase, r.index_a, f'GM tensor "{r.tensor}"',
                       r.offset, r.size, r.describe()) for r in races], total
-
-
-_race_checks.append(violations)  # finish() runs it on every checked launch

@@ -65,7 +65,8 @@ from tilesim.core.records import (
     VEC_BINARY,
 )
 from tilesim.cost.params import CostParams, cost_params
-from tilesim.runtime.launch import MAX_GM_TAGS, RunReport, capture, scheduled
+from tilesim.runtime.launch import MAX_GM_TAGS
+from tilesim.runtime.report import RunReport, capture, scheduled
 from tilesim.soc import get_soc
 
 

@@ -69,7 +69,8 @@ def _streams(g, nbytes):
 def _write_gm(dst, src, nbytes, stream):
     """``nbytes`` from host address ``src`` to GM address ``dst``; with ``stream``, the whole 64 B lines of the
     destination by non-temporal stores (:func:`tilesim.jit.intrinsics.stream_line`). Another host thread sees them
-    once this one has run a store fence: :func:`tilesim.runtime.launch.run_cores` runs one after each thread's cores."""
+    once this one has run a store fence: :func:`tilesim.runtime.host_threads.run_cores` runs one after each thread's
+    cores."""
     if not stream:
         copy_bytes(dst, src, nbytes)
         return

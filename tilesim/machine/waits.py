@@ -15,12 +15,11 @@ woke a sleeper for is seen. A core waiting behind the gate for a whole phase sle
 it: a sleep cut into short naps would wake it many times a call, each a context switch taken from the cores at
 work.
 
-The SyncAll barrier's words (:func:`tilesim.runtime.launch.run_synced` owns them): cores arrived at SyncAlls in all,
-SyncAlls released, cores ended, an abort (a core stopped, or the cores cannot all reach the next SyncAll), the
+The SyncAll barrier's words (:func:`tilesim.runtime.host_threads.run_synced` owns them): cores arrived at SyncAlls in
+all, SyncAlls released, cores ended, an abort (a core stopped, or the cores cannot all reach the next SyncAll), the
 cores a phase runs at once (:func:`gate`), sleepers on the release, and the launch's bell (rung when the launching
-thread, asleep on it, has something to do) with its sleepers. A core behind the gate waits for its predecessor
-alone, which cannot have finished the next phase before the release: so only the first cores wait on the release
-word.
+thread, asleep on it, has something to do) with its sleepers. A core behind the gate waits for its predecessor alone,
+which cannot have finished the next phase before the release: so only the first cores wait on the release word.
 """
 
 from __future__ import annotations

@@ -95,7 +95,9 @@ from tilesim.machine.tensor import (
 from tilesim.machine.vector import mixed_types_text
 from tilesim.runtime import interrupt
 from tilesim.runtime import launch as _launch
+from tilesim.runtime.host_threads import CoresRaised, SyncAllMismatch, interleaved, run_cores, run_synced, thread_count
 from tilesim.runtime.memo import by_identity
+from tilesim.runtime.report import RunReport
 from tilesim.runtime.tiling_types import name_of
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
@@ -622,8 +624,8 @@ def _ub_range_text(op: int, addr: int, nbytes: int, buf_offset: int, ub_size: in
 
 def _raise_fault(ctx: np.ndarray, k: Kernel, soc: SocSpec, raised: dict[int, tuple[BaseException, str]]) -> None:
     """Raise what stopped the first core that stopped of its own (before those that gave up a SyncAll because it
-    stopped), if any: what its fault word says, else the exception it raised (``raised``: a SyncAll launch's, by
-    core, with where; :class:`tilesim.runtime.launch.CoresRaised`), with a note that names the kernel and the core."""
+    stopped), if any: what its fault word says, else the exception it raised (``raised``: a SyncAll launch's, by core,
+    with where; :class:`tilesim.runtime.host_threads.CoresRaised`), with a note that names the kernel and the core."""
     kinds = ctx[:, X_FAULT].copy()
     ctx[:, X_FAULT] = 0
     first = np.where((kinds == FAULT_SYNC_ALL) & (ctx[:, X_FAULT + 2] >= 0), 0, kinds)
@@ -683,7 +685,7 @@ def _check_args(k: Kernel, block_dim: Any, outputs: Any, gm: tuple[Any, ...], na
 
 def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int = 1,
            soc: str | SocSpec = DEFAULT_SOC, checks: bool | None = False, workspace: np.ndarray | None = None,
-           op: str | None = None, gm_names: list[str] | None = None, auto_sync: bool = True) -> _launch.RunReport:
+           op: str | None = None, gm_names: list[str] | None = None, auto_sync: bool = True) -> RunReport:
     """Run kernel ``k`` on ``block_dim`` cores with tiling ``tiling`` (a dataclass) over the GM arrays ``gm``
     (C-contiguous numpy arrays; the last ``outputs`` of them are written), and return the launch's report.
 
@@ -707,7 +709,7 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
     gm_bytes = (sum([a.nbytes for a in ins]), sum([a.nbytes for a in outs]))  # the cost model's L2: once a call
     t = fields(tiling)
 
-    def run() -> _launch.RunReport:
+    def run() -> RunReport:
         ln = _launch.prepare(op or k.name, spec, tiling, _plan(b"", (), spec.ub_size), block_dim, checked, names,
                              phase_local_ub=not k.sync_all,  # a fast launch: a UB per host thread
                              gm_bytes=gm_bytes)
@@ -719,30 +721,31 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
         ctx[:, X_FAULT] = 0  # words (a launch given up leaves its cores' faults)
         ctx[:, X_CORO] = 0
         ctx[:, X_STOP_AT] = ln.stop_at
+        threads = thread_count(block_dim, gm_bytes[0] + gm_bytes[1])
         try:
-            threads = _launch.host_threads(*arrays)
-            with threads:
-                if k.sync_all:
-                    bar = np.zeros(waits.BAR_WORDS, np.int64)
-                    rec = _record(tiling, len(flat), block_dim, bar.ctypes.data, ln.core_checks,
-                                  {"arena": ln.arena, "cnt": ln.counters, "err": ln.err, "ctx": ctx, "ws": ws,
-                                   "alog": alog, "order": _identity(block_dim),
-                                   **{f"g{i}": g for i, g in enumerate(flat)}})
-                    _launch.run_synced(_entry(cores, ln.build), block_dim, bar, ctx, rec)
-                else:
-                    _launch.run_cores(cores, block_dim, block_dim, ln.arena, ln.counters, ln.err, ln.core_checks,
-                                      ctx, ws, 0, alog, _launch.interleaved(block_dim), t, *flat)
+            if k.sync_all:
+                bar = np.zeros(waits.BAR_WORDS, np.int64)
+                rec = _record(tiling, len(flat), block_dim, bar.ctypes.data, ln.core_checks,
+                              {"arena": ln.arena, "cnt": ln.counters, "err": ln.err, "ctx": ctx, "ws": ws,
+                               "alog": alog, "order": _identity(block_dim), **{f"g{i}": g for i, g in enumerate(flat)}})
+                run_synced(_entry(cores, ln.build), block_dim, threads, bar, ctx, rec, ln.end_phase, ln.stop_at)
+            else:
+                args = (block_dim, ln.arena, ln.counters, ln.err, ln.core_checks, ctx, ws, 0, alog,
+                        interleaved(block_dim, threads), t, *flat)
+                run_cores(cores, block_dim, args, threads,
+                          (lambda i, n: (block_dim, ln.thread_ub(i, n), *args[2:]))  # a UB per host thread
+                          if ln.phase_local_ub and not ln.checks else None, ln.stop_at)
+                ln.end_phase()
         except BaseException as e:
-            _launch.abandon(ln)
             if interrupt.requested(ln.stop_at):  # Ctrl-C: the cores stopped; the caller gets the KeyboardInterrupt
                 ctx[:, X_FAULT] = 0
                 if isinstance(e, KeyboardInterrupt):
                     raise
                 raise KeyboardInterrupt from None
-            if isinstance(e, _launch.SyncAllMismatch):
+            if isinstance(e, SyncAllMismatch):
                 raise KernelError(f"{k.name}: {e}") from None
             if isinstance(e, Exception):  # a fault the kernel recorded, a SyncAll core's exception, else e as it is
-                _raise_fault(ctx, k, spec, e.raised if isinstance(e, _launch.CoresRaised) else {})
+                _raise_fault(ctx, k, spec, e.raised if isinstance(e, CoresRaised) else {})
             raise
         ln.plan = _plan_of(ctx[0], k.buffer_names, spec)  # the plan the kernel placed
         ln.plan_array = ln.plan.as_array()

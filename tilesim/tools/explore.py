@@ -40,7 +40,7 @@ import numpy as np
 from tilesim.cost.model import Estimate, estimate_all, estimated, total_us
 from tilesim.errors import AclnnError
 from tilesim.precision import Expected, Judgement, judge
-from tilesim.runtime.launch import capture, recorded
+from tilesim.runtime.report import capture, recorded
 from tilesim.soc import SocSpec, get_soc
 from tilesim.tools.opspec import Candidate, Inputs, OpSpec
 
