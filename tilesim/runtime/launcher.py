@@ -148,6 +148,18 @@ def enter_core(c, block_dim, arena, cnt, err, checks, ctx, ws, sync_at, alog, lo
     return make_kernel_context((np.int64(ctx.ctypes.data) + i * np.int64(ctx.strides[0]), checks_field(checks)), None)
 
 
+@njit(cache=True, host=True)
+def start_contexts(ctx, stop_at):
+    """Before any core of a launch starts: each core's words another core reads as it starts (its phases
+    finished: a core's first atomic add or phase waits on the others'; a launch given up leaves its cores'
+    faults and coroutine records), and the launch's stop word. One compiled call, not a numpy write per column."""
+    for c in range(ctx.shape[0]):
+        ctx[c, X_ARRIVED] = 0
+        ctx[c, X_FAULT] = 0
+        ctx[c, X_CORO] = 0
+        ctx[c, X_STOP_AT] = stop_at
+
+
 @njit(cache=True)
 def exit_core(kc):
     """After the kernel's call on a core: checked mode's findings of the kernel's end (its SetFlags never
@@ -717,10 +729,7 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
             ln.err[:, hazard_col(spec.ub_size) + HZ_MANUAL_SYNC] = 0 if auto_sync else 1
         ctx = _contexts(block_dim)
         alog = _atomic_logs(block_dim)
-        ctx[:, X_ARRIVED] = 0  # before any core starts: a core's first atomic add or phase waits on the others'
-        ctx[:, X_FAULT] = 0  # words (a launch given up leaves its cores' faults)
-        ctx[:, X_CORO] = 0
-        ctx[:, X_STOP_AT] = ln.stop_at
+        start_contexts(ctx, ln.stop_at)
         threads = thread_count(block_dim, gm_bytes[0] + gm_bytes[1])
         try:
             if k.sync_all:
