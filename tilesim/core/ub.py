@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from tilesim.core.memo import by_identity
 from tilesim.errors import UbOverflowError
-from tilesim.runtime.memo import by_identity
 
 BLOCK = 32
 
@@ -150,7 +150,7 @@ def shared_plan(build: Callable[..., UbPlan]) -> Callable[..., UbPlan]:
     """Memoise a kernel's plan builder (hashable arguments: a tiling, a SoC, sizes): an op call builds its plan
     once per tiling rather than once or twice per call, which at small sizes cost more than the kernel. The plans
     it returns are frozen, since every caller shares them. Positional calls look the arguments up by identity
-    first (:func:`tilesim.runtime.memo.by_identity`: an op's remembered tiling is one object), then by value."""
+    first (:func:`tilesim.core.memo.by_identity`: an op's remembered tiling is one object), then by value."""
     @functools.lru_cache(maxsize=1024)
     def cached(*args, **kwargs):  # type: ignore[no-untyped-def]
         return build(*args, **kwargs).freeze()

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from numba import cfunc, types
 
+from tilesim.core.memo import by_identity
 from tilesim.core.records import CHECKED_BUILD, FAST_BUILD, FAULT_UB_RANGE, HZ_MANUAL_SYNC, checks_field, hazard_col
 from tilesim.core.ub import UbPlan
 from tilesim.errors import UbOverflowError
@@ -96,7 +97,6 @@ from tilesim.machine.vector import mixed_types_text
 from tilesim.runtime import interrupt
 from tilesim.runtime import launch as _launch
 from tilesim.runtime.host_threads import CoresRaised, SyncAllMismatch, interleaved, run_cores, run_synced, thread_count
-from tilesim.runtime.memo import by_identity
 from tilesim.runtime.report import RunReport
 from tilesim.runtime.tiling_types import name_of
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
