@@ -34,7 +34,7 @@ from tilesim.cost.model import estimate, estimate_all, estimated
 from tilesim.cost.params import CostParams, cost_params
 from tilesim.cost.trace import chrome_trace
 from tilesim.runtime import host_threads, launch
-from tilesim.runtime.report import RunReport
+from tilesim.runtime.report import RunReport, scheduled
 
 # Round figures, so that schedules can be worked out by hand: 1 GHz (a cycle is a ns), 1 GB/s per MTE (a byte
 # is a cycle), no launch or SyncAll cost unless a test sets one.
@@ -393,7 +393,7 @@ def test_a_scheduled_launch_keeps_no_log(rms_inputs, monkeypatch):
         _, rec = tilesim.recorded(call)
         issued.append(sum(len(x) for x in rec[0].log))
         tracemalloc.start()
-        with launch.scheduled(fast) as runs:
+        with scheduled(fast, cost_params) as runs:
             call()
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
@@ -416,7 +416,7 @@ def test_a_scheduled_report_refuses_other_figures(rms_inputs, monkeypatch):
     monkeypatch.setattr(launch, "_forced_checks", [False])
     with tilesim.capture() as fast:
         kernels.rms_norm_grad(*rms_inputs)
-    with launch.scheduled(fast) as runs:
+    with scheduled(fast, cost_params) as runs:
         kernels.rms_norm_grad(*rms_inputs)
     assert estimate(runs[0]).total_us > 0
     with pytest.raises(ValueError, match=r"need its instruction log \(tilesim.recorded\)"):

@@ -289,7 +289,7 @@ def estimated(call: Callable[[], Any], fast: Sequence[RunReport] | None = None,
     if fast is None:
         with capture() as fast:
             call()
-    with scheduled(fast, l2_warm) as runs:
+    with scheduled(fast, cost_params, l2_warm) as runs:
         out = call()
     return out, estimate_all(runs, stages=False, l2_warm=l2_warm)
 

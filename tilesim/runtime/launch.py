@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,13 +43,15 @@ from tilesim.core.records import (
     schedule_queue,
 )
 from tilesim.core.ub import UbPlan
-from tilesim.cost.params import CostParams, cost_params
 from tilesim.errors import CheckError
 from tilesim.jit import njit
 from tilesim.runtime import interrupt, report
 from tilesim.runtime.host_threads import page_aligned, scratch
 from tilesim.runtime.report import RunReport
 from tilesim.soc import SocSpec
+
+if TYPE_CHECKING:  # the figures come from the cost model, through report.scheduled
+    from tilesim.cost.params import CostParams
 
 _POISON = 0xFF  # never-written UB reads as NaN (fp32 and b16), as stale UB would read as garbage
 
@@ -166,7 +168,7 @@ class Launch:
         self.counters[:, REC_AT + SCHED_CACHE:REC_AT + SCHED_BASE] = timeline.new_slot_cache()
         self.counters[:, REC_AT + SCHED_BASE:head] = base
         self.state = self.counters[:, head:queue].view(np.float64)
-        self.params = cost_params(self.soc)
+        self.params = report.schedule_params(self.soc)
         timeline.set_params(self.state[0], self.params)
         self.state[1:, timeline.F_LAT2:timeline.F_TABLES] = self.state[0, timeline.F_LAT2:timeline.F_TABLES]
         hit = timeline.l2_hit(fast.gm_in_bytes, fast.gm_out_bytes, fast.total("mte2_bytes"), self.soc.l2_size,

@@ -13,13 +13,16 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tilesim.core.records import COUNTER_NAMES
 from tilesim.core.ub import UbPlan
-from tilesim.cost.params import CostParams
+
+if TYPE_CHECKING:  # the cost model hands its figures to the launches it schedules; the runtime imports none of it
+    from tilesim.cost.params import CostParams
+    from tilesim.soc import SocSpec
 
 
 @dataclass
@@ -75,13 +78,14 @@ class RunReport:
 
 class _Scope(threading.local):
     """The calling thread's scopes: the report lists of the :func:`capture` blocks it is in, whether one of them
-    asked for logs, and inside :func:`scheduled` the fast reports of the launches to come and whether the inputs
-    are warm in the L2. The class attributes are every thread's defaults: a missing attribute of a plain
-    threading.local costs an AttributeError (about a microsecond) per look-up."""
+    asked for logs, and inside :func:`scheduled` the fast reports of the launches to come, the cost model's figures and
+    whether the inputs are warm in the L2. The class attributes are every thread's defaults: a missing attribute of a
+    plain threading.local costs an AttributeError (about a microsecond) per look-up."""
 
     sinks: list[list[RunReport]] = []  # never mutated: capture assigns a new list
     log = False
     schedule: deque[RunReport] | None = None
+    params_of: Callable[[SocSpec], CostParams] | None = None
     l2_warm = False
 
 
@@ -101,6 +105,12 @@ def logging() -> bool:
 def scheduling() -> bool:
     """Whether the calling thread is inside :func:`scheduled`: its launches schedule themselves while they run."""
     return _scope.schedule is not None
+
+
+def schedule_params(soc: SocSpec) -> CostParams:
+    """Inside :func:`scheduled`: the cost model's figures for ``soc``."""
+    assert _scope.params_of is not None, "schedule_params outside tilesim.runtime.report.scheduled"
+    return _scope.params_of(soc)
 
 
 def l2_warm() -> bool:
@@ -139,21 +149,23 @@ def capture(log: bool = False) -> Iterator[list[RunReport]]:
 
 
 @contextmanager
-def scheduled(fast: Sequence[RunReport], l2_warm: bool = False) -> Iterator[list[RunReport]]:
+def scheduled(fast: Sequence[RunReport], params_of: Callable[[SocSpec], CostParams],
+              l2_warm: bool = False) -> Iterator[list[RunReport]]:
     """Collect the reports of the launches in the block (as :func:`capture`), each of which schedules itself on
-    the cost model while it runs, instruction by instruction, without a log: ``tilesim.cost.model.estimated`` turns
-    them into estimates. The k-th launch takes its phases' MTE bytes from the k-th report of ``fast``, a
-    :func:`capture` of the same call (the model shares GM bandwidth by the bytes each core moves in a phase, which
-    must be known before the phase is scheduled). ``l2_warm``: each launch's inputs are in the L2 from the
+    the cost model while it runs, instruction by instruction, without a log, with the figures ``params_of`` gives for
+    its SoC (the cost model hands them: ``tilesim.cost.model.estimated``, which turns the reports into estimates, passes
+    :func:`tilesim.cost.params.cost_params`). The k-th launch takes its phases' MTE bytes from the k-th report of
+    ``fast``, a :func:`capture` of the same call (the model shares GM bandwidth by the bytes each core moves in a phase,
+    which must be known before the phase is scheduled). ``l2_warm``: each launch's inputs are in the L2 from the
     previous run of the call (:func:`tilesim.core.timeline.l2_hit`). A launch that logs (checked mode,
     :func:`recorded`) is left to its log."""
-    prev, prev_warm = _scope.schedule, _scope.l2_warm
-    _scope.schedule, _scope.l2_warm = deque(fast), l2_warm
+    prev = _scope.schedule, _scope.params_of, _scope.l2_warm
+    _scope.schedule, _scope.params_of, _scope.l2_warm = deque(fast), params_of, l2_warm
     try:
         with capture() as runs:
             yield runs
     finally:
-        _scope.schedule, _scope.l2_warm = prev, prev_warm
+        _scope.schedule, _scope.params_of, _scope.l2_warm = prev
 
 
 def recorded(call: Callable[[], Any]) -> tuple[Any, list[RunReport]]:
