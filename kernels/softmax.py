@@ -7,7 +7,9 @@ its rows (``block_rows``, one more on the first ``former_num`` cores) in tiles o
 - CopyIn: DataCopyPad of the tile's rows (``cols`` elements each) into the VECIN queue, each row padded with zeros
   to ``cols_align`` (32 B: the API's srcK must be aligned); EnQue.
 - Compute: DeQue x, AllocTensor y, then ``SoftMax<T>(y, x, sharedTmpBuffer, tiling, {m, cols_align, m, cols})``
-  (:func:`softmax_rows`) with the tmp TBuf as the sharedTmpBuffer; FreeTensor x; EnQue y.
+  (:func:`softmax_rows`) with the tmp TBuf as the sharedTmpBuffer; FreeTensor x; EnQue y. bfloat16, which the API
+  does not take, is :func:`softmax_bf16_kernel`: Cast to fp32, ``SoftMax<float>`` in place, one Cast back
+  (CAST_RINT, as ops-nn's b16 SoftmaxV2 kernels round).
 - CopyOut: DeQue; DataCopyPad of the ``cols`` real elements of each row to GM; FreeTensor.
 The padding is computed on (it never enters a max or a sum: the reductions mask it off) and never written back.
 
@@ -66,7 +68,7 @@ from collections import namedtuple
 from typing import Any
 
 import numpy as np
-from tilesim.tiling.common import dtype_name
+from tilesim.tiling.common import BF16, dtype_name
 from tilesim.tiling.softmax import SoftmaxOpTiling, check_args, check_tiling
 from tilesim.tiling.softmax import softmax as make_tiling
 
@@ -443,12 +445,48 @@ def softmax_kernel(ctx, t, x, y):
         out_queue_y.free_tensor(yl)
 
 
+@kernel
+def softmax_bf16_kernel(ctx, t, x, y):
+    """The kernel for bfloat16 x, which the SoftMax API does not take: as :func:`softmax_kernel`, with Compute
+    widening the tile into an fp32 TBuf (Cast, CAST_NONE: exact), ``SoftMax<float>`` in place there (the API lets
+    src and dst share their space) and one Cast back into the y tile with CAST_RINT (round to nearest, ties to
+    even: the fp32-to-b16 rounding of ops-nn's b16 SoftmaxV2 kernels), so y is rounded once."""
+    pipe = asc.TPipe(ctx)
+    in_queue_x = pipe.init_buffer(asc.TQue(asc.VECIN, 1), t.buffer_num, t.tile_rows * t.cols_align * 2)
+    out_queue_y = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), t.buffer_num, t.tile_rows * t.cols_align * 2)
+    cast_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), t.tile_rows * t.cols_align * 4)
+    tmp_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), t.tmp_size)
+    c = asc.get_block_idx(ctx)
+    start = c * t.block_rows + min(c, t.former_num)
+    n = t.block_rows + (1 if c < t.former_num else 0)
+    xf = cast_buf.get(asc.float32)
+    for r0 in range(start, start + n, t.tile_rows):
+        m = min(t.tile_rows, start + n - r0)
+        rows = asc.DataCopyExtParams(m, t.cols * 2, 0, 0)
+        xl = in_queue_x.alloc_tensor(x.dtype)  # CopyIn
+        asc.data_copy_pad(xl, x[r0 * t.cols], rows, asc.DataCopyPadExtParams(True, 0, t.cols_align - t.cols, 0))
+        in_queue_x.enque(xl)
+        xl = in_queue_x.deque(x.dtype)  # Compute
+        asc.cast(xf, xl, asc.CAST_NONE, m * t.cols_align)
+        in_queue_x.free_tensor(xl)
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        softmax_rows(ctx, xf, xf, tmp_buf.get(asc.uint8), t, m)
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        yl = out_queue_y.alloc_tensor(x.dtype)
+        asc.cast(yl, xf, asc.CAST_RINT, m * t.cols_align)
+        out_queue_y.enque(yl)
+        yl = out_queue_y.deque(x.dtype)  # CopyOut
+        asc.data_copy_pad(y[r0 * t.cols], yl, rows)
+        out_queue_y.free_tensor(yl)
+
+
 def run(t: SoftmaxOpTiling, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.ndarray | None,
         checks: bool | None, auto_sync: bool = True) -> RunReport:
-    """Launch the kernel on arrays already validated (x any layout, y C-contiguous of x's shape): the device part of
-    the op. ``auto_sync`` is BiSheng's ``--cce-auto-sync`` for checked mode. The workspace is passed and not
-    touched."""
-    return launch(softmax_kernel, t, np.ascontiguousarray(x), y, block_dim=t.block_dim, soc=spec, checks=checks,
+    """Launch the kernel of the tiling (x's dtype) on arrays already validated (x any layout, y C-contiguous of
+    x's shape): the device part of the op. ``auto_sync`` is BiSheng's ``--cce-auto-sync`` for checked mode. The
+    workspace is passed and not touched."""
+    k = softmax_bf16_kernel if t.dtype == BF16 else softmax_kernel
+    return launch(k, t, np.ascontiguousarray(x), y, block_dim=t.block_dim, soc=spec, checks=checks,
                   workspace=ws, op="softmax", gm_names=GM_NAMES, auto_sync=auto_sync)
 
 
@@ -456,7 +494,7 @@ def run(t: SoftmaxOpTiling, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.
 def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: SoftmaxOpTiling | None = None,
             checks: bool | None = False, out: np.ndarray | None = None) -> np.ndarray:
     """aclnnSoftmax along ``dim`` (the last axis, or one whose elements are contiguous: see
-    :mod:`tiling.softmax`) by tilesim's kernel on the A2 SoftMax API; y in x's dtype and shape (fp32, fp16). An
+    :mod:`tiling.softmax`) by tilesim's kernel on the A2 SoftMax API; y in x's dtype and shape (fp32, fp16, bf16). An
     empty x gives an empty y of its dtype without a launch, whatever the dtype (aclnnSoftmax returns before its
     dtype checks).
 
@@ -478,4 +516,5 @@ def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: 
     return y
 
 
-__all__ = ["kernel_tiling_func", "reduce_last_nd", "run", "softmax", "softmax_kernel", "softmax_rows"]
+__all__ = ["kernel_tiling_func", "reduce_last_nd", "run", "softmax", "softmax_bf16_kernel", "softmax_kernel",
+           "softmax_rows"]

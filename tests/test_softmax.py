@@ -12,6 +12,7 @@ half rounding from ``tilesim.cast.narrow`` with CAST_ROUND (the API's FLOAT2HALF
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -31,12 +32,12 @@ from tilesim.tiling.softmax import (
 from tilesim.tiling.softmax import softmax as make_tiling
 
 import tilesim
-from tilesim.cast import CAST_ROUND, narrow
+from tilesim.cast import CAST_RINT, CAST_ROUND, narrow
 from tilesim.expf import exp_values
 from tilesim.precision import Expected, compare, judge
 
-DT = {"float32": np.float32, "float16": np.float16}
-DTYPES = list(DT)
+DT = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+DTYPES = ["float32", "float16"]
 SOC = tilesim.get_soc("Ascend910B1")
 
 # --------------------------------------------------------------------------------------------------------------
@@ -82,7 +83,8 @@ def api_row_sums(e):
 
 def emulate(x, dim=-1):
     """The API in float32 numpy, instruction by instruction along the last axis: m = max (NaN wins), e =
-    Exp(x − m), y = e / (the API's row sum); half widened exactly and y rounded with CAST_ROUND."""
+    Exp(x − m), y = e / (the API's row sum); half widened exactly and y rounded with CAST_ROUND; bfloat16 widened
+    exactly, the float API run on it and y rounded once with CAST_RINT."""
     k = x.shape[dim] if x.ndim else 1
     x2 = np.ascontiguousarray(x).astype(np.float32).reshape(-1, k)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -90,6 +92,8 @@ def emulate(x, dim=-1):
         y = e / api_row_sums(e)[:, None]
     if x.dtype == np.float16:
         return narrow(y, "float16", CAST_ROUND).view(np.float16).reshape(x.shape)
+    if x.dtype == ml_dtypes.bfloat16:
+        return narrow(y, "bfloat16", CAST_RINT).view(ml_dtypes.bfloat16).reshape(x.shape)
     return y.reshape(x.shape)
 
 
@@ -152,6 +156,21 @@ def test_axes_whose_elements_are_contiguous(rng, dtype, shape, dim):
     d = dim % max(len(shape), 1)
     rows_view = x.reshape(-1, shape[d] if shape else 1)
     assert_bitwise(out, emulate(rows_view).reshape(shape), "vs the API's order on the reshaped rows")
+
+
+@pytest.mark.parametrize("shape", [(221, 2), (20, 100), (7, 4001)])
+def test_bf16_is_computed_in_fp32_and_rounded_once(rng, shape):
+    """bfloat16 (the SoftMax API takes half and float): widened exactly, the float API's steps, y rounded once with
+    CAST_RINT, in checked mode too; the widened tile is a TBuf of the UB plan and the API's tiling is float's."""
+    x = make_x(rng, shape, "bfloat16")
+    out, rep = check_all(x)
+    t = rep.tiling
+    assert t.dtype == "bfloat16" and t.tiling_key == 27 and t.cols_align % 16 == 0 and t.reduce_k == 8
+    assert rep.ub_plan.names() == ["in_queue_x", "out_queue_y", "cast_buf", "tmp_buf"]
+    np.testing.assert_array_equal(rep.counter("vec_cast") > 0, True)
+    y = np.full(shape, 7, x.dtype)
+    run_kernel(t, SOC, x, y, None, True, auto_sync=False)
+    assert_bitwise(y, out, "checked, auto_sync off")
 
 
 def test_the_instruction_order_statement_can_fail(rng):

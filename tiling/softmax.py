@@ -14,7 +14,9 @@ Two parts, kept apart:
   re-computation (``SoftMaxTilingFunc`` of ``softmax_common/softmax_tiling_func.h``, run by the API when the shape
   it is given is not the tiling's) is the kernel module's: :func:`kernels.softmax.kernel_tiling_func`.
 - **tilesim's** (the outer kernel, :class:`SoftmaxOpTiling`): x is viewed as [rows, cols] (cols the normalised
-  axis), each row padded in UB to ``cols_align`` (32 B of x's dtype: the API's srcK must be 32 B aligned). Cores
+  axis), each row padded in UB to ``cols_align`` (32 B of x's dtype: the API's srcK must be 32 B aligned).
+  bfloat16, which the API does not take (half and float, ``SoftMax.md``), is widened into an fp32 TBuf of the tile
+  (``cast_buf``) and run through ``SoftMax<float>``: the API's tiling and tmp sizes are float's. Cores
   take ``block_rows`` rows each, the first ``former_num`` one more; a core walks its rows in tiles of ``tile_rows``
   through a VECIN queue for x and a VECOUT queue for y of ``buffer_num`` buffers each, and a TBuf of ``tmp_size``
   bytes is the API's sharedTmpBuffer. Official choices: every vector core (``GetCoreNumAiv``; fewer when there
@@ -37,8 +39,7 @@ repeat count for cols in [128, 512) (``NewReduceMaxLastNDImpl``) and âŒˆrows/8âŒ
 aclnnSoftmax's checks (``op_api/aclnn_softmax.cpp``), in its order: x or out None 161001; an empty x succeeds
 without a launch (the op returns an empty y); x's or out's dtype not supported 161002; dim outside
 [-ndim, ndim-1] (a 0-d x counts as 1-d) 161002; rank above 8 or out's shape not x's 161002. tilesim's own
-refusals, all 161002 unless stated: bfloat16 and float64 (the SoftMax API takes half and float, ``SoftMax.md``;
-aclnn runs float64 on the AI CPU and its A2 bf16 kernel is not public); an out dtype other than x's (aclnn would
+refusals, all 161002 unless stated: float64 (aclnn runs it on the AI CPU); an out dtype other than x's (aclnn would
 Cast the result in a second kernel, not modelled); a ``dim`` whose elements are not contiguous in x (the kernel
 normalises the last axis of a contiguous x; an axis followed only by axes of size 1, or of size 1 itself, is one;
 tilesim does not transpose on the host); a SoC other than 910B / 910_93 561003 (the kernel is built on the v220
@@ -70,7 +71,10 @@ MAX_COLS = 64 * 264 - 1  # BigBlockReduce*'s (uint8_t)(cols / 64 - 8) repeats: c
 MAX_PASS_ROWS_U8 = 255  # cols in [128, 512): NewReduce*LastNDImpl's (uint8_t)(originalSrcM) repeats
 MAX_PASS_ROWS = 255 * 8  # AlignedBroadCastImpl's (uint8_t) Brcb repeats of 8 rows
 MAX_BLOCK_COUNT = 4095  # DataCopyPad's blockCount
-TILING_KEY = {FP32: 0, FP16: 1}  # the ge::DataType of x
+FP64 = "float64"
+TILING_KEY = {FP32: 0, FP16: 1, BF16: 27}  # the ge::DataType of x
+KEY_DTYPE = {v: k for k, v in TILING_KEY.items()}
+DTYPES = (FP32, FP16, BF16, FP64)  # aclnn_softmax.cpp's ASCEND910B_DTYPE_SUPPORT_LIST
 SUPPORTED_SOCS = ("Ascend910B", "Ascend910_93")
 
 
@@ -209,8 +213,8 @@ class SoftmaxOpTiling:
 
     @property
     def dtype(self) -> str:
-        """The input's dtype name: 'float32' or 'float16' (from ``itemsize``)."""
-        return FP32 if self.itemsize == 4 else FP16
+        """The input's dtype name: 'float32', 'float16' or 'bfloat16' (from ``tiling_key``)."""
+        return KEY_DTYPE[self.tiling_key]
 
     @property
     def softmax_tiling(self) -> SoftMaxTiling:
@@ -251,15 +255,16 @@ def check_args(x: Any, dim: Any, out: Any, soc: SocSpec) -> tuple[int, int]:
                          f"softmax has no kernel for {soc.name} ({soc.short_soc}): tilesim's kernel is built on the "
                          f"v220 SoftMax API and DataCopyPad; {', '.join(SUPPORTED_SOCS)} only")
     t_x = dtype_name(x)
-    if t_x not in (FP32, FP16):
-        why = {BF16: "; the SoftMax API takes half and float only (aclnnSoftmax's A2 bf16 kernel is not public)",
-               "float64": "; aclnn runs float64 on the AI CPU, which tilesim does not model"}.get(t_x, "")
-        raise invalid("x", f"dtype {t_x} not supported; supported: {FP32}, {FP16}{why}")
+    if t_x not in DTYPES:
+        raise invalid("x", f"dtype {t_x} not supported; supported: {', '.join(DTYPES)}")
+    if t_x == FP64:
+        raise invalid("x", "dtype float64 not supported: aclnn runs float64 on the AI CPU, which tilesim does not "
+                           "model")
     has_out = out is not None and hasattr(out, "dtype") and hasattr(out, "shape")  # else the op API's out check
     if has_out:
         t_o = dtype_name(out)
-        if t_o not in (FP32, FP16, BF16, "float64"):
-            raise invalid("out", f"dtype {t_o} not supported; supported: {FP32}, {FP16}")
+        if t_o not in DTYPES:
+            raise invalid("out", f"dtype {t_o} not supported; supported: {', '.join(DTYPES)}")
         if t_o != t_x:
             raise invalid("out", f"dtype {t_o} must be x's ({t_x}): aclnn casts the result to out's dtype in a "
                                  "second kernel, which tilesim does not run")
@@ -283,11 +288,23 @@ def check_args(x: Any, dim: Any, out: Any, soc: SocSpec) -> tuple[int, int]:
     return numel(s) // cols, cols
 
 
-def _fit_rows(ub: int, cols_align: int, isz: int, nb: int) -> int:
-    """Rows a tile can hold: two queues of nb buffers of rows x cols_align elements and the API's largest tmp
-    (32/sizeof(T) + cols_align + 64 floats a row) in the UB."""
-    per_row = 2 * nb * cols_align * isz + (BLOCK // isz + cols_align + BASICBLOCK_UNIT) * FLOAT_SIZE
-    return ub // per_row
+def api_size(dtype: str) -> int:
+    """sizeof(T) of the SoftMax API's T for x of ``dtype``: bfloat16 is widened to float first (the API takes half
+    and float)."""
+    return FLOAT_SIZE if dtype == BF16 else ITEMSIZE[dtype]
+
+
+def _row_bytes(cols_align: int, dtype: str, nb: int) -> int:
+    """UB bytes a row of a tile takes: two queues of nb buffers of cols_align elements, bfloat16's fp32 copy of
+    the row, and the API's largest tmp (32/sizeof(T) + cols_align + 64 floats)."""
+    cast = cols_align * FLOAT_SIZE if dtype == BF16 else 0
+    return (2 * nb * cols_align * ITEMSIZE[dtype] + cast
+            + (BLOCK // api_size(dtype) + cols_align + BASICBLOCK_UNIT) * FLOAT_SIZE)
+
+
+def _fit_rows(ub: int, cols_align: int, dtype: str, nb: int) -> int:
+    """Rows a tile can hold in the UB (:func:`_row_bytes` a row)."""
+    return ub // _row_bytes(cols_align, dtype, nb)
 
 
 def _row_cap(cols: int) -> int:
@@ -299,7 +316,7 @@ def _build(rows: int, cols: int, dtype: str, spec: SocSpec, block_dim: int, tile
            tmp_size: int) -> SoftmaxOpTiling:
     isz = ITEMSIZE[dtype]
     cols_align = align_up(cols, BLOCK // isz)
-    api = soft_max_tiling_func((tile_rows, cols_align), isz, tmp_size)
+    api = soft_max_tiling_func((tile_rows, cols_align), api_size(dtype), tmp_size)
     return SoftmaxOpTiling(rows=rows, cols=cols, cols_align=cols_align, block_dim=block_dim,
                            former_num=rows % block_dim, block_rows=rows // block_dim, tile_rows=tile_rows,
                            buffer_num=buffer_num, tmp_size=tmp_size, itemsize=isz,
@@ -319,7 +336,7 @@ def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, core_num
         raise tiling_error("x", f"shape {list(shape_of(x))} is empty: there is nothing to tile (aclnnSoftmax "
                                 "returns before launching)")
     dtype = dtype_name(x)
-    isz = ITEMSIZE[dtype]
+    isz, asz = ITEMSIZE[dtype], api_size(dtype)
     if cols > MAX_COLS:
         raise tiling_error("x", f"the normalised axis has {cols} elements; the SoftMax API folds a row's 64-wide "
                                 "blocks past the first 512 with a uint8 repeat count (BigBlockReduceMax), so at "
@@ -333,21 +350,21 @@ def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, core_num
     core_rows = ceil_div(rows, block_dim)
     cols_align = align_up(cols, BLOCK // isz)
     if tile_rows is None:
-        fit1 = min(_fit_rows(spec.ub_size, cols_align, isz, 1), _row_cap(cols))
+        fit1 = min(_fit_rows(spec.ub_size, cols_align, dtype, 1), _row_cap(cols))
         if fit1 < 1:
-            need = 2 * cols_align * isz + (BLOCK // isz + cols_align + BASICBLOCK_UNIT) * FLOAT_SIZE
+            need = _row_bytes(cols_align, dtype, 1)
             raise tiling_error("x", f"a row of {cols} elements needs {need} B of UB (x and y queues and the "
                                     f"SoftMax API's tmp), more than the {spec.ub_size} B of {spec.name}")
         nb = buffer_num or (1 if core_rows <= fit1 else 2)  # double buffers only where a core has several tiles
-        fit = min(_fit_rows(spec.ub_size, cols_align, isz, nb), _row_cap(cols))
+        fit = min(_fit_rows(spec.ub_size, cols_align, dtype, nb), _row_cap(cols))
         if fit < 1:
             raise tiling_error("buffer_num", f"{nb}: a row of {cols} elements does not fit the UB twice")
         rows_t = min(core_rows, fit)
         if tmp_size is None:  # cut the tile to what the API takes in one pass (AdjustToBasicBlockBaseM)
-            rows_t = soft_max_tiling_func((rows_t, cols_align), isz,
-                                          get_soft_max_max_tmp_size((rows_t, cols_align), isz)).reduce_m
+            rows_t = soft_max_tiling_func((rows_t, cols_align), asz,
+                                          get_soft_max_max_tmp_size((rows_t, cols_align), asz)).reduce_m
             if buffer_num is None and rows_t < core_rows:
-                nb = 2 if _fit_rows(spec.ub_size, cols_align, isz, 2) >= rows_t else 1
+                nb = 2 if _fit_rows(spec.ub_size, cols_align, dtype, 2) >= rows_t else 1
     else:
         rows_t = int(tile_rows)
         if not 1 <= rows_t <= min(core_rows, _row_cap(cols)):
@@ -355,10 +372,10 @@ def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, core_num
                                             "rows, the SoftMax API's and DataCopyPad's row limits)")
         nb = buffer_num or (1 if rows_t >= core_rows else 2)
     if tmp_size is None:
-        tmp = get_soft_max_max_tmp_size((rows_t, cols_align), isz)
+        tmp = get_soft_max_max_tmp_size((rows_t, cols_align), asz)
     else:
         tmp = int(tmp_size)
-        low = get_soft_max_min_tmp_size((1, cols_align), isz)
+        low = get_soft_max_min_tmp_size((1, cols_align), asz)
         if tmp < low or tmp % BLOCK:
             raise tiling_error("tmp_size", f"{tmp} must be a multiple of 32 B and at least {low} B "
                                            "(GetSoftMaxMinTmpSize: one row a pass)")
@@ -379,9 +396,11 @@ def check_tiling(t: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_
 @shared_plan
 def ub_plan(t: SoftmaxOpTiling, soc: str | SocSpec = DEFAULT_SOC) -> UbPlan:
     """The kernel's InitBuffer calls, in order, under the names kernels.softmax gives them: the x and y queues of
-    ``buffer_num`` tiles each, then the sharedTmpBuffer TBuf."""
+    ``buffer_num`` tiles each, then (bf16) the fp32 tile, and the sharedTmpBuffer TBuf."""
     plan = UbPlan(get_soc(soc).ub_size)
     plan.add("in_queue_x", t.tile_bytes, t.buffer_num)
     plan.add("out_queue_y", t.tile_bytes, t.buffer_num)
+    if t.dtype == BF16:
+        plan.add("cast_buf", t.tile_rows * t.cols_align * FLOAT_SIZE)
     plan.add("tmp_buf", t.tmp_size)
     return plan
