@@ -1,4 +1,5 @@
-"""aclnnSoftmax on the last axis: a kernel of tilesim's own around the Ascend C high-level ``SoftMax`` API, written
+"""aclnnSoftmax: a kernel of tilesim's own around the Ascend C high-level ``SoftMax`` API for an axis whose elements
+are contiguous, and one on the basic vector instructions for any other axis (the [A, R, B] kernel, below), written
 on tilesim's programming model as a user's kernel on A2 would be (ops-nn's Ascend C SoftmaxV2 kernel is registered
 for the 950 only; the A2 binary's source is not public), and the op API.
 
@@ -60,6 +61,16 @@ some shapes, from two rules of tilesim.machine (reported to the project, not wor
 - the pipe-hazard check records a strided operand as one contiguous span, so with auto-sync off the column-block
   Sub / Div (one instruction per 32 B column, disjoint blocks) and AlignedBroadCastImpl's two interleaved Brcbs
   (16-float rows: half with the host tiling, rows ≥ 2 a pass) look like unordered writes of the same bytes.
+
+**The [A, R, B] kernel** (:func:`softmax_arb_kernel`, :class:`tiling.softmax.SoftmaxArbTiling`), for an axis R with
+elements after it (B > 1): x as [A, R, B]; a tile is one A index and a chunk of B, its R rows ``B`` elements apart in
+GM. CopyIn is a DataCopyPad of R rows (a GM gap between them, each padded in UB to 32 B); the reductions run across
+the rows of the tile, element by element (:func:`fold_rows`: Max / Add of the first half of the rows with the
+second, halved until one row is left), then x − max, Exp and the division by the sum row are level-0 Sub / Div
+with the row re-read at repStride 0 (:func:`bcast_rows`). When R does not fit the UB it comes in loads of
+``tile_r`` rows, over three passes: the max (each load folded, then Max into a running row), the sum (x − max, Exp,
+Add folds), then the normalisation and CopyOut. Half and bfloat16 (:func:`softmax_arb_b16_kernel`) are widened
+into an fp32 TBuf and y is cast back once with CAST_RINT. Every V-V dependence has its PipeBarrier<PIPE_V>.
 """
 
 from __future__ import annotations
@@ -69,7 +80,7 @@ from typing import Any
 
 import numpy as np
 from tilesim.tiling.common import BF16, dtype_name
-from tilesim.tiling.softmax import SoftmaxOpTiling, check_args, check_tiling
+from tilesim.tiling.softmax import SoftmaxArbTiling, SoftmaxOpTiling, check_args, check_tiling
 from tilesim.tiling.softmax import softmax as make_tiling
 
 from tilesim import machine as asc  # AscendC::
@@ -480,12 +491,245 @@ def softmax_bf16_kernel(ctx, t, x, y):
         out_queue_y.free_tensor(yl)
 
 
-def run(t: SoftmaxOpTiling, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.ndarray | None,
+# ---------------------------------------------------------------------------------------------------------------
+# tilesim's [A, R, B] kernel: a normalised axis that is not the last contiguous one
+
+
+@njit(cache=True)
+def _copy_rows(ctx, dst, src, count):
+    """Copy of ``count`` floats, the vector Copy in counter mode (as AlignedBroadCastImpl copies)."""
+    asc.set_mask_count(ctx)
+    asc.set_vector_mask(ctx, count)
+    asc.copy(dst, src, PH, 1, asc.CopyRepeatParams(1, 1, 8, 8))
+    asc.set_mask_norm(ctx)
+    _reset_mask(ctx)
+
+
+@njit(cache=True)
+def fold_rows(ctx, is_max, work, src, n, rs):
+    """The max (sum) over ``n`` rows of ``rs`` floats in ``src``, element by element: rows 0 .. h-1 with rows
+    h .. 2h-1 (h = n // 2) by one Max (Add) into ``work``, an odd last row folded into work's first, then work
+    halved in place the same way until one row is left. Returns the tensor whose first row holds the result
+    (``src`` itself for one row)."""
+    if n == 1:
+        return src
+    h = n // 2
+    _fold_count(is_max, work, src, src[h * rs], h * rs)
+    if n % 2 == 1:
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        _fold_count(is_max, work, work, src[(n - 1) * rs], rs)
+    n = h
+    while n > 1:
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        h = n // 2
+        _fold_count(is_max, work, work, work[(n - h) * rs], h * rs)
+        n -= h
+    return work
+
+
+@njit(cache=True)
+def _fold_count(is_max, dst, a, b, count):
+    """Max or Add, count form."""
+    if is_max:
+        asc.max_(dst, a, b, count)
+    else:
+        asc.add(dst, a, b, count)
+
+
+@njit(cache=True)
+def bcast_rows(is_div, dst, src, row, n, rs):
+    """``dst = src − row`` (or ``/ row``) for each of ``n`` rows of ``rs`` floats: level-0, a repeat a row, one
+    instruction per 64-float column group and 255 rows, ``row`` re-read by src1's repStride 0."""
+    rep = _u8(rs // FLOAT_BLK)
+    for g in range(0, rs, FLOAT_REPEAT):
+        lanes = min(FLOAT_REPEAT, rs - g)
+        for r0 in range(0, n, MAX_REPEAT):
+            k = min(MAX_REPEAT, n - r0)
+            p = asc.BinaryRepeatParams(1, 1, 1, rep, rep, 0)
+            if is_div:
+                asc.div(dst[r0 * rs + g], src[r0 * rs + g], row[g], lanes, k, p)
+            else:
+                asc.sub(dst[r0 * rs + g], src[r0 * rs + g], row[g], lanes, k, p)
+
+
+@njit(cache=True)
+def _arb_tile(t, tile, sz):
+    """(GM offset of the tile's first element, its B elements, its UB row stride in elements)."""
+    ai = tile // t.b_chunks
+    bc = tile - ai * t.b_chunks
+    bw = min(t.tile_b, t.b - bc * t.tile_b)
+    blk = 32 // sz
+    return ai * t.r * t.b + bc * t.tile_b, bw, (bw + blk - 1) // blk * blk
+
+
+@njit(cache=True)
+def _arb_copy_in(t, queue, x, off, r0, m, bw, rs, dtype):
+    """CopyIn: ``m`` R rows from row ``r0`` of the tile, ``bw`` elements each (a GM gap of B − bw between them),
+    each padded with zeros to ``rs`` in UB."""
+    sz = asc.size_of(dtype)
+    xl = queue.alloc_tensor(dtype)
+    asc.data_copy_pad(xl, x[off + r0 * t.b], asc.DataCopyExtParams(m, bw * sz, (t.b - bw) * sz, 0),
+                      asc.DataCopyPadExtParams(True, 0, rs - bw, 0))
+    queue.enque(xl)
+
+
+@njit(cache=True)
+def _arb_copy_out(t, queue, y, off, r0, m, bw, dtype):
+    """CopyOut: the ``bw`` real elements of each of ``m`` R rows to GM."""
+    sz = asc.size_of(dtype)
+    yl = queue.deque(dtype)
+    asc.data_copy_pad(y[off + r0 * t.b], yl, asc.DataCopyExtParams(m, bw * sz, 0, (t.b - bw) * sz))
+    queue.free_tensor(yl)
+
+
+@njit(cache=True)
+def _arb_stat(ctx, is_max, acc, part, first, rs):
+    """The running max (sum) row of a split R: the first load's, then Max (Add) of each further one."""
+    if first:
+        _copy_rows(ctx, acc, part, rs)
+    else:
+        _fold_count(is_max, acc, acc, part, rs)
+
+
+@njit(cache=True)
+def _arb_normalise(ctx, dst, src, mx, sm, work, m, rs, full):
+    """x − max, Exp, then (``full``: the sum of this load, which is all of R) the division by the sum row: the
+    whole of a load's Compute after its max is known, ``dst`` its fp32 y (``src`` may be it)."""
+    bcast_rows(False, dst, src, mx, m, rs)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.exp(dst, dst, m * rs)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    if full:
+        s = fold_rows(ctx, False, work, dst, m, rs)
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        bcast_rows(True, dst, dst, s, m, rs)
+    else:
+        bcast_rows(True, dst, dst, sm, m, rs)
+
+
+@kernel
+def softmax_arb_kernel(ctx, t, x, y):
+    """[A, R, B] softmax over R, fp32: Init (the x and y queues, the fold TBuf, the max / sum rows), then the
+    core's tiles (an A index and a chunk of B), each over its R rows. All of R in one load: CopyIn; the max row
+    by :func:`fold_rows`; x − max into the y tile (:func:`bcast_rows`), Exp, the sum row by fold_rows, the
+    division; CopyOut. R in several loads: a pass for the max (each load folded, then Max into the running row),
+    one for the sum (x − max, Exp and Add folds in the x buffer), one to normalise and copy out."""
+    pipe = asc.TPipe(ctx)
+    nbytes = t.tile_r * t.b_align * 4
+    in_queue_x = pipe.init_buffer(asc.TQue(asc.VECIN, 1), t.buffer_num, nbytes)
+    out_queue_y = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), t.buffer_num, nbytes)
+    fold_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), (t.tile_r + 1) // 2 * t.b_align * 4)
+    stat_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), 2 * t.b_align * 4)
+    work = fold_buf.get(asc.float32)
+    mx = stat_buf.get(asc.float32)
+    sm = mx[t.b_align]
+    c = asc.get_block_idx(ctx)
+    first = c * t.block_tiles + min(c, t.former_num)
+    for tile in range(first, first + t.block_tiles + (1 if c < t.former_num else 0)):
+        off, bw, rs = _arb_tile(t, tile, 4)
+        if t.r_chunks > 1:
+            for p in range(2):  # the max, then the sum
+                for k in range(t.r_chunks):
+                    r0 = k * t.tile_r
+                    m = min(t.tile_r, t.r - r0)
+                    _arb_copy_in(t, in_queue_x, x, off, r0, m, bw, rs, x.dtype)
+                    xl = in_queue_x.deque(x.dtype)
+                    if p == 1:
+                        bcast_rows(False, xl, xl, mx, m, rs)
+                        asc.pipe_barrier(ctx, asc.PIPE_V)
+                        asc.exp(xl, xl, m * rs)
+                        asc.pipe_barrier(ctx, asc.PIPE_V)
+                    part = fold_rows(ctx, p == 0, work, xl, m, rs)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+                    _arb_stat(ctx, p == 0, mx[p * t.b_align], part, k == 0, rs)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+                    in_queue_x.free_tensor(xl)
+        for k in range(t.r_chunks):
+            r0 = k * t.tile_r
+            m = min(t.tile_r, t.r - r0)
+            _arb_copy_in(t, in_queue_x, x, off, r0, m, bw, rs, x.dtype)
+            xl = in_queue_x.deque(x.dtype)  # Compute
+            yl = out_queue_y.alloc_tensor(x.dtype)
+            if t.r_chunks == 1:
+                mrow = fold_rows(ctx, True, work, xl, m, rs)
+                asc.pipe_barrier(ctx, asc.PIPE_V)
+                _arb_normalise(ctx, yl, xl, mrow, sm, work, m, rs, True)
+            else:
+                _arb_normalise(ctx, yl, xl, mx, sm, work, m, rs, False)
+            in_queue_x.free_tensor(xl)
+            out_queue_y.enque(yl)
+            _arb_copy_out(t, out_queue_y, y, off, r0, m, bw, x.dtype)
+
+
+@kernel
+def softmax_arb_b16_kernel(ctx, t, x, y):
+    """[A, R, B] softmax over R for half and bfloat16: as :func:`softmax_arb_kernel`, each load widened into an
+    fp32 TBuf (Cast, CAST_NONE) and computed there, y cast back once (CAST_RINT: round to nearest, ties to even,
+    as ops-nn's b16 SoftmaxV2 kernels round) into the y tile."""
+    pipe = asc.TPipe(ctx)
+    n16 = t.tile_r * t.b_align * 2
+    in_queue_x = pipe.init_buffer(asc.TQue(asc.VECIN, 1), t.buffer_num, n16)
+    out_queue_y = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), t.buffer_num, n16)
+    cast_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), n16 * 2)
+    fold_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), (t.tile_r + 1) // 2 * t.b_align * 4)
+    stat_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), 2 * t.b_align * 4)
+    xf = cast_buf.get(asc.float32)
+    work = fold_buf.get(asc.float32)
+    mx = stat_buf.get(asc.float32)
+    sm = mx[t.b_align]
+    c = asc.get_block_idx(ctx)
+    first = c * t.block_tiles + min(c, t.former_num)
+    for tile in range(first, first + t.block_tiles + (1 if c < t.former_num else 0)):
+        off, bw, rs = _arb_tile(t, tile, 2)
+        if t.r_chunks > 1:
+            for p in range(2):  # the max, then the sum
+                for k in range(t.r_chunks):
+                    r0 = k * t.tile_r
+                    m = min(t.tile_r, t.r - r0)
+                    _arb_copy_in(t, in_queue_x, x, off, r0, m, bw, rs, x.dtype)
+                    xl = in_queue_x.deque(x.dtype)
+                    asc.cast(xf, xl, asc.CAST_NONE, m * rs)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+                    in_queue_x.free_tensor(xl)
+                    if p == 1:
+                        bcast_rows(False, xf, xf, mx, m, rs)
+                        asc.pipe_barrier(ctx, asc.PIPE_V)
+                        asc.exp(xf, xf, m * rs)
+                        asc.pipe_barrier(ctx, asc.PIPE_V)
+                    part = fold_rows(ctx, p == 0, work, xf, m, rs)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+                    _arb_stat(ctx, p == 0, mx[p * t.b_align], part, k == 0, rs)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+        for k in range(t.r_chunks):
+            r0 = k * t.tile_r
+            m = min(t.tile_r, t.r - r0)
+            _arb_copy_in(t, in_queue_x, x, off, r0, m, bw, rs, x.dtype)
+            xl = in_queue_x.deque(x.dtype)  # Compute
+            asc.cast(xf, xl, asc.CAST_NONE, m * rs)
+            asc.pipe_barrier(ctx, asc.PIPE_V)
+            in_queue_x.free_tensor(xl)
+            if t.r_chunks == 1:
+                mrow = fold_rows(ctx, True, work, xf, m, rs)
+                asc.pipe_barrier(ctx, asc.PIPE_V)
+                _arb_normalise(ctx, xf, xf, mrow, sm, work, m, rs, True)
+            else:
+                _arb_normalise(ctx, xf, xf, mx, sm, work, m, rs, False)
+            asc.pipe_barrier(ctx, asc.PIPE_V)
+            yl = out_queue_y.alloc_tensor(x.dtype)
+            asc.cast(yl, xf, asc.CAST_RINT, m * rs)
+            out_queue_y.enque(yl)
+            _arb_copy_out(t, out_queue_y, y, off, r0, m, bw, x.dtype)
+
+
+def run(t: SoftmaxOpTiling | SoftmaxArbTiling, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.ndarray | None,
         checks: bool | None, auto_sync: bool = True) -> RunReport:
     """Launch the kernel of the tiling (x's dtype) on arrays already validated (x any layout, y C-contiguous of
     x's shape): the device part of the op. ``auto_sync`` is BiSheng's ``--cce-auto-sync`` for checked mode. The
     workspace is passed and not touched."""
-    k = softmax_bf16_kernel if t.dtype == BF16 else softmax_kernel
+    if isinstance(t, SoftmaxArbTiling):
+        k = softmax_arb_kernel if t.itemsize == 4 else softmax_arb_b16_kernel
+    else:
+        k = softmax_bf16_kernel if t.dtype == BF16 else softmax_kernel
     return launch(k, t, np.ascontiguousarray(x), y, block_dim=t.block_dim, soc=spec, checks=checks,
                   workspace=ws, op="softmax", gm_names=GM_NAMES, auto_sync=auto_sync)
 
@@ -493,8 +737,9 @@ def run(t: SoftmaxOpTiling, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.
 @accepts_torch(arrays=("x",))
 def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: SoftmaxOpTiling | None = None,
             checks: bool | None = False, out: np.ndarray | None = None) -> np.ndarray:
-    """aclnnSoftmax along ``dim`` (the last axis, or one whose elements are contiguous: see
-    :mod:`tiling.softmax`) by tilesim's kernel on the A2 SoftMax API; y in x's dtype and shape (fp32, fp16, bf16). An
+    """aclnnSoftmax along ``dim`` (any axis, negative counting from the end: the kernel on the A2 SoftMax API for
+    an axis whose elements are contiguous, the [A, R, B] kernel otherwise; see :mod:`tiling.softmax`); y in x's
+    dtype and shape (fp32, fp16, bf16). An
     empty x gives an empty y of its dtype without a launch, whatever the dtype (aclnnSoftmax returns before its
     dtype checks).
 
@@ -516,5 +761,5 @@ def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: 
     return y
 
 
-__all__ = ["kernel_tiling_func", "reduce_last_nd", "run", "softmax", "softmax_bf16_kernel", "softmax_kernel",
-           "softmax_rows"]
+__all__ = ["bcast_rows", "fold_rows", "kernel_tiling_func", "reduce_last_nd", "run", "softmax",
+           "softmax_arb_b16_kernel", "softmax_arb_kernel", "softmax_bf16_kernel", "softmax_kernel", "softmax_rows"]

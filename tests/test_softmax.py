@@ -173,6 +173,96 @@ def test_bf16_is_computed_in_fp32_and_rounded_once(rng, shape):
     assert_bitwise(y, out, "checked, auto_sync off")
 
 
+def _fold(v):
+    """fold_rows over axis 0 of v [n, ...] (float32): rows 0 .. h-1 plus rows h .. 2h-1, an odd last row added
+    to the first, then halved in place (rows 0 .. h-1 plus rows n-h .. n-1) until one row is left."""
+    n = v.shape[0]
+    if n == 1:
+        return v[0]
+    h = n // 2
+    w = v[:h] + v[h:2 * h]
+    if n % 2:
+        w[0] = w[0] + v[n - 1]
+    n = h
+    while n > 1:
+        h = n // 2
+        w[:h] = w[:h] + w[n - h:n]
+        n -= h
+    return w[0]
+
+
+def emulate_arb(x, dim, tile_r):
+    """The [A, R, B] kernel in float32 numpy: m = max over R (NaN wins; order-free), e = Exp(x − m), the sum
+    folded over each load of tile_r rows and the loads added in order, y = e / sum; b16 widened exactly and y
+    rounded once with CAST_RINT."""
+    x3 = np.moveaxis(np.asarray(x).astype(np.float32), dim, 0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = exp_values(np.ascontiguousarray(x3 - np.max(x3, axis=0)))
+        s = _fold(e[:tile_r].copy())
+        for r0 in range(tile_r, e.shape[0], tile_r):
+            s = s + _fold(e[r0:r0 + tile_r].copy())
+        y = np.moveaxis(e / s, 0, dim)
+    if x.dtype == np.float32:
+        return y
+    return narrow(np.ascontiguousarray(y), x.dtype.name, CAST_RINT).view(x.dtype).reshape(x.shape)
+
+
+# (shape, dim, dtype, overrides, what): ops-nn's example and the op_api UT's [2, 3] dim 0, ST shapes, B cut into
+# chunks with a shorter last one, R in several loads (the max, sum and normalise passes)
+ARB = [
+    ((4, 2), 0, "float32", {}, "ops-nn's example"),
+    ((2, 3), 0, "float16", {}, "the op_api UT"),
+    ((3, 5, 122), -2, "float32", {}, "B in chunks, the last shorter"),
+    ((20, 1024), 0, "bfloat16", {}, "ST bf16, B in chunks"),
+    ((9, 301, 5), 1, "float32", dict(tile_rows=37, core_num=2), "R in 9 loads"),
+    ((2, 300, 40), -2, "bfloat16", dict(tile_rows=64, tile_b=16), "R in 5 loads, B in 3 chunks"),
+]
+
+
+@pytest.mark.parametrize("shape,dim,dtype,kw,what", ARB, ids=[c[4] for c in ARB])
+def test_an_axis_that_is_not_the_last(rng, shape, dim, dtype, kw, what):
+    """The [A, R, B] kernel: against float64 math and torch, bit for bit against its instruction order, and (with
+    overrides) split as asked; the host's UB plan is what the kernel placed."""
+    x = make_x(rng, shape, dtype)
+    t = make_tiling(x, dim, **kw)
+    out, rep = run(x, dim, tiling=t)
+    assert out.dtype == x.dtype and out.shape == shape and rep.tiling == t
+    assert_precise(out, ref.softmax(x, dim), "vs reference")
+    assert_precise(out, torch_softmax(x, dim), "vs torch")
+    assert_bitwise(out, emulate_arb(x, dim, t.tile_r), "vs the [A, R, B] kernel's order")
+    d = dim % len(shape)
+    assert (t.a, t.r, t.b) == (int(np.prod(shape[:d])), shape[d], int(np.prod(shape[d + 1:])))
+    assert [(b.name, b.nbytes, b.buffer_num) for b in rep.ub_plan.buffers] == \
+        [(b.name, b.nbytes, b.buffer_num) for b in ub_plan(t, SOC).buffers]
+    if kw:
+        assert (t.r_chunks > 1) == ("tile_rows" in kw) and t != make_tiling(x, dim)
+
+
+def test_arb_checked_clean_with_and_without_auto_sync(rng):
+    """The [A, R, B] kernel's PipeBarriers and queues order every dependence: a split R with b16 casts and a full
+    load of fp32 run checked clean with BiSheng's auto-sync off, to the fast bits."""
+    for shape, dim, dtype, kw in (((5, 301, 40), 1, "bfloat16", dict(tile_rows=37, core_num=2)),
+                                  ((63, 7, 6), 0, "float32", {})):
+        x = make_x(rng, shape, dtype)
+        t = make_tiling(x, dim, **kw)
+        fast = softmax(x, dim, tiling=t)
+        for auto_sync in (True, False):
+            y = np.full(shape, 7, x.dtype)
+            assert run_kernel(t, SOC, x, y, None, True, auto_sync=auto_sync).checks
+            assert_bitwise(y, fast, f"checked, auto_sync={auto_sync}")
+
+
+def test_a_strided_x_is_made_contiguous_first(rng):
+    """The op_api UT's strided [5, 4] view over [4, 5] storage, along each axis: the values of the view, as aclnn's
+    Contiguous step copies them before the kernel."""
+    base = make_x(rng, (4, 5))
+    x = base.T
+    assert not x.flags.c_contiguous
+    for dim in (0, 1, -1):
+        assert_bitwise(softmax(x, dim), softmax(np.ascontiguousarray(x), dim), f"dim {dim}")
+        assert_precise(softmax(x, dim), ref.softmax(x, dim), f"dim {dim}")
+
+
 def test_the_instruction_order_statement_can_fail(rng):
     """The bitwise comparisons can fail: a sequential row sum (numpy's pairwise sum, or a plain loop) differs from
     the API's folds somewhere in a long row."""

@@ -27,8 +27,19 @@ Two parts, kept apart:
   (``soft_max_tiling_func([tile_rows, cols_align], sizeof(T), tmp_size)``) rides in the TilingData's
   ``src_m`` ... ``tail_reduce_size`` fields, as a real op embeds ``SoftMaxTiling`` in its TilingData.
 
-Free choices a user may override: ``core_num``, ``tile_rows``, ``buffer_num`` (1 or 2) and ``tmp_size`` (bytes, a
-multiple of 32, at least ``GetSoftMaxMinTmpSize``); a smaller tmp makes the API take a tile in several passes.
+- **tilesim's [A, R, B] kernel** (:class:`SoftmaxArbTiling`), for a normalised axis R with elements after it (B, the
+  product of the later axes, above 1; an axis followed only by axes of size 1, or of size 1 itself, is the
+  last-axis kernel's): tiles of one A index and ``tile_b`` elements of B over the cores, each tile's R rows whole
+  in UB when they fit, else in loads of ``tile_r`` rows (a pass for the max, one for the sum, one to normalise).
+  Official choices: every vector core; B whole when a row of it is at most 255 32-B blocks of floats (the uint8
+  repStride of the row-broadcast Sub / Div), cut further, to 32 B at least, until there are as many tiles as
+  cores; R whole when it fits single-buffered (double when a core has several tiles and they fit), else as many
+  rows a load as fit double-buffered (at most DataCopyPad's 4095). Overrides: ``core_num``, ``tile_rows`` (R rows
+  a load), ``tile_b``, ``buffer_num``.
+
+Free choices of the last-axis kernel a user may override: ``core_num``, ``tile_rows``, ``buffer_num`` (1 or 2) and
+``tmp_size`` (bytes, a multiple of 32, at least ``GetSoftMaxMinTmpSize``); a smaller tmp makes the API take a tile
+in several passes.
 
 The API's limits this tiling enforces (561002): its Max / Add folds take a row's 64-wide blocks past the first 512
 elements in one instruction whose repeat count is a uint8 (``(uint8_t)(splitBlock - 8)`` in ``BigBlockReduceMax``
@@ -39,11 +50,9 @@ repeat count for cols in [128, 512) (``NewReduceMaxLastNDImpl``) and ⌈rows/8�
 aclnnSoftmax's checks (``op_api/aclnn_softmax.cpp``), in its order: x or out None 161001; an empty x succeeds
 without a launch (the op returns an empty y); x's or out's dtype not supported 161002; dim outside
 [-ndim, ndim-1] (a 0-d x counts as 1-d) 161002; rank above 8 or out's shape not x's 161002. tilesim's own
-refusals, all 161002 unless stated: float64 (aclnn runs it on the AI CPU); an out dtype other than x's (aclnn would
-Cast the result in a second kernel, not modelled); a ``dim`` whose elements are not contiguous in x (the kernel
-normalises the last axis of a contiguous x; an axis followed only by axes of size 1, or of size 1 itself, is one;
-tilesim does not transpose on the host); a SoC other than 910B / 910_93 561003 (the kernel is built on the v220
-implementation of the API and on DataCopyPad, which 310P lacks).
+refusals, all 161002 unless stated: float64 (aclnn runs it on the AI CPU); an out dtype other than x's (aclnn
+would Cast the result in a second kernel, not modelled); a SoC other than 910B / 910_93 561003 (the kernels are
+built on the v220 implementation of the API and on DataCopyPad, which 310P lacks).
 """
 
 from __future__ import annotations
@@ -236,12 +245,6 @@ class SoftmaxOpTiling:
         return c * self.block_rows + min(c, self.former_num), self.block_rows + (c < self.former_num)
 
 
-def contiguous_axis(s: tuple[int, ...], d: int) -> bool:
-    """Whether softmax over axis ``d`` of a C-contiguous array of shape ``s`` is a last-axis softmax of a reshape
-    (no transpose): the axes after ``d`` are all of size 1, or axis ``d`` is (each element its own group)."""
-    return numel(s[d + 1:]) == 1 or s[d] == 1
-
-
 def check_args(x: Any, dim: Any, out: Any, soc: SocSpec) -> tuple[int, int]:
     """aclnnSoftmax's checks and tilesim's refusals (module docstring), in aclnn's order; ``out`` None is allowed
     here (the op API makes y; the aclnn form checks it first). Returns (rows, cols), rows·cols = 0 for an empty
@@ -279,13 +282,16 @@ def check_args(x: Any, dim: Any, out: Any, soc: SocSpec) -> tuple[int, int]:
     if has_out and shape_of(out) != s_x:
         raise invalid("out", f"shape {list(shape_of(out))} must be x's {list(s_x)}")
     s = s_x or (1,)
-    d = dim % nd
-    if not contiguous_axis(s, d):
-        raise invalid("dim", f"{dim} (axis {d} of x {list(s_x)}) is not supported: the kernel normalises the last "
-                             f"axis of a contiguous x (dim -1 or {nd - 1}, or an axis followed only by axes of size "
-                             "1); tilesim does not transpose x on the host")
-    cols = s[d]
+    cols = s[dim % nd]
     return numel(s) // cols, cols
+
+
+def arb(shape: tuple[int, ...], dim: int) -> tuple[int, int, int]:
+    """x of ``shape`` as [A, R, B] for softmax along ``dim`` (already checked): A the axes before it, R its length,
+    B the axes after it (a 0-d x is [1, 1, 1])."""
+    s = shape or (1,)
+    d = dim % len(s)
+    return numel(s[:d]), s[d], numel(s[d + 1:])
 
 
 def api_size(dtype: str) -> int:
@@ -326,15 +332,24 @@ def _build(rows: int, cols: int, dtype: str, spec: SocSpec, block_dim: int, tile
 
 @remembered(1)
 def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, core_num: int | None = None,
-            tile_rows: int | None = None, buffer_num: int | None = None,
-            tmp_size: int | None = None) -> SoftmaxOpTiling:
+            tile_rows: int | None = None, buffer_num: int | None = None, tmp_size: int | None = None,
+            tile_b: int | None = None) -> SoftmaxOpTiling | SoftmaxArbTiling:
     """The official tiling of tilesim's softmax kernel for ``x`` (anything with ``.shape`` and ``.dtype``) along
-    ``dim``; overrides of the free choices give a consistent alternative (None: the official choice)."""
+    ``dim``; overrides of the free choices give a consistent alternative (None: the official choice). An axis whose
+    elements are contiguous (followed only by axes of size 1, or of size 1 itself) is the last-axis kernel's
+    (:class:`SoftmaxOpTiling`); any other is the [A, R, B] kernel's (:class:`SoftmaxArbTiling`: ``tile_rows`` is
+    its R rows a load, ``tile_b`` its B elements a tile; ``tmp_size`` is the last-axis kernel's only)."""
     spec = get_soc(soc)
     rows, cols = check_args(x, dim, None, spec)
     if rows * cols == 0:
         raise tiling_error("x", f"shape {list(shape_of(x))} is empty: there is nothing to tile (aclnnSoftmax "
                                 "returns before launching)")
+    a, r, b = arb(shape_of(x), int(dim))
+    if b > 1 and r > 1:
+        return _arb_tiling(a, r, b, dtype_name(x), spec, core_num, tile_rows, buffer_num, tmp_size, tile_b)
+    if tile_b is not None:
+        raise tiling_error("tile_b", f"{tile_b}: the normalised axis is contiguous (the last-axis kernel), which has "
+                                     "no B tiles")
     dtype = dtype_name(x)
     isz, asz = ITEMSIZE[dtype], api_size(dtype)
     if cols > MAX_COLS:
@@ -386,6 +401,136 @@ def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, core_num
     return t
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# tilesim: the [A, R, B] kernel (a normalised axis that is not the last contiguous one)
+
+
+@dataclass(frozen=True)
+class SoftmaxArbTiling:
+    """The TilingData of tilesim's [A, R, B] softmax kernel: x as [a, r, b] (r the normalised axis), cut into
+    ``a · b_chunks`` tiles of one A index and ``tile_b`` B elements (the last chunk of B shorter); ``block_dim``
+    cores, the first ``former_num`` taking ``block_tiles + 1`` tiles and the others ``block_tiles``. A tile's R
+    rows come in loads of ``tile_r`` rows (``r_chunks`` loads; one: the whole tile at once) through queues of
+    ``buffer_num`` buffers, each row padded in UB to ``b_align`` (32 B of x's dtype); ``itemsize`` and
+    ``tiling_key`` (x's ge::DataType: fp32 0, fp16 1, bf16 27); ``workspace_size`` (the library's 16 MiB, which
+    the kernel does not touch)."""
+
+    a: int
+    r: int
+    b: int
+    block_dim: int
+    former_num: int
+    block_tiles: int
+    tile_b: int
+    b_chunks: int
+    b_align: int
+    tile_r: int
+    r_chunks: int
+    buffer_num: int
+    itemsize: int
+    tiling_key: int
+    workspace_size: int
+
+    @property
+    def dtype(self) -> str:
+        """The input's dtype name (from ``tiling_key``)."""
+        return KEY_DTYPE[self.tiling_key]
+
+    @property
+    def tiles(self) -> int:
+        """Tiles in all: an A index and a chunk of B each."""
+        return self.a * self.b_chunks
+
+    @property
+    def tile_bytes(self) -> int:
+        """Bytes of one queue buffer: tile_r rows of b_align elements."""
+        return self.tile_r * self.b_align * self.itemsize
+
+    @staticmethod
+    def choice_fields() -> dict[str, str | None]:
+        """The overrides of :func:`softmax` and the fields that carry them (block_dim: the core count)."""
+        return {"core_num": "block_dim", "tile_rows": "tile_r", "buffer_num": "buffer_num", "tmp_size": None,
+                "tile_b": "tile_b"}
+
+    def tiles_of_core(self, c: int) -> tuple[int, int]:
+        """(first tile, tiles) of core ``c``."""
+        return c * self.block_tiles + min(c, self.former_num), self.block_tiles + (c < self.former_num)
+
+
+def arb_row_bytes(b_align: int, dtype: str, nb: int) -> int:
+    """UB bytes an R row of an [A, R, B] tile takes: the x and y queues (nb buffers each), the fp32 copy of a b16
+    row, and half a row of the fold buffer (the first fold step halves the rows)."""
+    isz = ITEMSIZE[dtype]
+    cast = b_align * FLOAT_SIZE if isz == 2 else 0
+    return 2 * nb * b_align * isz + cast + b_align * FLOAT_SIZE // 2
+
+
+def arb_fixed_bytes(b_align: int) -> int:
+    """UB bytes of an [A, R, B] tile that do not grow with its rows: the max and sum rows and the fold buffer's
+    rounding up."""
+    return 3 * b_align * FLOAT_SIZE
+
+
+def _arb_fit(ub: int, b_align: int, dtype: str, nb: int) -> int:
+    """R rows an [A, R, B] load can hold (DataCopyPad's blockCount at most)."""
+    return min(max(ub - arb_fixed_bytes(b_align), 0) // arb_row_bytes(b_align, dtype, nb), MAX_BLOCK_COUNT)
+
+
+def _arb_tiling(a: int, r: int, b: int, dtype: str, spec: SocSpec, core_num: int | None, tile_rows: int | None,
+                buffer_num: int | None, tmp_size: int | None, tile_b: int | None) -> SoftmaxArbTiling:
+    """The [A, R, B] kernel's tiling (:func:`softmax`). Official choices: every vector core; B whole in a tile
+    when it fits a row of at most 255 32-B blocks of floats (a level-0 repStride), else in equal chunks, and cut
+    further (down to 32 B) until there are as many tiles as cores; R whole in a tile when it fits the UB
+    single-buffered (two buffers when a core has several tiles and they fit), else loads of as many rows as fit
+    double-buffered."""
+    if tmp_size is not None:
+        raise tiling_error("tmp_size", f"{tmp_size}: the [A, R, B] kernel does not call the SoftMax API and has no "
+                                       "sharedTmpBuffer")
+    isz = ITEMSIZE[dtype]
+    blk = BLOCK // isz
+    max_b = MAX_PASS_ROWS // blk * blk  # a float row of b_align elements is at most 255 blocks (uint8 repStride)
+    cores = spec.core_num_aiv if core_num is None else int(core_num)
+    if not 1 <= cores <= spec.core_num_aiv:
+        raise tiling_error("core_num", f"{cores} must be in [1, {spec.core_num_aiv}] (GetCoreNumAiv of {spec.name})")
+    if buffer_num is not None and buffer_num not in (1, 2):
+        raise tiling_error("buffer_num", f"{buffer_num} must be 1 or 2")
+    if tile_b is None:
+        chunks = max(ceil_div(b, max_b), min(ceil_div(cores, a), ceil_div(b, blk)))
+        tb = b if chunks == 1 else align_up(ceil_div(b, chunks), blk)
+    else:
+        tb = int(tile_b)
+        if not 1 <= tb <= min(b, max_b):
+            raise tiling_error("tile_b", f"{tb} must be in [1, {min(b, max_b)}] (B, and a row of at most 255 blocks "
+                                         "of floats)")
+    b_chunks = ceil_div(b, tb)
+    b_align = align_up(tb, blk)
+    tiles = a * b_chunks
+    block_dim = min(cores, tiles)
+    core_tiles = ceil_div(tiles, block_dim)
+    ub = spec.ub_size
+    if tile_rows is None:
+        if r <= _arb_fit(ub, b_align, dtype, 1):
+            nb = buffer_num or (2 if core_tiles > 1 and r <= _arb_fit(ub, b_align, dtype, 2) else 1)
+            tr = r
+        else:
+            nb = buffer_num or 2
+            tr = min(r, _arb_fit(ub, b_align, dtype, nb))
+            if tr < 1:
+                raise tiling_error("buffer_num", f"{nb}: an R row of {b_align} elements does not fit the UB")
+    else:
+        tr = int(tile_rows)
+        if not 1 <= tr <= min(r, MAX_BLOCK_COUNT):
+            raise tiling_error("tile_rows", f"{tr} must be in [1, {min(r, MAX_BLOCK_COUNT)}] (R, and DataCopyPad's "
+                                            "blockCount)")
+        nb = buffer_num or (2 if tr < r or core_tiles > 1 else 1)
+    t = SoftmaxArbTiling(a=a, r=r, b=b, block_dim=block_dim, former_num=tiles % block_dim,
+                         block_tiles=tiles // block_dim, tile_b=tb, b_chunks=b_chunks, b_align=b_align, tile_r=tr,
+                         r_chunks=ceil_div(r, tr), buffer_num=nb, itemsize=isz, tiling_key=TILING_KEY[dtype],
+                         workspace_size=spec.lib_workspace_size)
+    ub_plan(t, spec).check()
+    return t
+
+
 def check_tiling(t: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC) -> SoftmaxOpTiling:
     """A hand-made tiling, if it is what its free choices give for these arguments, field for field (the API's
     tiling included: :func:`tilesim.opspec.match_tiling`; 561002 naming the field otherwise); the tiling function
@@ -394,10 +539,19 @@ def check_tiling(t: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_
 
 
 @shared_plan
-def ub_plan(t: SoftmaxOpTiling, soc: str | SocSpec = DEFAULT_SOC) -> UbPlan:
+def ub_plan(t: SoftmaxOpTiling | SoftmaxArbTiling, soc: str | SocSpec = DEFAULT_SOC) -> UbPlan:
     """The kernel's InitBuffer calls, in order, under the names kernels.softmax gives them: the x and y queues of
-    ``buffer_num`` tiles each, then (bf16) the fp32 tile, and the sharedTmpBuffer TBuf."""
+    ``buffer_num`` tiles each, then (bf16) the fp32 tile and the sharedTmpBuffer TBuf; for the [A, R, B] kernel
+    the queues, (b16) the fp32 load, the fold buffer (half the load's rows, rounded up) and the max / sum rows."""
     plan = UbPlan(get_soc(soc).ub_size)
+    if isinstance(t, SoftmaxArbTiling):
+        plan.add("in_queue_x", t.tile_bytes, t.buffer_num)
+        plan.add("out_queue_y", t.tile_bytes, t.buffer_num)
+        if t.itemsize == 2:
+            plan.add("cast_buf", t.tile_r * t.b_align * FLOAT_SIZE)
+        plan.add("fold_buf", (t.tile_r + 1) // 2 * t.b_align * FLOAT_SIZE)
+        plan.add("stat_buf", 2 * t.b_align * FLOAT_SIZE)
+        return plan
     plan.add("in_queue_x", t.tile_bytes, t.buffer_num)
     plan.add("out_queue_y", t.tile_bytes, t.buffer_num)
     if t.dtype == BF16:
