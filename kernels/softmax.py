@@ -80,7 +80,7 @@ from typing import Any
 
 import numpy as np
 from tilesim.tiling.common import BF16, dtype_name
-from tilesim.tiling.softmax import SoftmaxArbTiling, SoftmaxOpTiling, check_args, check_tiling
+from tilesim.tiling.softmax import FP64, SoftmaxArbTiling, SoftmaxOpTiling, check_args, check_tiling
 from tilesim.tiling.softmax import softmax as make_tiling
 
 from tilesim import machine as asc  # AscendC::
@@ -734,14 +734,32 @@ def run(t: SoftmaxOpTiling | SoftmaxArbTiling, spec: SocSpec, x: np.ndarray, y: 
                   workspace=ws, op="softmax", gm_names=GM_NAMES, auto_sync=auto_sync)
 
 
+def ai_cpu_softmax(x: Any, dim: int) -> np.ndarray:
+    """float64 softmax as SoftmaxV2's AI CPU kernel computes it (ops-nn ``op_kernel_aicpu/softmax_v2_aicpu.cpp``,
+    which aclnn's l0op::SoftmaxV2 launches for a dtype no AI Core kernel takes): for each position outside the
+    axis, the max along it, e = exp(x − max), the sum of e added in the axis' order, its reciprocal, then e times
+    the reciprocal. A 0-d x is 1. ``exp`` is numpy's, which may differ from the AI CPU's libm in the last bit."""
+    xx = np.asarray(x, np.float64)
+    if xx.ndim == 0:
+        return np.ones((), np.float64)
+    v = np.moveaxis(xx, dim, 0)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        e = np.exp(v - v.max(axis=0))
+        s = np.zeros(e.shape[1:], np.float64)
+        for i in range(e.shape[0]):
+            s += e[i]
+        return np.moveaxis(e * (1.0 / s), 0, dim)
+
+
 @accepts_torch(arrays=("x",))
 def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: SoftmaxOpTiling | None = None,
             checks: bool | None = False, out: np.ndarray | None = None) -> np.ndarray:
     """aclnnSoftmax along ``dim`` (any axis, negative counting from the end: the kernel on the A2 SoftMax API for
     an axis whose elements are contiguous, the [A, R, B] kernel otherwise; see :mod:`tiling.softmax`); y in x's
-    dtype and shape (fp32, fp16, bf16). An
-    empty x gives an empty y of its dtype without a launch, whatever the dtype (aclnnSoftmax returns before its
-    dtype checks).
+    dtype and shape (fp32, fp16, bf16). float64, which no AI Core kernel takes (aclnn runs it on the AI CPU), is
+    computed on the host as the AI CPU kernel does (:func:`ai_cpu_softmax`), without a launch: no run report, no
+    tiling. An empty x gives an empty y of its dtype without a launch, whatever the dtype (aclnnSoftmax returns
+    before its dtype checks).
 
     ``tiling`` runs a TilingData made with ``tiling.softmax(x, dim, core_num=..., tile_rows=..., buffer_num=...,
     tmp_size=...)`` (checked first); ``checks=True`` runs checked mode; ``out`` writes into an existing array.
@@ -751,6 +769,13 @@ def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: 
     checked = checks_default(checks)
     rows, cols = check_args(x, dim, out, spec)
     t = None
+    if rows * cols and dtype_name(x) == FP64:
+        if tiling is not None:
+            raise tiling_error("tiling", "float64 runs on the AI CPU (SoftmaxV2's AI CPU kernel): there is no AI "
+                                         "Core kernel to tile")
+        y = output(out, "out", tuple(np.shape(x)), FP64)
+        y[...] = ai_cpu_softmax(x, int(dim))
+        return y
     if rows * cols:
         t = make_tiling(x, dim, soc=spec) if tiling is None else check_tiling(tiling, x, dim, soc=spec)
     elif tiling is not None:
@@ -761,5 +786,5 @@ def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: 
     return y
 
 
-__all__ = ["bcast_rows", "fold_rows", "kernel_tiling_func", "reduce_last_nd", "run", "softmax",
+__all__ = ["ai_cpu_softmax", "bcast_rows", "fold_rows", "kernel_tiling_func", "reduce_last_nd", "run", "softmax",
            "softmax_arb_b16_kernel", "softmax_arb_kernel", "softmax_bf16_kernel", "softmax_kernel", "softmax_rows"]

@@ -17,6 +17,7 @@ from tilesim.tiling.softmax import get_soft_max_min_tmp_size
 from tilesim.tiling.softmax import softmax as make_tiling
 from tilesim.tiling.swiglu import swiglu as swiglu_tiling
 
+import tilesim
 from tilesim import AclnnError
 from tilesim.precision import compare
 
@@ -39,7 +40,6 @@ def full7(shape, dtype=F32):
 # (name, x, dim, out (None: x's shape and dtype, or [4, 64] fp32), soc, status, words the message must contain)
 CASES = [
     ("x None", None, -1, None, "Ascend910B1", 161001, ["x", "None"]),
-    ("x float64", a((4, 64), np.float64), -1, None, "Ascend910B1", 161002, ["x", "float64", "AI CPU"]),
     ("x int32", a((4, 64), np.int32), -1, None, "Ascend910B1", 161002, ["x", "int32", "supported"]),
     ("out fp16 for fp32 x", GOOD_X, -1, full7((4, 64), F16), "Ascend910B1", 161002, ["out", "float16", "x's"]),
     ("out bf16 for fp16 x", a((4, 64), F16), -1, full7((4, 64), BF16), "Ascend910B1", 161002, ["out", "bfloat16"]),
@@ -67,7 +67,7 @@ CASES = [
 def out_for(x, out):
     if out is not None:
         return out
-    if x is None or x.dtype not in (F32, F16, BF16):
+    if x is None or x.dtype not in (F32, F16, BF16, np.float64):
         return full7((4, 64))
     return full7(x.shape, x.dtype)
 
@@ -81,6 +81,28 @@ def test_bad_input(name, x, dim, out, soc, status, words):
     out = out_for(x, out)
     assert_refused(lambda: kernels.softmax(x, dim, soc=soc, out=out),
                    lambda: aclnn.softmax_get_workspace_size(x, dim, out, soc=soc), status, words, [x], [out])
+
+
+def test_float64_is_the_ai_cpus_without_a_launch():
+    """float64 has no AI Core kernel (aclnn's l0op::SoftmaxV2 sends it to the AI CPU): computed on the host as
+    SoftmaxV2's AI CPU kernel does, through both forms, with no launch, no tiling and no workspace; a tiling is
+    refused (nothing to tile)."""
+    x = a((3, 5, 122), np.float64, 8)
+    with tilesim.capture() as runs:
+        y = kernels.softmax(x, 1)
+    assert runs == [] and y.dtype == np.float64
+    np.testing.assert_allclose(y, kernels.reference.softmax(x, 1), rtol=1e-14, atol=0)
+    assert kernels.softmax(np.float64(3.0)) == 1.0
+    out = full7((3, 5, 122), np.float64)
+    st, ws, ex = aclnn.softmax_get_workspace_size(x, -2, out)
+    assert (st, ws, ex.tiling) == (0, 0, None) and aclnn.softmax(None, 0, ex) == 0
+    np.testing.assert_array_equal(out, y)
+    with pytest.raises(AclnnError) as e:
+        make_tiling(x, 1)
+    assert e.value.status == 561002 and "AI CPU" in e.value.message
+    with pytest.raises(AclnnError) as e:
+        kernels.softmax(x, 1, tiling=make_tiling(a((3, 5, 122)), 1))
+    assert e.value.status == 561002 and "AI CPU" in e.value.message
 
 
 def test_good_call_clears_recent_error():

@@ -47,10 +47,13 @@ elements in one instruction whose repeat count is a uint8 (``(uint8_t)(splitBloc
 repeat count for cols in [128, 512) (``NewReduceMaxLastNDImpl``) and ⌈rows/8⌉ one for the broadcast
 (``AlignedBroadCastImpl``), so tile_rows ≤ 255 there and ≤ 2040 elsewhere; DataCopyPad's blockCount ≤ 4095.
 
+float64 has no AI Core kernel: aclnn's l0op::SoftmaxV2 sends it to the AI CPU, which tilesim computes on the host
+(:func:`kernels.softmax.ai_cpu_softmax`); this function refuses it (561002: nothing to tile).
+
 aclnnSoftmax's checks (``op_api/aclnn_softmax.cpp``), in its order: x or out None 161001; an empty x succeeds
 without a launch (the op returns an empty y); x's or out's dtype not supported 161002; dim outside
 [-ndim, ndim-1] (a 0-d x counts as 1-d) 161002; rank above 8 or out's shape not x's 161002. tilesim's own
-refusals, all 161002 unless stated: float64 (aclnn runs it on the AI CPU); an out dtype other than x's (aclnn
+refusals, all 161002 unless stated: an out dtype other than x's (aclnn
 would Cast the result in a second kernel, not modelled); a SoC other than 910B / 910_93 561003 (the kernels are
 built on the v220 implementation of the API and on DataCopyPad, which 310P lacks).
 """
@@ -260,9 +263,6 @@ def check_args(x: Any, dim: Any, out: Any, soc: SocSpec) -> tuple[int, int]:
     t_x = dtype_name(x)
     if t_x not in DTYPES:
         raise invalid("x", f"dtype {t_x} not supported; supported: {', '.join(DTYPES)}")
-    if t_x == FP64:
-        raise invalid("x", "dtype float64 not supported: aclnn runs float64 on the AI CPU, which tilesim does not "
-                           "model")
     has_out = out is not None and hasattr(out, "dtype") and hasattr(out, "shape")  # else the op API's out check
     if has_out:
         t_o = dtype_name(out)
@@ -344,6 +344,9 @@ def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, core_num
     if rows * cols == 0:
         raise tiling_error("x", f"shape {list(shape_of(x))} is empty: there is nothing to tile (aclnnSoftmax "
                                 "returns before launching)")
+    if dtype_name(x) == FP64:
+        raise tiling_error("x", "float64 runs on the AI CPU (SoftmaxV2's AI CPU kernel, which aclnn launches for a "
+                                "dtype no AI Core kernel takes): there is no AI Core kernel to tile")
     a, r, b = arb(shape_of(x), int(dim))
     if b > 1 and r > 1:
         return _arb_tiling(a, r, b, dtype_name(x), spec, core_num, tile_rows, buffer_num, tmp_size, tile_b)
