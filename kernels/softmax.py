@@ -71,6 +71,14 @@ with the row re-read at repStride 0 (:func:`bcast_rows`). When R does not fit th
 ``tile_r`` rows, over three passes: the max (each load folded, then Max into a running row), the sum (x − max, Exp,
 Add folds), then the normalisation and CopyOut. Half and bfloat16 (:func:`softmax_arb_b16_kernel`) are widened
 into an fp32 TBuf and y is cast back once with CAST_RINT. Every V-V dependence has its PipeBarrier<PIPE_V>.
+
+**The split-row kernel** (:func:`softmax_long_kernel`, :class:`tiling.softmax.SoftmaxLongTiling`), for last-axis
+rows the SoftMax API cannot take in one pass (past its uint8 fold, 16895 elements, or past the UB beside its tmp):
+a row at a time in loads of ``tile_cols`` elements, over three passes. The max: each load's 64-float rows folded by
+fold_rows, its tail by a masked Max, then a Max into a running 64-float row; WholeReduceMax; the scalar unit reads
+the max after a V_S sync (and an S_V one after). The sum: Adds of −max, Exp, the Add folds, WholeReduceSum. Then
+Duplicate of the sum into a row and, load by load, Adds, Exp, the level-0 Div by that row, CopyOut. b16
+(:func:`softmax_long_b16_kernel`) widens each load into an fp32 TBuf and casts y back once with CAST_RINT.
 """
 
 from __future__ import annotations
@@ -80,7 +88,7 @@ from typing import Any
 
 import numpy as np
 from tilesim.tiling.common import BF16, dtype_name
-from tilesim.tiling.softmax import FP64, SoftmaxArbTiling, SoftmaxOpTiling, check_args, check_tiling
+from tilesim.tiling.softmax import FP64, SoftmaxArbTiling, SoftmaxLongTiling, SoftmaxOpTiling, check_args, check_tiling
 from tilesim.tiling.softmax import softmax as make_tiling
 
 from tilesim import machine as asc  # AscendC::
@@ -721,13 +729,206 @@ def softmax_arb_b16_kernel(ctx, t, x, y):
             _arb_copy_out(t, out_queue_y, y, off, r0, m, bw, x.dtype)
 
 
-def run(t: SoftmaxOpTiling | SoftmaxArbTiling, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.ndarray | None,
+# ---------------------------------------------------------------------------------------------------------------
+# tilesim's split-row kernel: rows the SoftMax API cannot take in one pass
+
+
+@njit(cache=True)
+def _long_fold(ctx, is_max, acc, work, xs, length, first):
+    """Fold a load of ``length`` floats into the running 64-float row ``acc`` (the load's first: copied): its
+    whole 64-float rows by :func:`fold_rows`, its last ``length % 64`` elements by a Max (Add) masked to them,
+    then a Max (Add) into acc; a load shorter than 64 straight into acc, masked (acc first filled with Max's
+    (Add's) identity, -inf (0), when it is the row's only load)."""
+    full = length // FLOAT_REPEAT
+    tail = length - full * FLOAT_REPEAT
+    if full > 0:
+        part = fold_rows(ctx, is_max, work, xs, full, FLOAT_REPEAT)
+        if tail > 0:
+            asc.pipe_barrier(ctx, asc.PIPE_V)
+            _fold(is_max, part, part, xs[full * FLOAT_REPEAT], tail, 1, asc.BinaryRepeatParams(1, 1, 1, 8, 8, 8))
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        _arb_stat(ctx, is_max, acc, part, first, FLOAT_REPEAT)
+    else:
+        if first:  # a row shorter than 64: its lanes past the row start as Max's (Add's) identity
+            asc.duplicate(acc, np.float32(-np.inf) if is_max else np.float32(0.0), FLOAT_REPEAT)
+            asc.pipe_barrier(ctx, asc.PIPE_V)
+        _fold(is_max, acc, acc, xs, tail, 1, asc.BinaryRepeatParams(1, 1, 1, 8, 8, 8))
+
+
+@njit(cache=True)
+def _long_scalar(ctx, pipe, is_max, red, acc):
+    """The row's max (sum) from its 64-float row: WholeReduceMax (Sum) into ``red``, read by the scalar unit after
+    a V_S SetFlag / WaitFlag, and an S_V one after the read (the next row's reduce writes ``red`` again)."""
+    _whole_reduce(is_max, red, acc, FLOAT_REPEAT, 1, 1, 1, 8)
+    ev = pipe.fetch_event_id(asc.HardEvent.V_S)
+    asc.set_flag(ctx, asc.HardEvent.V_S, ev)
+    asc.wait_flag(ctx, asc.HardEvent.V_S, ev)
+    v = red.get_value(0)
+    ev = pipe.fetch_event_id(asc.HardEvent.S_V)
+    asc.set_flag(ctx, asc.HardEvent.S_V, ev)
+    asc.wait_flag(ctx, asc.HardEvent.S_V, ev)
+    return v
+
+
+@njit(cache=True)
+def _long_normalise(ctx, dst, src, neg_max, srow, la, length):
+    """x − max (Adds of the negated max), Exp, then the division by the sum row (``srow``, 64 copies of the sum)
+    of a load of ``length`` elements (``la``: aligned), into ``dst``."""
+    asc.adds(dst, src, neg_max, la)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.exp(dst, dst, la)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    full = length // FLOAT_REPEAT
+    tail = length - full * FLOAT_REPEAT
+    bcast_rows(True, dst, dst, srow, full, FLOAT_REPEAT)
+    if tail > 0:
+        o = full * FLOAT_REPEAT
+        asc.div(dst[o], dst[o], srow, tail, 1, asc.BinaryRepeatParams(1, 1, 1, 8, 8, 0))
+
+
+@njit(cache=True)
+def _long_copy_in(t, queue, x, off, length, dtype):
+    """CopyIn: one load of ``length`` elements of a row, padded with zeros to 32 B."""
+    sz = asc.size_of(dtype)
+    blk = 32 // sz
+    xl = queue.alloc_tensor(dtype)
+    asc.data_copy_pad(xl, x[off], asc.DataCopyExtParams(1, length * sz, 0, 0),
+                      asc.DataCopyPadExtParams(True, 0, (length + blk - 1) // blk * blk - length, 0))
+    queue.enque(xl)
+
+
+@njit(cache=True)
+def _long_copy_out(queue, y, off, length, dtype):
+    """CopyOut: the ``length`` real elements of a load."""
+    yl = queue.deque(dtype)
+    asc.data_copy_pad(y[off], yl, asc.DataCopyExtParams(1, length * asc.size_of(dtype), 0, 0))
+    queue.free_tensor(yl)
+
+
+@kernel
+def softmax_long_kernel(ctx, t, x, y):
+    """Split-row softmax, fp32: Init (the x and y queues, the fold TBuf, the stat TBuf: running row, sum row and
+    reduce block), then the core's rows, each in ``c_chunks`` loads over three passes: the max (each load folded
+    into a running 64-float row: :func:`_long_fold`; WholeReduceMax; the scalar read after a V_S sync), the sum
+    (Adds of −max, Exp, the Add folds; WholeReduceSum), then Duplicate of the sum into a row and, load by load,
+    Adds, Exp and the division (level-0 Div, the sum row re-read at repStride 0) into the y tile and CopyOut."""
+    pipe = asc.TPipe(ctx)
+    in_queue_x = pipe.init_buffer(asc.TQue(asc.VECIN, 1), t.buffer_num, t.tile_cols * 4)
+    out_queue_y = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), t.buffer_num, t.tile_cols * 4)
+    fold_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), (t.tile_cols // FLOAT_REPEAT + 1) // 2 * FLOAT_REPEAT * 4)
+    stat_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), (2 * FLOAT_REPEAT + FLOAT_BLK) * 4)
+    work = fold_buf.get(asc.float32)
+    acc = stat_buf.get(asc.float32)
+    srow = acc[FLOAT_REPEAT]
+    red = acc[2 * FLOAT_REPEAT]
+    c = asc.get_block_idx(ctx)
+    start = c * t.block_rows + min(c, t.former_num)
+    neg_max = np.float32(0.0)
+    for row in range(start, start + t.block_rows + (1 if c < t.former_num else 0)):
+        base = row * t.cols
+        for p in range(2):  # the max, then the sum
+            for k in range(t.c_chunks):
+                c0 = k * t.tile_cols
+                ln = min(t.tile_cols, t.cols - c0)
+                _long_copy_in(t, in_queue_x, x, base + c0, ln, x.dtype)
+                xl = in_queue_x.deque(x.dtype)
+                if p == 1:
+                    la = (ln + FLOAT_BLK - 1) // FLOAT_BLK * FLOAT_BLK
+                    asc.adds(xl, xl, neg_max, la)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+                    asc.exp(xl, xl, la)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+                _long_fold(ctx, p == 0, acc, work, xl, ln, k == 0)
+                asc.pipe_barrier(ctx, asc.PIPE_V)
+                in_queue_x.free_tensor(xl)
+            v = _long_scalar(ctx, pipe, p == 0, red, acc)
+            if p == 0:
+                neg_max = -v
+            else:
+                asc.duplicate(srow, v, FLOAT_REPEAT)
+                asc.pipe_barrier(ctx, asc.PIPE_V)
+        for k in range(t.c_chunks):
+            c0 = k * t.tile_cols
+            ln = min(t.tile_cols, t.cols - c0)
+            la = (ln + FLOAT_BLK - 1) // FLOAT_BLK * FLOAT_BLK
+            _long_copy_in(t, in_queue_x, x, base + c0, ln, x.dtype)
+            xl = in_queue_x.deque(x.dtype)  # Compute
+            yl = out_queue_y.alloc_tensor(x.dtype)
+            _long_normalise(ctx, yl, xl, neg_max, srow, la, ln)
+            in_queue_x.free_tensor(xl)
+            out_queue_y.enque(yl)
+            _long_copy_out(out_queue_y, y, base + c0, ln, x.dtype)
+
+
+@kernel
+def softmax_long_b16_kernel(ctx, t, x, y):
+    """Split-row softmax for half and bfloat16: as :func:`softmax_long_kernel`, each load widened into an fp32
+    TBuf (Cast, CAST_NONE) and computed there, y cast back once (CAST_RINT) into the y tile."""
+    pipe = asc.TPipe(ctx)
+    in_queue_x = pipe.init_buffer(asc.TQue(asc.VECIN, 1), t.buffer_num, t.tile_cols * 2)
+    out_queue_y = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), t.buffer_num, t.tile_cols * 2)
+    cast_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), t.tile_cols * 4)
+    fold_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), (t.tile_cols // FLOAT_REPEAT + 1) // 2 * FLOAT_REPEAT * 4)
+    stat_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), (2 * FLOAT_REPEAT + FLOAT_BLK) * 4)
+    xf = cast_buf.get(asc.float32)
+    work = fold_buf.get(asc.float32)
+    acc = stat_buf.get(asc.float32)
+    srow = acc[FLOAT_REPEAT]
+    red = acc[2 * FLOAT_REPEAT]
+    c = asc.get_block_idx(ctx)
+    start = c * t.block_rows + min(c, t.former_num)
+    neg_max = np.float32(0.0)
+    for row in range(start, start + t.block_rows + (1 if c < t.former_num else 0)):
+        base = row * t.cols
+        for p in range(2):  # the max, then the sum
+            for k in range(t.c_chunks):
+                c0 = k * t.tile_cols
+                ln = min(t.tile_cols, t.cols - c0)
+                la = (ln + 15) // 16 * 16
+                _long_copy_in(t, in_queue_x, x, base + c0, ln, x.dtype)
+                xl = in_queue_x.deque(x.dtype)
+                asc.cast(xf, xl, asc.CAST_NONE, la)
+                asc.pipe_barrier(ctx, asc.PIPE_V)
+                in_queue_x.free_tensor(xl)
+                if p == 1:
+                    asc.adds(xf, xf, neg_max, la)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+                    asc.exp(xf, xf, la)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+                _long_fold(ctx, p == 0, acc, work, xf, ln, k == 0)
+                asc.pipe_barrier(ctx, asc.PIPE_V)
+            v = _long_scalar(ctx, pipe, p == 0, red, acc)
+            if p == 0:
+                neg_max = -v
+            else:
+                asc.duplicate(srow, v, FLOAT_REPEAT)
+                asc.pipe_barrier(ctx, asc.PIPE_V)
+        for k in range(t.c_chunks):
+            c0 = k * t.tile_cols
+            ln = min(t.tile_cols, t.cols - c0)
+            la = (ln + 15) // 16 * 16
+            _long_copy_in(t, in_queue_x, x, base + c0, ln, x.dtype)
+            xl = in_queue_x.deque(x.dtype)  # Compute
+            asc.cast(xf, xl, asc.CAST_NONE, la)
+            asc.pipe_barrier(ctx, asc.PIPE_V)
+            in_queue_x.free_tensor(xl)
+            _long_normalise(ctx, xf, xf, neg_max, srow, la, ln)
+            asc.pipe_barrier(ctx, asc.PIPE_V)
+            yl = out_queue_y.alloc_tensor(x.dtype)
+            asc.cast(yl, xf, asc.CAST_RINT, la)
+            out_queue_y.enque(yl)
+            _long_copy_out(out_queue_y, y, base + c0, ln, x.dtype)
+
+
+def run(t: Any, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.ndarray | None,
         checks: bool | None, auto_sync: bool = True) -> RunReport:
     """Launch the kernel of the tiling (x's dtype) on arrays already validated (x any layout, y C-contiguous of
     x's shape): the device part of the op. ``auto_sync`` is BiSheng's ``--cce-auto-sync`` for checked mode. The
     workspace is passed and not touched."""
     if isinstance(t, SoftmaxArbTiling):
         k = softmax_arb_kernel if t.itemsize == 4 else softmax_arb_b16_kernel
+    elif isinstance(t, SoftmaxLongTiling):
+        k = softmax_long_kernel if t.itemsize == 4 else softmax_long_b16_kernel
     else:
         k = softmax_bf16_kernel if t.dtype == BF16 else softmax_kernel
     return launch(k, t, np.ascontiguousarray(x), y, block_dim=t.block_dim, soc=spec, checks=checks,
@@ -787,4 +988,5 @@ def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: 
 
 
 __all__ = ["ai_cpu_softmax", "bcast_rows", "fold_rows", "kernel_tiling_func", "reduce_last_nd", "run", "softmax",
-           "softmax_arb_b16_kernel", "softmax_arb_kernel", "softmax_bf16_kernel", "softmax_kernel", "softmax_rows"]
+           "softmax_arb_b16_kernel", "softmax_arb_kernel", "softmax_bf16_kernel", "softmax_kernel",
+           "softmax_long_b16_kernel", "softmax_long_kernel", "softmax_rows"]

@@ -252,6 +252,60 @@ def test_arb_checked_clean_with_and_without_auto_sync(rng):
             assert_bitwise(y, fast, f"checked, auto_sync={auto_sync}")
 
 
+def emulate_long(x, tile_cols):
+    """The split-row kernel in float32 numpy, row by row: m = max, e = Exp(x − m), each load's sum folded as
+    fold_rows folds its 64-float rows with its tail added to the first lanes, the loads added into a running
+    64-float row (the first copied; a row's only load shorter than 64 added to zeros), WholeReduceSum's tree
+    over the 64 lanes, y = e / sum; b16 widened exactly and y rounded once with CAST_RINT."""
+    x2 = np.asarray(x).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = exp_values(np.ascontiguousarray(x2 - np.max(x2, axis=1, keepdims=True)))
+    acc = np.zeros((e.shape[0], 64), np.float32)
+    for k, c0 in enumerate(range(0, e.shape[1], tile_cols)):
+        c = e[:, c0:c0 + tile_cols]
+        full, tail = divmod(c.shape[1], 64)
+        if full:
+            part = _fold(np.moveaxis(c[:, :64 * full].reshape(-1, full, 64), 1, 0).copy())
+            part[:, :tail] = part[:, :tail] + c[:, 64 * full:]
+            acc = part.copy() if k == 0 else acc + part
+        else:
+            acc[:, :tail] = acc[:, :tail] + c
+    y = e / _tree(acc)[:, None]
+    if x.dtype == np.float32:
+        return y
+    return narrow(y, x.dtype.name, CAST_RINT).view(x.dtype).reshape(x.shape)
+
+
+@pytest.mark.parametrize("shape,dtype,tile_cols", [((7, 100003), "float32", None), ((2, 16896), "float16", None),
+                                                   ((3, 1000), "float32", 256), ((3, 1000), "bfloat16", 128),
+                                                   ((2, 40), "float32", 64)])
+def test_rows_the_api_cannot_take_in_one_pass(rng, shape, dtype, tile_cols):
+    """The split-row kernel: rows past the API's uint8 fold or the UB (the official tiling), and shorter rows in
+    loads of ``tile_cols`` (a tail in each load, a load shorter than 64, one row of one load): a pass for the max,
+    one for the sum, one to normalise; against float64 math, torch and its instruction order."""
+    x = make_x(rng, shape, dtype)
+    t = make_tiling(x, tile_cols=tile_cols)
+    out, rep = run(x, tiling=t)
+    assert type(t).__name__ == "SoftmaxLongTiling" and rep.tiling == t and t.c_chunks == -(-shape[1] // t.tile_cols)
+    assert t.c_chunks > 1 or shape[1] < 64
+    assert_precise(out, ref.softmax(x), "vs reference")
+    assert_precise(out, torch_softmax(x), "vs torch")
+    assert_bitwise(out, emulate_long(x, t.tile_cols), "vs the split-row kernel's order")
+    assert rep.ub_plan.used <= SOC.ub_size and rep.total("mte2_bytes") == 3 * x.nbytes
+
+
+def test_split_row_checked_clean_with_and_without_auto_sync(rng):
+    """The split-row kernel's syncs (PipeBarriers, V_S before the scalar reads the max and sum, S_V after) order
+    every dependence with BiSheng's auto-sync off."""
+    x = make_x(rng, (3, 1000), "bfloat16")
+    t = make_tiling(x, tile_cols=128)
+    fast = softmax(x, tiling=t)
+    for auto_sync in (True, False):
+        y = np.full(x.shape, 7, x.dtype)
+        assert run_kernel(t, SOC, x, y, None, True, auto_sync=auto_sync).checks
+        assert_bitwise(y, fast, f"checked, auto_sync={auto_sync}")
+
+
 def test_a_strided_x_is_made_contiguous_first(rng):
     """The op_api UT's strided [5, 4] view over [4, 5] storage, along each axis: the values of the view, as aclnn's
     Contiguous step copies them before the kernel."""

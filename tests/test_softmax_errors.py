@@ -57,10 +57,6 @@ CASES = [
     ("310P: no kernel", GOOD_X, -1, None, "Ascend310P3", 561003, ["Ascend310P3", "kernel", "v220"]),
     ("910A: no kernel", GOOD_X, -1, None, "Ascend910A", 561003, ["Ascend910A", "kernel"]),
     ("unknown SoC", GOOD_X, -1, None, "Ascend999", 161002, ["Ascend999", "Ascend910B1"]),
-    ("fp16 row past the API's uint8 fold", a((2, 16896), F16), -1, None, "Ascend910B1", 561002,
-     ["x", "16896", "16895", "uint8"]),
-    ("fp32 row larger than the UB", a((1, 16400)), -1, None, "Ascend910B1", 561002,
-     ["x", "16400", "UB", "196608"]),
 ]
 
 
@@ -207,6 +203,8 @@ def test_a_tiling_of_another_op_or_for_an_empty_x_is_refused():
     (dict(core_num=1, tile_rows=300), ["tile_rows", "[1, 96]"]),
     (dict(core_num=1, tile_rows=30, buffer_num=2), ["UB plan needs", "196608"]),
     (dict(tmp_size=100), ["tmp_size: 100", "4288"]),
+    (dict(tile_cols=100), ["tile_cols", "multiple of 64"]), (dict(tile_cols=1088), ["tile_cols", "[64, 1024]"]),
+    (dict(tile_cols=256, tile_rows=2), ["tile_rows", "split-row"]), (dict(tile_b=8), ["tile_b", "contiguous"]),
 ], ids=lambda v: str(v))
 def test_bad_overrides(kw, words):
     with pytest.raises(AclnnError) as e:

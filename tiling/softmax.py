@@ -37,13 +37,20 @@ Two parts, kept apart:
   rows a load as fit double-buffered (at most DataCopyPad's 4095). Overrides: ``core_num``, ``tile_rows`` (R rows
   a load), ``tile_b``, ``buffer_num``.
 
+- **tilesim's split-row kernel** (:class:`SoftmaxLongTiling`), for rows the API kernel cannot take (or any
+  last-axis rows when ``tile_cols`` is given): a row at a time, in loads of ``tile_cols`` elements (a multiple of
+  64), over three passes (the max, the sum, the normalisation); rows over the cores as the API kernel shares them.
+  Official choices: every vector core, two buffers a queue, loads of as many 64-element rows as fit the UB.
+  Overrides: ``core_num``, ``tile_cols``, ``buffer_num``.
+
 Free choices of the last-axis kernel a user may override: ``core_num``, ``tile_rows``, ``buffer_num`` (1 or 2) and
 ``tmp_size`` (bytes, a multiple of 32, at least ``GetSoftMaxMinTmpSize``); a smaller tmp makes the API take a tile
 in several passes.
 
-The API's limits this tiling enforces (561002): its Max / Add folds take a row's 64-wide blocks past the first 512
-elements in one instruction whose repeat count is a uint8 (``(uint8_t)(splitBlock - 8)`` in ``BigBlockReduceMax``
-/ ``Sum``), so cols must be below 64·264 = 16896 (only fp16 rows that long fit the UB); a pass's rows are a uint8
+The API's limits: its Max / Add folds take a row's 64-wide blocks past the first 512 elements in one instruction
+whose repeat count is a uint8 (``(uint8_t)(splitBlock - 8)`` in ``BigBlockReduceMax`` / ``Sum``), so cols must be
+below 64·264 = 16896; a longer row, or one that does not fit the UB beside the API's tmp, goes to the split-row
+kernel (below). Enforced with 561002: a pass's rows are a uint8
 repeat count for cols in [128, 512) (``NewReduceMaxLastNDImpl``) and ⌈rows/8⌉ one for the broadcast
 (``AlignedBroadCastImpl``), so tile_rows ≤ 255 there and ≤ 2040 elsewhere; DataCopyPad's blockCount ≤ 4095.
 
@@ -333,12 +340,14 @@ def _build(rows: int, cols: int, dtype: str, spec: SocSpec, block_dim: int, tile
 @remembered(1)
 def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, core_num: int | None = None,
             tile_rows: int | None = None, buffer_num: int | None = None, tmp_size: int | None = None,
-            tile_b: int | None = None) -> SoftmaxOpTiling | SoftmaxArbTiling:
+            tile_b: int | None = None, tile_cols: int | None = None) -> Any:
     """The official tiling of tilesim's softmax kernel for ``x`` (anything with ``.shape`` and ``.dtype``) along
     ``dim``; overrides of the free choices give a consistent alternative (None: the official choice). An axis whose
     elements are contiguous (followed only by axes of size 1, or of size 1 itself) is the last-axis kernel's
-    (:class:`SoftmaxOpTiling`); any other is the [A, R, B] kernel's (:class:`SoftmaxArbTiling`: ``tile_rows`` is
-    its R rows a load, ``tile_b`` its B elements a tile; ``tmp_size`` is the last-axis kernel's only)."""
+    (:class:`SoftmaxOpTiling`), or the split-row kernel's (:class:`SoftmaxLongTiling`) for rows the SoftMax API
+    cannot take in one pass, or when ``tile_cols`` (a row's elements a load) is given; any other axis is the
+    [A, R, B] kernel's (:class:`SoftmaxArbTiling`: ``tile_rows`` is its R rows a load, ``tile_b`` its B elements a
+    tile). ``tmp_size`` is the API kernel's only."""
     spec = get_soc(soc)
     rows, cols = check_args(x, dim, None, spec)
     if rows * cols == 0:
@@ -349,16 +358,16 @@ def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, core_num
                                 "dtype no AI Core kernel takes): there is no AI Core kernel to tile")
     a, r, b = arb(shape_of(x), int(dim))
     if b > 1 and r > 1:
+        if tile_cols is not None:
+            raise tiling_error("tile_cols", f"{tile_cols}: the [A, R, B] kernel takes R rows, not a row in loads")
         return _arb_tiling(a, r, b, dtype_name(x), spec, core_num, tile_rows, buffer_num, tmp_size, tile_b)
     if tile_b is not None:
         raise tiling_error("tile_b", f"{tile_b}: the normalised axis is contiguous (the last-axis kernel), which has "
                                      "no B tiles")
     dtype = dtype_name(x)
     isz, asz = ITEMSIZE[dtype], api_size(dtype)
-    if cols > MAX_COLS:
-        raise tiling_error("x", f"the normalised axis has {cols} elements; the SoftMax API folds a row's 64-wide "
-                                "blocks past the first 512 with a uint8 repeat count (BigBlockReduceMax), so at "
-                                f"most {MAX_COLS}")
+    if tile_cols is not None or cols > MAX_COLS or _fit_rows(spec.ub_size, align_up(cols, BLOCK // isz), dtype, 1) < 1:
+        return _long_tiling(rows, cols, dtype, spec, core_num, tile_rows, buffer_num, tmp_size, tile_cols)
     cores = spec.core_num_aiv if core_num is None else int(core_num)
     if not 1 <= cores <= spec.core_num_aiv:
         raise tiling_error("core_num", f"{cores} must be in [1, {spec.core_num_aiv}] (GetCoreNumAiv of {spec.name})")
@@ -369,10 +378,6 @@ def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, core_num
     cols_align = align_up(cols, BLOCK // isz)
     if tile_rows is None:
         fit1 = min(_fit_rows(spec.ub_size, cols_align, dtype, 1), _row_cap(cols))
-        if fit1 < 1:
-            need = _row_bytes(cols_align, dtype, 1)
-            raise tiling_error("x", f"a row of {cols} elements needs {need} B of UB (x and y queues and the "
-                                    f"SoftMax API's tmp), more than the {spec.ub_size} B of {spec.name}")
         nb = buffer_num or (1 if core_rows <= fit1 else 2)  # double buffers only where a core has several tiles
         fit = min(_fit_rows(spec.ub_size, cols_align, dtype, nb), _row_cap(cols))
         if fit < 1:
@@ -534,19 +539,117 @@ def _arb_tiling(a: int, r: int, b: int, dtype: str, spec: SocSpec, core_num: int
     return t
 
 
-def check_tiling(t: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC) -> SoftmaxOpTiling:
+# ---------------------------------------------------------------------------------------------------------------
+# tilesim: the split-row kernel (rows the SoftMax API cannot take in one pass)
+
+LONG_LANES = 64  # floats of a repeat: a row's loads fold into one 64-float row
+LONG_STAT_FLOATS = 2 * LONG_LANES + 8  # the running max / sum row, the sum broadcast row, a block for the reduce
+
+
+@dataclass(frozen=True)
+class SoftmaxLongTiling:
+    """The TilingData of tilesim's split-row softmax kernel: x as [rows, cols], rows over ``block_dim`` cores as
+    the last-axis kernel shares them (``block_rows``, one more on the first ``former_num``), each row in
+    ``c_chunks`` loads of ``tile_cols`` elements (a multiple of 64; the last load shorter) through queues of
+    ``buffer_num`` buffers; ``itemsize``, ``tiling_key`` (x's ge::DataType: fp32 0, fp16 1, bf16 27) and
+    ``workspace_size`` (the library's 16 MiB, which the kernel does not touch)."""
+
+    rows: int
+    cols: int
+    block_dim: int
+    former_num: int
+    block_rows: int
+    tile_cols: int
+    c_chunks: int
+    buffer_num: int
+    itemsize: int
+    tiling_key: int
+    workspace_size: int
+
+    @property
+    def dtype(self) -> str:
+        """The input's dtype name (from ``tiling_key``)."""
+        return KEY_DTYPE[self.tiling_key]
+
+    @property
+    def tile_bytes(self) -> int:
+        """Bytes of one queue buffer: a load of tile_cols elements."""
+        return self.tile_cols * self.itemsize
+
+    @staticmethod
+    def choice_fields() -> dict[str, str | None]:
+        """The overrides of :func:`softmax` and the fields that carry them (block_dim: the core count)."""
+        return {"core_num": "block_dim", "tile_rows": None, "buffer_num": "buffer_num", "tmp_size": None}
+
+    def rows_of_core(self, c: int) -> tuple[int, int]:
+        """(first row, rows) of core ``c``."""
+        return c * self.block_rows + min(c, self.former_num), self.block_rows + (c < self.former_num)
+
+
+def long_elem_bytes(dtype: str, nb: int) -> int:
+    """UB bytes an element of a split-row load takes: the x and y queues (nb buffers each), the fp32 copy of a
+    b16 load and half an element of the fold buffer (the first fold halves the load's 64-float rows)."""
+    isz = ITEMSIZE[dtype]
+    return 2 * nb * isz + (FLOAT_SIZE if isz == 2 else 0) + FLOAT_SIZE // 2
+
+
+def _long_tiling(rows: int, cols: int, dtype: str, spec: SocSpec, core_num: int | None, tile_rows: int | None,
+                 buffer_num: int | None, tmp_size: int | None, tile_cols: int | None) -> SoftmaxLongTiling:
+    """The split-row kernel's tiling (:func:`softmax`). Official choices: every vector core (fewer when there are
+    fewer rows); two buffers a queue (a row's loads stream through them); loads of as many 64-element rows as fit
+    the UB."""
+    for name, v in (("tile_rows", tile_rows), ("tmp_size", tmp_size)):
+        if v is not None:
+            raise tiling_error(name, f"{v}: the split-row kernel takes one row at a time in loads of tile_cols "
+                                     "elements and does not call the SoftMax API")
+    cores = spec.core_num_aiv if core_num is None else int(core_num)
+    if not 1 <= cores <= spec.core_num_aiv:
+        raise tiling_error("core_num", f"{cores} must be in [1, {spec.core_num_aiv}] (GetCoreNumAiv of {spec.name})")
+    if buffer_num is not None and buffer_num not in (1, 2):
+        raise tiling_error("buffer_num", f"{buffer_num} must be 1 or 2")
+    nb = buffer_num or 2
+    most = align_up(cols, LONG_LANES)
+    if tile_cols is None:
+        room = spec.ub_size - LONG_STAT_FLOATS * FLOAT_SIZE - LONG_LANES * FLOAT_SIZE  # the fold's rounding up
+        tc = min(room // long_elem_bytes(dtype, nb) // LONG_LANES * LONG_LANES, most)
+    else:
+        tc = int(tile_cols)
+        if not (LONG_LANES <= tc <= most and tc % LONG_LANES == 0):
+            raise tiling_error("tile_cols", f"{tc} must be a multiple of {LONG_LANES} in [{LONG_LANES}, {most}] "
+                                            "(whole 64-float rows, at most the row)")
+    block_dim = min(cores, rows)
+    t = SoftmaxLongTiling(rows=rows, cols=cols, block_dim=block_dim, former_num=rows % block_dim,
+                          block_rows=rows // block_dim, tile_cols=tc, c_chunks=ceil_div(cols, tc), buffer_num=nb,
+                          itemsize=ITEMSIZE[dtype], tiling_key=TILING_KEY[dtype],
+                          workspace_size=spec.lib_workspace_size)
+    ub_plan(t, spec).check()
+    return t
+
+
+def check_tiling(t: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC) -> Any:
     """A hand-made tiling, if it is what its free choices give for these arguments, field for field (the API's
     tiling included: :func:`tilesim.opspec.match_tiling`; 561002 naming the field otherwise); the tiling function
     checks the choices' tmp size and UB plan."""
+    if isinstance(t, SoftmaxLongTiling):  # tile_cols picks the kernel: it is an argument here, not a free choice
+        return match_tiling(t, softmax, x, dim, soc=soc, tile_cols=t.tile_cols)
     return match_tiling(t, softmax, x, dim, soc=soc)
 
 
 @shared_plan
-def ub_plan(t: SoftmaxOpTiling | SoftmaxArbTiling, soc: str | SocSpec = DEFAULT_SOC) -> UbPlan:
+def ub_plan(t: Any, soc: str | SocSpec = DEFAULT_SOC) -> UbPlan:
     """The kernel's InitBuffer calls, in order, under the names kernels.softmax gives them: the x and y queues of
-    ``buffer_num`` tiles each, then (bf16) the fp32 tile and the sharedTmpBuffer TBuf; for the [A, R, B] kernel
-    the queues, (b16) the fp32 load, the fold buffer (half the load's rows, rounded up) and the max / sum rows."""
+    ``buffer_num`` tiles each, then (bf16) the fp32 tile and the sharedTmpBuffer TBuf; for the [A, R, B] and the
+    split-row kernels the queues, (b16) the fp32 load, the fold buffer (half the load's rows, rounded up) and the
+    stat buffer (the max and sum rows; split-row: the running row, the sum row and a reduce block)."""
     plan = UbPlan(get_soc(soc).ub_size)
+    if isinstance(t, SoftmaxLongTiling):
+        plan.add("in_queue_x", t.tile_bytes, t.buffer_num)
+        plan.add("out_queue_y", t.tile_bytes, t.buffer_num)
+        if t.itemsize == 2:
+            plan.add("cast_buf", t.tile_cols * FLOAT_SIZE)
+        plan.add("fold_buf", (t.tile_cols // LONG_LANES + 1) // 2 * LONG_LANES * FLOAT_SIZE)
+        plan.add("stat_buf", LONG_STAT_FLOATS * FLOAT_SIZE)
+        return plan
     if isinstance(t, SoftmaxArbTiling):
         plan.add("in_queue_x", t.tile_bytes, t.buffer_num)
         plan.add("out_queue_y", t.tile_bytes, t.buffer_num)
