@@ -88,7 +88,7 @@ from typing import Any
 
 import numpy as np
 from tilesim.tiling.common import BF16, dtype_name
-from tilesim.tiling.softmax import FP64, SoftmaxArbTiling, SoftmaxLongTiling, SoftmaxOpTiling, check_args, check_tiling
+from tilesim.tiling.softmax import FP64, SoftmaxArbTiling, SoftmaxLongTiling, check_args, check_tiling
 from tilesim.tiling.softmax import softmax as make_tiling
 
 from tilesim import machine as asc  # AscendC::
@@ -953,7 +953,7 @@ def ai_cpu_softmax(x: Any, dim: int) -> np.ndarray:
 
 
 @accepts_torch(arrays=("x",))
-def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: SoftmaxOpTiling | None = None,
+def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: Any = None,
             checks: bool | None = False, out: np.ndarray | None = None) -> np.ndarray:
     """aclnnSoftmax along ``dim`` (any axis, negative counting from the end: the kernel on the A2 SoftMax API for
     an axis whose elements are contiguous, the [A, R, B] kernel otherwise; see :mod:`tiling.softmax`); y in x's
@@ -963,9 +963,9 @@ def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: 
     before its dtype checks).
 
     ``tiling`` runs a TilingData made with ``tiling.softmax(x, dim, core_num=..., tile_rows=..., buffer_num=...,
-    tmp_size=...)`` (checked first); ``checks=True`` runs checked mode; ``out`` writes into an existing array.
-    Errors raise :class:`tilesim.AclnnError` with the aclnn status; inputs are never modified and nothing is
-    written on error. A non-contiguous x is copied first (aclnn's Contiguous)."""
+    tmp_size=..., tile_b=..., tile_cols=...)`` (checked first); ``checks=True`` runs checked mode; ``out`` writes
+    into an existing array. Errors raise :class:`tilesim.AclnnError` with the aclnn status; inputs are never
+    modified and nothing is written on error. A non-contiguous x is copied first (aclnn's Contiguous)."""
     spec = get_soc(soc)
     checked = checks_default(checks)
     rows, cols = check_args(x, dim, out, spec)

@@ -2,9 +2,10 @@
 tiled kernel against untiled float64 math, torch's softmax and a float32 numpy statement of the API's instruction
 order (bit for bit), over both dtypes, every reduction path of the API (cols below 64, [64, 128), [128, 512), from
 512, with and without a masked tail), one row and many, several SoCs, hand-made tilings (several API passes a tile,
-a tail pass, the re-computed tiling of a short tile), non-finite rows; the API's tiling helpers and the op's tiling
-against figures worked out by hand; what each tile issues; checked mode in both auto-sync settings; the explorer's
-candidates.
+a tail pass, the re-computed tiling of a short tile), non-finite rows; bf16 (widened, the float API, rounded once);
+the [A, R, B] kernel for other axes and the split-row kernel for long rows against float64 math, torch and numpy
+statements of their own instruction order; the API's tiling helpers and the op's tiling against figures worked out
+by hand; what each tile issues; checked mode in both auto-sync settings; the explorer's candidates.
 
 The statement of the order takes exp from ``tilesim.expf.exp_values`` (the emulated Exp's own values) and the
 half rounding from ``tilesim.cast.narrow`` with CAST_ROUND (the API's FLOAT2HALF_ROUND_MODE on v220).
@@ -580,7 +581,7 @@ def test_checked_clean_with_and_without_auto_sync(rng, dtype, shape, kw):
 # the explorer's view
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 def test_every_candidate_passes_within_its_rounding_bound(dtype):
     """kernels.ops' softmax spec at a small shape with tails: the official tiling first and once, params uniform,
     several core counts and tiles, every candidate within the standard and the op's rounding bound."""
@@ -598,3 +599,21 @@ def test_every_candidate_passes_within_its_rounding_bound(dtype):
         assert j.verdict == "pass" and j.excess < 1, f"{c.params}: {j}"
     big = spec.candidates(spec.make_inputs(spec.default_shape, dtype, 0), SOC)
     assert 5 <= len(big) <= 90
+
+
+@pytest.mark.parametrize("shape,dtype,dim,kind", [((6, 50, 10), "bf16", 1, "SoftmaxArbTiling"),
+                                                  ((2, 17000), "fp16", -1, "SoftmaxLongTiling")])
+def test_the_other_kernels_candidates_pass_within_their_rounding_bound(shape, dtype, dim, kind):
+    """The explorer sweeps the [A, R, B] kernel's R rows a load and the split-row kernel's elements a load, over
+    core counts and buffer counts; every candidate within the standard and the op's rounding bound."""
+    spec = OPS["softmax"]
+    inputs = spec.make_inputs(shape, dtype, 0, dim=dim)
+    cands = spec.candidates(inputs, SOC)
+    assert cands[0].official and type(cands[0].tiling).__name__ == kind
+    assert len({c.params["tile"] for c in cands}) >= 3 and len({c.params["block_dim"] for c in cands}) >= 2
+    (golden,), (bound,) = spec.reference(inputs), spec.bounds(inputs)
+    for c in cands:
+        assert type(c.tiling).__name__ == kind
+        (out,) = spec.run(inputs, c.tiling, SOC)
+        j = judge(out, Expected.of(golden, np.dtype(out.dtype).name, bound))
+        assert j.verdict == "pass" and j.excess < 1, f"{c.params}: {j}"

@@ -198,7 +198,7 @@ class SoftmaxOpTiling:
     ``block_dim`` cores, the first ``former_num`` taking ``block_rows + 1`` rows and the others ``block_rows``;
     tiles of ``tile_rows`` rows through queues of ``buffer_num`` buffers; a sharedTmpBuffer of ``tmp_size`` bytes;
     ``itemsize`` (x's); then the SoftMax API's :class:`SoftMaxTiling` of a full tile, field for field;
-    ``tiling_key`` (x's ge::DataType: fp32 0, fp16 1) and ``workspace_size`` (the library's 16 MiB,
+    ``tiling_key`` (x's ge::DataType: fp32 0, fp16 1, bf16 27) and ``workspace_size`` (the library's 16 MiB,
     ``GetLibApiWorkSpaceSize``, which the kernel does not touch)."""
 
     rows: int
