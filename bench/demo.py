@@ -6,18 +6,20 @@ rows too long for the UB, cut into column tiles), ``kernels.rms_norm`` (the forw
 4096] bf16 (NORMAL: a row at a time), ``kernels.group_norm_backward`` on [32, 512, 64·64] with 32 groups in fp32 and
 bf16, and ``kernels.swiglu_grad`` on x [8192, 2·4096] bf16 (dim -1: A and B the two column halves, y_grad [8192, 4096])
 and ``kernels.swiglu`` (its forward) on the same x, ``kernels.softmax`` (tilesim's kernel on the A2 SoftMax API) on
-[4096, 4096] fp16, ``kernels.layer_norm_grad`` (the LayerNormGrad and LayerNormGradBeta APIs per UB tile of whole rows)
-on [4096, 4096] in fp32 and fp16 and ``kernels.nsa_compress_grad`` on input [8192, 32, 128] bf16 (TND, 4 sequences of
-2048 tokens, blockSize 32, stride 16: overlapping windows), with realistic inputs (the makers of
-``tilesim.kernels.op_specs``, which the explorer uses too), and prints, per run, the tiling the host chose, the UB
-plan's size, the bytes the data movers carried, the error of dx (pd_x for the layer-norm backward, input_grad for
-NsaCompressGrad) against untiled float64 math under Ascend's precision standard, and the wall time on this CPU.
+[4096, 4096] fp16 and (its [A, R, B] kernel) on [2048, 4096] bf16 along dim 0, ``kernels.layer_norm_grad`` (the
+LayerNormGrad and LayerNormGradBeta APIs per UB tile of whole rows) on [4096, 4096] in fp32 and fp16 and
+``kernels.nsa_compress_grad`` on input [8192, 32, 128] bf16 (TND, 4 sequences of 2048 tokens, blockSize 32, stride 16:
+overlapping windows), with realistic inputs (the makers of ``tilesim.kernels.op_specs``, which the explorer uses too),
+and prints, per run, the tiling the host chose, the UB plan's size, the bytes the data movers carried, the error of dx
+(pd_x for the layer-norm backward, input_grad for NsaCompressGrad) against untiled float64 math under Ascend's precision
+standard, and the wall time on this CPU.
 
     python -m bench.demo
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -38,6 +40,7 @@ from tilesim.kernels.op_specs import (
 )
 from tilesim.tiling.layer_norm_grad import TMP_MODES
 from tilesim.tiling.rms_norm import MODE_NAMES
+from tilesim.tiling.softmax import SoftmaxArbTiling, SoftmaxLongTiling
 
 import tilesim
 from tilesim.cost.model import estimated, total_us
@@ -49,8 +52,8 @@ SPLIT = {1: "split-N", 2: "split-D"}
 
 def case(op: str, inputs: dict[str, Any], label: str) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
     """``op``'s API on ``inputs`` (the tilesim.kernels.op_specs makers' dicts: the API's argument names):
-    (call(out=None) -> outputs, golden of the first output, shape label). SwiGluGrad has one output; call wraps it in a
-    tuple, as the other ops return theirs."""
+    (call(out=None) -> outputs, golden of the first output, shape label). SwiGluGrad has one output; call wraps it
+    in a tuple, as the other ops return theirs."""
     api = getattr(kernels, op)
 
     def call(out: Any = None) -> Any:
@@ -96,10 +99,12 @@ def swiglu_case(shape: tuple[int, int], dtype: str,
     return case("swiglu", swiglu_inputs(shape, dtype, dim=dim), "x".join(sizes))
 
 
-def softmax_case(shape: tuple[int, int], dtype: str) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
-    """kernels.softmax (tilesim's kernel on the A2 SoftMax API) over the last axis of ``shape``: (call, golden y,
-    shape label)."""
-    return case("softmax", softmax_inputs(shape, dtype), "x".join(map(str, shape)))
+def softmax_case(shape: tuple[int, int], dtype: str,
+                 dim: int = -1) -> tuple[Callable[..., Any], Callable[[], np.ndarray], str]:
+    """kernels.softmax over axis ``dim`` of ``shape`` (the last: tilesim's kernel on the A2 SoftMax API; another:
+    its [A, R, B] kernel): (call, golden y, shape label)."""
+    label = "x".join(map(str, shape)) + ("" if dim == -1 else f" dim {dim}")
+    return case("softmax", softmax_inputs(shape, dtype, dim=dim), label)
 
 
 def layer_norm_grad_case(shape: tuple[int, int],
@@ -121,7 +126,7 @@ CASES = [(rms_norm_grad_case, (4096, 4096), "bf16"), (rms_norm_grad_case, (64, 1
          (rms_norm_case, (4096, 4096), "bf16"),
          (group_norm_backward_case, (32, 512, 64 * 64), "fp32"), (group_norm_backward_case, (32, 512, 64 * 64), "bf16"),
          (swiglu_grad_case, (8192, 8192), "bf16"), (swiglu_case, (8192, 8192), "bf16"),
-         (softmax_case, (4096, 4096), "fp16"),
+         (softmax_case, (4096, 4096), "fp16"), (functools.partial(softmax_case, dim=0), (2048, 4096), "bf16"),
          (layer_norm_grad_case, (4096, 4096), "fp32"), (layer_norm_grad_case, (4096, 4096), "fp16"),
          (nsa_compress_grad_case, (8192, 32, 128), "bf16")]
 
@@ -135,7 +140,12 @@ def tiling_key(op: str, t: Any) -> str:
     if op == "rms_norm":
         return f"{t.tiling_key} {MODE_NAMES[t.tiling_key]}{', perf' if t.is_performance else ''}"
     if op == "softmax":
-        return (f"{t.tiling_key} {t.dtype} tile {t.tile_rows}x{t.cols_align}{', DB' if t.buffer_num == 2 else ''}, "
+        db = ", DB" if t.buffer_num == 2 else ""
+        if isinstance(t, SoftmaxArbTiling):
+            return f"{t.tiling_key} {t.dtype} [A,R,B] tile {t.tile_r}x{t.b_align}{db}, {t.r_chunks} R load"
+        if isinstance(t, SoftmaxLongTiling):
+            return f"{t.tiling_key} {t.dtype} split-row load {t.tile_cols}{db}, {t.c_chunks} a row"
+        return (f"{t.tiling_key} {t.dtype} tile {t.tile_rows}x{t.cols_align}{db}, "
                 f"{t.range_m + (t.tail_m > 0)} API pass")
     if op == "nsa_compress_grad":
         return f"key {t.tiling_key}, {t.block_dim} cores{', overlap' if t.is_overlap else ''}"
@@ -219,7 +229,7 @@ def main() -> None:
           f"outputs, on this CPU; est. NPU: the cost model's time for the call on the SoC (tilesim.cost.model; "
           f"`tilesim trace` draws its timeline); rms_norm's key: its mode (NORMAL, SPLIT_D, MERGE_N, SINGLE_ROW), "
           f"perf: ops-nn's is_performance; softmax's key: x's dtype, its tile (rows x 32 B-aligned cols), DB and the "
-          f"SoftMax API's passes a tile.")
+          f"SoftMax API's passes a tile ([A,R,B]: R rows a load x 32 B-aligned B elements, and the loads of R).")
 
 
 if __name__ == "__main__":

@@ -306,20 +306,26 @@ def softmax_get_workspace_size(x: Any, dim: int, out: Any, *,
                                soc: str | SocSpec = DEFAULT_SOC) -> tuple[int, int, Executor | None]:
     """aclnnSoftmaxGetWorkspaceSize (``self`` is ``x``): ``(status, workspace_size, executor)``, checked in
     aclnnSoftmax's order (None first; an empty x then succeeds with workspace 0 and an executor that computes
-    nothing); the workspace is the tiling's 16 MiB, which the kernel does not touch."""
+    nothing); the workspace is the tiling's 16 MiB, which the kernel does not touch. float64 (the AI CPU's, computed
+    on the host: :func:`kernels.softmax.ai_cpu_softmax`) has no tiling and asks for no workspace."""
     try:
         require(x=x, out=out)
         spec = get_soc(soc)
         rows, cols = softmax_check_args(x, dim, out, spec)
         t = None
+        host = False
         if rows * cols:
             res = _check_output("out", out, shape_of(x), dtype_name(x))
-            t = softmax_tiling(x, dim, soc=spec)
+            host = dtype_name(x) == "float64"
+            if not host:
+                t = softmax_tiling(x, dim, soc=spec)
     except AclnnError as e:
         return _fail(e), 0, None
 
     def run(ws: np.ndarray | None) -> None:
-        if t is not None:
+        if host:
+            res[...] = _softmax.ai_cpu_softmax(x, int(dim))
+        elif t is not None:
             _softmax.run(t, spec, x, res, ws, checks_default(None))
 
     size = 0 if t is None else t.workspace_size

@@ -43,6 +43,7 @@ from tilesim.tiling.rms_norm_grad import SPLIT_D, SPLIT_N
 from tilesim.tiling.rms_norm_grad import check_tiling as rms_check_tiling
 from tilesim.tiling.rms_norm_grad import rms_norm_grad as rms_tiling
 from tilesim.tiling.rms_norm_grad import ub_plan as rms_ub_plan
+from tilesim.tiling.softmax import SoftmaxArbTiling, SoftmaxLongTiling
 from tilesim.tiling.softmax import check_tiling as softmax_check_tiling
 from tilesim.tiling.softmax import softmax as softmax_tiling
 from tilesim.tiling.swiglu import check_tiling as swiglu_fwd_check_tiling
@@ -410,26 +411,43 @@ def rms_norm_params(t: Any) -> dict[str, Any]:
 
 
 def softmax_candidates(inputs: Inputs, soc: SocSpec) -> list[Candidate]:
-    """Cores x buffer_num 1, 2 x tiles of whole rows from one row up to what fits beside the SoftMax API's largest
-    tmp (at most the core's rows); the tmp is the API's largest for the tile, so that it takes a tile in one pass
-    where its own tiling lets it."""
+    """Cores x buffer_num 1, 2 x the kernel's tile: for the last-axis kernel on the SoftMax API, tiles of whole rows
+    from one row up to what fits beside the API's largest tmp (at most the core's rows; the tmp the API's largest
+    for the tile, so that it takes a tile in one pass where its own tiling lets it); for the [A, R, B] kernel
+    (another ``dim``), loads of R rows from one up to R; for the split-row kernel (rows the API cannot take), loads
+    of 64 elements up to the row."""
     spec = get_soc(soc)
     x, dim = inputs["x"], inputs["dim"]
     official = softmax_tiling(x, dim, soc=spec)
 
     def make(**kw: Any) -> Any:
+        if isinstance(official, SoftmaxLongTiling):
+            kw.setdefault("tile_cols", official.tile_cols)
         return softmax_check_tiling(softmax_tiling(x, dim, soc=spec, **kw), x, dim, soc=spec)
 
+    if isinstance(official, SoftmaxArbTiling):
+        tile, lo, hi = (lambda v: {"tile_rows": v}), 1, official.r
+    elif isinstance(official, SoftmaxLongTiling):
+        tile, lo, hi = (lambda v: {"tile_cols": LANES * v}), 1, ceil_div(official.cols, LANES)
+    else:
+        tile, lo = (lambda v: {"tile_rows": v}), 1
+        hi = None
     return collect(official, (t for cores in core_counts(spec) for nb in (1, 2)
-                              for t in with_tiles(make, {"core_num": cores, "buffer_num": nb},
-                                                  lambda v: {"tile_rows": v}, 1,
-                                                  ceil_div(official.rows, min(cores, official.rows)))),
+                              for t in with_tiles(make, {"core_num": cores, "buffer_num": nb}, tile, lo,
+                                                  hi or ceil_div(official.rows, min(cores, official.rows)))),
                    softmax_params)
 
 
 def softmax_params(t: Any) -> dict[str, Any]:
-    """The explorer's columns of a Softmax tiling: block_dim, buffer_num and the tile (rows x columns)."""
-    return {"block_dim": t.block_dim, "buffer_num": t.buffer_num, "tile": f"{t.tile_rows}x{t.cols}"}
+    """The explorer's columns of a Softmax tiling: block_dim, buffer_num and the tile (the last-axis kernel: rows x
+    columns; [A, R, B]: R rows a load x B elements; split-row: one row x elements a load)."""
+    if isinstance(t, SoftmaxArbTiling):
+        tile = f"{t.tile_r}x{t.tile_b}"
+    elif isinstance(t, SoftmaxLongTiling):
+        tile = f"1x{t.tile_cols}"
+    else:
+        tile = f"{t.tile_rows}x{t.cols}"
+    return {"block_dim": t.block_dim, "buffer_num": t.buffer_num, "tile": tile}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -589,14 +607,15 @@ OPS: dict[str, OpSpec] = {s.name: s for s in (
         doc=_doc("aclnnRmsNorm: y in x's dtype, rstd fp32, on tilesim's programming model.",
                  rms_norm_candidates.__doc__)),
     OpSpec(
-        name="softmax", dtypes=("fp32", "fp16"), default_shape=(256, 1024),
-        shape_help="x [rows, cols], normalised along the last axis (dim -1); y as x",
+        name="softmax", dtypes=("fp32", "fp16", "bf16"), default_shape=(256, 1024),
+        shape_help="x [rows, cols], normalised along the last axis (dim -1; make_inputs' dim picks another); y as x",
         make_inputs=softmax_inputs, candidates=softmax_candidates,
         run=lambda inputs, t, soc: (softmax(**inputs, tiling=t, soc=soc),),
         reference=lambda inputs: (reference.softmax(**inputs),), output_names=("y",),
         bounds=lambda inputs: reference.softmax_bounds(**inputs),
-        doc=_doc("aclnnSoftmax on the last axis (fp32, fp16): tilesim's kernel on the A2 SoftMax API, on tilesim's "
-                 "programming model.", softmax_candidates.__doc__)),
+        doc=_doc("aclnnSoftmax (fp32, fp16, bf16): tilesim's kernels on tilesim's programming model, on the A2 "
+                 "SoftMax API for the last axis, the [A, R, B] kernel for another, the split-row kernel for rows "
+                 "the API cannot take.", softmax_candidates.__doc__)),
     OpSpec(
         name="layer_norm_grad", dtypes=("fp32", "fp16"), default_shape=(256, 1024),
         shape_help="[rows, H]: x and dy; variance, mean [rows]; gamma [H]; epsilon 1e-5",

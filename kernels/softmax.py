@@ -1,4 +1,5 @@
-"""aclnnSoftmax on the last axis: a kernel of tilesim's own around the Ascend C high-level ``SoftMax`` API, written
+"""aclnnSoftmax: a kernel of tilesim's own around the Ascend C high-level ``SoftMax`` API for an axis whose elements
+are contiguous, and one on the basic vector instructions for any other axis (the [A, R, B] kernel, below), written
 on tilesim's programming model as a user's kernel on A2 would be (ops-nn's Ascend C SoftmaxV2 kernel is registered
 for the 950 only; the A2 binary's source is not public), and the op API.
 
@@ -7,7 +8,9 @@ its rows (``block_rows``, one more on the first ``former_num`` cores) in tiles o
 - CopyIn: DataCopyPad of the tile's rows (``cols`` elements each) into the VECIN queue, each row padded with zeros
   to ``cols_align`` (32 B: the API's srcK must be aligned); EnQue.
 - Compute: DeQue x, AllocTensor y, then ``SoftMax<T>(y, x, sharedTmpBuffer, tiling, {m, cols_align, m, cols})``
-  (:func:`softmax_rows`) with the tmp TBuf as the sharedTmpBuffer; FreeTensor x; EnQue y.
+  (:func:`softmax_rows`) with the tmp TBuf as the sharedTmpBuffer; FreeTensor x; EnQue y. bfloat16, which the API
+  does not take, is :func:`softmax_bf16_kernel`: Cast to fp32, ``SoftMax<float>`` in place, one Cast back
+  (CAST_RINT, as ops-nn's b16 SoftmaxV2 kernels round).
 - CopyOut: DeQue; DataCopyPad of the ``cols`` real elements of each row to GM; FreeTensor.
 The padding is computed on (it never enters a max or a sum: the reductions mask it off) and never written back.
 
@@ -58,6 +61,24 @@ some shapes, from two rules of tilesim.machine (reported to the project, not wor
 - the pipe-hazard check records a strided operand as one contiguous span, so with auto-sync off the column-block
   Sub / Div (one instruction per 32 B column, disjoint blocks) and AlignedBroadCastImpl's two interleaved Brcbs
   (16-float rows: half with the host tiling, rows ≥ 2 a pass) look like unordered writes of the same bytes.
+
+**The [A, R, B] kernel** (:func:`softmax_arb_kernel`, :class:`tiling.softmax.SoftmaxArbTiling`), for an axis R with
+elements after it (B > 1): x as [A, R, B]; a tile is one A index and a chunk of B, its R rows ``B`` elements apart in
+GM. CopyIn is a DataCopyPad of R rows (a GM gap between them, each padded in UB to 32 B); the reductions run across
+the rows of the tile, element by element (:func:`fold_rows`: Max / Add of the first half of the rows with the
+second, halved until one row is left), then x − max, Exp and the division by the sum row are level-0 Sub / Div
+with the row re-read at repStride 0 (:func:`bcast_rows`). When R does not fit the UB it comes in loads of
+``tile_r`` rows, over three passes: the max (each load folded, then Max into a running row), the sum (x − max, Exp,
+Add folds), then the normalisation and CopyOut. Half and bfloat16 (:func:`softmax_arb_b16_kernel`) are widened
+into an fp32 TBuf and y is cast back once with CAST_RINT. Every V-V dependence has its PipeBarrier<PIPE_V>.
+
+**The split-row kernel** (:func:`softmax_long_kernel`, :class:`tiling.softmax.SoftmaxLongTiling`), for last-axis
+rows the SoftMax API cannot take in one pass (past its uint8 fold, 16895 elements, or past the UB beside its tmp):
+a row at a time in loads of ``tile_cols`` elements, over three passes. The max: each load's 64-float rows folded by
+fold_rows, its tail by a masked Max, then a Max into a running 64-float row; WholeReduceMax; the scalar unit reads
+the max after a V_S sync (and an S_V one after). The sum: Adds of −max, Exp, the Add folds, WholeReduceSum. Then
+Duplicate of the sum into a row and, load by load, Adds, Exp, the level-0 Div by that row, CopyOut. b16
+(:func:`softmax_long_b16_kernel`) widens each load into an fp32 TBuf and casts y back once with CAST_RINT.
 """
 
 from __future__ import annotations
@@ -66,8 +87,8 @@ from collections import namedtuple
 from typing import Any
 
 import numpy as np
-from tilesim.tiling.common import dtype_name
-from tilesim.tiling.softmax import SoftmaxOpTiling, check_args, check_tiling
+from tilesim.tiling.common import BF16, dtype_name
+from tilesim.tiling.softmax import FP64, SoftmaxArbTiling, SoftmaxLongTiling, check_args, check_tiling
 from tilesim.tiling.softmax import softmax as make_tiling
 
 from tilesim import machine as asc  # AscendC::
@@ -444,31 +465,519 @@ def softmax_kernel(ctx, t, x, y):
         out_queue_y.free_tensor(yl)
 
 
-def run(t: SoftmaxOpTiling, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.ndarray | None,
+@kernel
+def softmax_bf16_kernel(ctx, t, x, y):
+    """The kernel for bfloat16 x, which the SoftMax API does not take: as :func:`softmax_kernel`, with Compute
+    widening the tile into an fp32 TBuf (Cast, CAST_NONE: exact), ``SoftMax<float>`` in place there (the API lets
+    src and dst share their space) and one Cast back into the y tile with CAST_RINT (round to nearest, ties to
+    even: the fp32-to-b16 rounding of ops-nn's b16 SoftmaxV2 kernels), so y is rounded once."""
+    pipe = asc.TPipe(ctx)
+    in_queue_x = pipe.init_buffer(asc.TQue(asc.VECIN, 1), t.buffer_num, t.tile_rows * t.cols_align * 2)
+    out_queue_y = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), t.buffer_num, t.tile_rows * t.cols_align * 2)
+    cast_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), t.tile_rows * t.cols_align * 4)
+    tmp_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), t.tmp_size)
+    c = asc.get_block_idx(ctx)
+    start = c * t.block_rows + min(c, t.former_num)
+    n = t.block_rows + (1 if c < t.former_num else 0)
+    xf = cast_buf.get(asc.float32)
+    for r0 in range(start, start + n, t.tile_rows):
+        m = min(t.tile_rows, start + n - r0)
+        rows = asc.DataCopyExtParams(m, t.cols * 2, 0, 0)
+        xl = in_queue_x.alloc_tensor(x.dtype)  # CopyIn
+        asc.data_copy_pad(xl, x[r0 * t.cols], rows, asc.DataCopyPadExtParams(True, 0, t.cols_align - t.cols, 0))
+        in_queue_x.enque(xl)
+        xl = in_queue_x.deque(x.dtype)  # Compute
+        asc.cast(xf, xl, asc.CAST_NONE, m * t.cols_align)
+        in_queue_x.free_tensor(xl)
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        softmax_rows(ctx, xf, xf, tmp_buf.get(asc.uint8), t, m)
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        yl = out_queue_y.alloc_tensor(x.dtype)
+        asc.cast(yl, xf, asc.CAST_RINT, m * t.cols_align)
+        out_queue_y.enque(yl)
+        yl = out_queue_y.deque(x.dtype)  # CopyOut
+        asc.data_copy_pad(y[r0 * t.cols], yl, rows)
+        out_queue_y.free_tensor(yl)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tilesim's [A, R, B] kernel: a normalised axis that is not the last contiguous one
+
+
+@njit(cache=True)
+def _copy_rows(ctx, dst, src, count):
+    """Copy of ``count`` floats, the vector Copy in counter mode (as AlignedBroadCastImpl copies)."""
+    asc.set_mask_count(ctx)
+    asc.set_vector_mask(ctx, count)
+    asc.copy(dst, src, PH, 1, asc.CopyRepeatParams(1, 1, 8, 8))
+    asc.set_mask_norm(ctx)
+    _reset_mask(ctx)
+
+
+@njit(cache=True)
+def fold_rows(ctx, is_max, work, src, n, rs):
+    """The max (sum) over ``n`` rows of ``rs`` floats in ``src``, element by element: rows 0 .. h-1 with rows
+    h .. 2h-1 (h = n // 2) by one Max (Add) into ``work``, an odd last row folded into work's first, then work
+    halved in place the same way until one row is left. Returns the tensor whose first row holds the result
+    (``src`` itself for one row)."""
+    if n == 1:
+        return src
+    h = n // 2
+    _fold_count(is_max, work, src, src[h * rs], h * rs)
+    if n % 2 == 1:
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        _fold_count(is_max, work, work, src[(n - 1) * rs], rs)
+    n = h
+    while n > 1:
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        h = n // 2
+        _fold_count(is_max, work, work, work[(n - h) * rs], h * rs)
+        n -= h
+    return work
+
+
+@njit(cache=True)
+def _fold_count(is_max, dst, a, b, count):
+    """Max or Add, count form."""
+    if is_max:
+        asc.max_(dst, a, b, count)
+    else:
+        asc.add(dst, a, b, count)
+
+
+@njit(cache=True)
+def bcast_rows(is_div, dst, src, row, n, rs):
+    """``dst = src − row`` (or ``/ row``) for each of ``n`` rows of ``rs`` floats: level-0, a repeat a row, one
+    instruction per 64-float column group and 255 rows, ``row`` re-read by src1's repStride 0."""
+    rep = _u8(rs // FLOAT_BLK)
+    for g in range(0, rs, FLOAT_REPEAT):
+        lanes = min(FLOAT_REPEAT, rs - g)
+        for r0 in range(0, n, MAX_REPEAT):
+            k = min(MAX_REPEAT, n - r0)
+            p = asc.BinaryRepeatParams(1, 1, 1, rep, rep, 0)
+            if is_div:
+                asc.div(dst[r0 * rs + g], src[r0 * rs + g], row[g], lanes, k, p)
+            else:
+                asc.sub(dst[r0 * rs + g], src[r0 * rs + g], row[g], lanes, k, p)
+
+
+@njit(cache=True)
+def _arb_tile(t, tile, sz):
+    """(GM offset of the tile's first element, its B elements, its UB row stride in elements)."""
+    ai = tile // t.b_chunks
+    bc = tile - ai * t.b_chunks
+    bw = min(t.tile_b, t.b - bc * t.tile_b)
+    blk = 32 // sz
+    return ai * t.r * t.b + bc * t.tile_b, bw, (bw + blk - 1) // blk * blk
+
+
+@njit(cache=True)
+def _arb_copy_in(t, queue, x, off, r0, m, bw, rs, dtype):
+    """CopyIn: ``m`` R rows from row ``r0`` of the tile, ``bw`` elements each (a GM gap of B − bw between them),
+    each padded with zeros to ``rs`` in UB."""
+    sz = asc.size_of(dtype)
+    xl = queue.alloc_tensor(dtype)
+    asc.data_copy_pad(xl, x[off + r0 * t.b], asc.DataCopyExtParams(m, bw * sz, (t.b - bw) * sz, 0),
+                      asc.DataCopyPadExtParams(True, 0, rs - bw, 0))
+    queue.enque(xl)
+
+
+@njit(cache=True)
+def _arb_copy_out(t, queue, y, off, r0, m, bw, dtype):
+    """CopyOut: the ``bw`` real elements of each of ``m`` R rows to GM."""
+    sz = asc.size_of(dtype)
+    yl = queue.deque(dtype)
+    asc.data_copy_pad(y[off + r0 * t.b], yl, asc.DataCopyExtParams(m, bw * sz, 0, (t.b - bw) * sz))
+    queue.free_tensor(yl)
+
+
+@njit(cache=True)
+def _arb_stat(ctx, is_max, acc, part, first, rs):
+    """The running max (sum) row of a split R: the first load's, then Max (Add) of each further one."""
+    if first:
+        _copy_rows(ctx, acc, part, rs)
+    else:
+        _fold_count(is_max, acc, acc, part, rs)
+
+
+@njit(cache=True)
+def _arb_normalise(ctx, dst, src, mx, sm, work, m, rs, full):
+    """x − max, Exp, then (``full``: the sum of this load, which is all of R) the division by the sum row: the
+    whole of a load's Compute after its max is known, ``dst`` its fp32 y (``src`` may be it)."""
+    bcast_rows(False, dst, src, mx, m, rs)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.exp(dst, dst, m * rs)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    if full:
+        s = fold_rows(ctx, False, work, dst, m, rs)
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        bcast_rows(True, dst, dst, s, m, rs)
+    else:
+        bcast_rows(True, dst, dst, sm, m, rs)
+
+
+@kernel
+def softmax_arb_kernel(ctx, t, x, y):
+    """[A, R, B] softmax over R, fp32: Init (the x and y queues, the fold TBuf, the max / sum rows), then the
+    core's tiles (an A index and a chunk of B), each over its R rows. All of R in one load: CopyIn; the max row
+    by :func:`fold_rows`; x − max into the y tile (:func:`bcast_rows`), Exp, the sum row by fold_rows, the
+    division; CopyOut. R in several loads: a pass for the max (each load folded, then Max into the running row),
+    one for the sum (x − max, Exp and Add folds in the x buffer), one to normalise and copy out."""
+    pipe = asc.TPipe(ctx)
+    nbytes = t.tile_r * t.b_align * 4
+    in_queue_x = pipe.init_buffer(asc.TQue(asc.VECIN, 1), t.buffer_num, nbytes)
+    out_queue_y = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), t.buffer_num, nbytes)
+    fold_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), (t.tile_r + 1) // 2 * t.b_align * 4)
+    stat_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), 2 * t.b_align * 4)
+    work = fold_buf.get(asc.float32)
+    mx = stat_buf.get(asc.float32)
+    sm = mx[t.b_align]
+    c = asc.get_block_idx(ctx)
+    first = c * t.block_tiles + min(c, t.former_num)
+    for tile in range(first, first + t.block_tiles + (1 if c < t.former_num else 0)):
+        off, bw, rs = _arb_tile(t, tile, 4)
+        if t.r_chunks > 1:
+            for p in range(2):  # the max, then the sum
+                for k in range(t.r_chunks):
+                    r0 = k * t.tile_r
+                    m = min(t.tile_r, t.r - r0)
+                    _arb_copy_in(t, in_queue_x, x, off, r0, m, bw, rs, x.dtype)
+                    xl = in_queue_x.deque(x.dtype)
+                    if p == 1:
+                        bcast_rows(False, xl, xl, mx, m, rs)
+                        asc.pipe_barrier(ctx, asc.PIPE_V)
+                        asc.exp(xl, xl, m * rs)
+                        asc.pipe_barrier(ctx, asc.PIPE_V)
+                    part = fold_rows(ctx, p == 0, work, xl, m, rs)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+                    _arb_stat(ctx, p == 0, mx[p * t.b_align], part, k == 0, rs)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+                    in_queue_x.free_tensor(xl)
+        for k in range(t.r_chunks):
+            r0 = k * t.tile_r
+            m = min(t.tile_r, t.r - r0)
+            _arb_copy_in(t, in_queue_x, x, off, r0, m, bw, rs, x.dtype)
+            xl = in_queue_x.deque(x.dtype)  # Compute
+            yl = out_queue_y.alloc_tensor(x.dtype)
+            if t.r_chunks == 1:
+                mrow = fold_rows(ctx, True, work, xl, m, rs)
+                asc.pipe_barrier(ctx, asc.PIPE_V)
+                _arb_normalise(ctx, yl, xl, mrow, sm, work, m, rs, True)
+            else:
+                _arb_normalise(ctx, yl, xl, mx, sm, work, m, rs, False)
+            in_queue_x.free_tensor(xl)
+            out_queue_y.enque(yl)
+            _arb_copy_out(t, out_queue_y, y, off, r0, m, bw, x.dtype)
+
+
+@kernel
+def softmax_arb_b16_kernel(ctx, t, x, y):
+    """[A, R, B] softmax over R for half and bfloat16: as :func:`softmax_arb_kernel`, each load widened into an
+    fp32 TBuf (Cast, CAST_NONE) and computed there, y cast back once (CAST_RINT: round to nearest, ties to even,
+    as ops-nn's b16 SoftmaxV2 kernels round) into the y tile."""
+    pipe = asc.TPipe(ctx)
+    n16 = t.tile_r * t.b_align * 2
+    in_queue_x = pipe.init_buffer(asc.TQue(asc.VECIN, 1), t.buffer_num, n16)
+    out_queue_y = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), t.buffer_num, n16)
+    cast_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), n16 * 2)
+    fold_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), (t.tile_r + 1) // 2 * t.b_align * 4)
+    stat_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), 2 * t.b_align * 4)
+    xf = cast_buf.get(asc.float32)
+    work = fold_buf.get(asc.float32)
+    mx = stat_buf.get(asc.float32)
+    sm = mx[t.b_align]
+    c = asc.get_block_idx(ctx)
+    first = c * t.block_tiles + min(c, t.former_num)
+    for tile in range(first, first + t.block_tiles + (1 if c < t.former_num else 0)):
+        off, bw, rs = _arb_tile(t, tile, 2)
+        if t.r_chunks > 1:
+            for p in range(2):  # the max, then the sum
+                for k in range(t.r_chunks):
+                    r0 = k * t.tile_r
+                    m = min(t.tile_r, t.r - r0)
+                    _arb_copy_in(t, in_queue_x, x, off, r0, m, bw, rs, x.dtype)
+                    xl = in_queue_x.deque(x.dtype)
+                    asc.cast(xf, xl, asc.CAST_NONE, m * rs)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+                    in_queue_x.free_tensor(xl)
+                    if p == 1:
+                        bcast_rows(False, xf, xf, mx, m, rs)
+                        asc.pipe_barrier(ctx, asc.PIPE_V)
+                        asc.exp(xf, xf, m * rs)
+                        asc.pipe_barrier(ctx, asc.PIPE_V)
+                    part = fold_rows(ctx, p == 0, work, xf, m, rs)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+                    _arb_stat(ctx, p == 0, mx[p * t.b_align], part, k == 0, rs)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+        for k in range(t.r_chunks):
+            r0 = k * t.tile_r
+            m = min(t.tile_r, t.r - r0)
+            _arb_copy_in(t, in_queue_x, x, off, r0, m, bw, rs, x.dtype)
+            xl = in_queue_x.deque(x.dtype)  # Compute
+            asc.cast(xf, xl, asc.CAST_NONE, m * rs)
+            asc.pipe_barrier(ctx, asc.PIPE_V)
+            in_queue_x.free_tensor(xl)
+            if t.r_chunks == 1:
+                mrow = fold_rows(ctx, True, work, xf, m, rs)
+                asc.pipe_barrier(ctx, asc.PIPE_V)
+                _arb_normalise(ctx, xf, xf, mrow, sm, work, m, rs, True)
+            else:
+                _arb_normalise(ctx, xf, xf, mx, sm, work, m, rs, False)
+            asc.pipe_barrier(ctx, asc.PIPE_V)
+            yl = out_queue_y.alloc_tensor(x.dtype)
+            asc.cast(yl, xf, asc.CAST_RINT, m * rs)
+            out_queue_y.enque(yl)
+            _arb_copy_out(t, out_queue_y, y, off, r0, m, bw, x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tilesim's split-row kernel: rows the SoftMax API cannot take in one pass
+
+
+@njit(cache=True)
+def _long_fold(ctx, is_max, acc, work, xs, length, first):
+    """Fold a load of ``length`` floats into the running 64-float row ``acc`` (the load's first: copied): its
+    whole 64-float rows by :func:`fold_rows`, its last ``length % 64`` elements by a Max (Add) masked to them,
+    then a Max (Add) into acc; a load shorter than 64 straight into acc, masked (acc first filled with Max's
+    (Add's) identity, -inf (0), when it is the row's only load)."""
+    full = length // FLOAT_REPEAT
+    tail = length - full * FLOAT_REPEAT
+    if full > 0:
+        part = fold_rows(ctx, is_max, work, xs, full, FLOAT_REPEAT)
+        if tail > 0:
+            asc.pipe_barrier(ctx, asc.PIPE_V)
+            _fold(is_max, part, part, xs[full * FLOAT_REPEAT], tail, 1, asc.BinaryRepeatParams(1, 1, 1, 8, 8, 8))
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        _arb_stat(ctx, is_max, acc, part, first, FLOAT_REPEAT)
+    else:
+        if first:  # a row shorter than 64: its lanes past the row start as Max's (Add's) identity
+            asc.duplicate(acc, np.float32(-np.inf) if is_max else np.float32(0.0), FLOAT_REPEAT)
+            asc.pipe_barrier(ctx, asc.PIPE_V)
+        _fold(is_max, acc, acc, xs, tail, 1, asc.BinaryRepeatParams(1, 1, 1, 8, 8, 8))
+
+
+@njit(cache=True)
+def _long_scalar(ctx, pipe, is_max, red, acc):
+    """The row's max (sum) from its 64-float row: WholeReduceMax (Sum) into ``red``, read by the scalar unit after
+    a V_S SetFlag / WaitFlag, and an S_V one after the read (the next row's reduce writes ``red`` again)."""
+    _whole_reduce(is_max, red, acc, FLOAT_REPEAT, 1, 1, 1, 8)
+    ev = pipe.fetch_event_id(asc.HardEvent.V_S)
+    asc.set_flag(ctx, asc.HardEvent.V_S, ev)
+    asc.wait_flag(ctx, asc.HardEvent.V_S, ev)
+    v = red.get_value(0)
+    ev = pipe.fetch_event_id(asc.HardEvent.S_V)
+    asc.set_flag(ctx, asc.HardEvent.S_V, ev)
+    asc.wait_flag(ctx, asc.HardEvent.S_V, ev)
+    return v
+
+
+@njit(cache=True)
+def _long_normalise(ctx, dst, src, neg_max, srow, la, length):
+    """x − max (Adds of the negated max), Exp, then the division by the sum row (``srow``, 64 copies of the sum)
+    of a load of ``length`` elements (``la``: aligned), into ``dst``."""
+    asc.adds(dst, src, neg_max, la)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    asc.exp(dst, dst, la)
+    asc.pipe_barrier(ctx, asc.PIPE_V)
+    full = length // FLOAT_REPEAT
+    tail = length - full * FLOAT_REPEAT
+    bcast_rows(True, dst, dst, srow, full, FLOAT_REPEAT)
+    if tail > 0:
+        o = full * FLOAT_REPEAT
+        asc.div(dst[o], dst[o], srow, tail, 1, asc.BinaryRepeatParams(1, 1, 1, 8, 8, 0))
+
+
+@njit(cache=True)
+def _long_copy_in(t, queue, x, off, length, dtype):
+    """CopyIn: one load of ``length`` elements of a row, padded with zeros to 32 B."""
+    sz = asc.size_of(dtype)
+    blk = 32 // sz
+    xl = queue.alloc_tensor(dtype)
+    asc.data_copy_pad(xl, x[off], asc.DataCopyExtParams(1, length * sz, 0, 0),
+                      asc.DataCopyPadExtParams(True, 0, (length + blk - 1) // blk * blk - length, 0))
+    queue.enque(xl)
+
+
+@njit(cache=True)
+def _long_copy_out(queue, y, off, length, dtype):
+    """CopyOut: the ``length`` real elements of a load."""
+    yl = queue.deque(dtype)
+    asc.data_copy_pad(y[off], yl, asc.DataCopyExtParams(1, length * asc.size_of(dtype), 0, 0))
+    queue.free_tensor(yl)
+
+
+@kernel
+def softmax_long_kernel(ctx, t, x, y):
+    """Split-row softmax, fp32: Init (the x and y queues, the fold TBuf, the stat TBuf: running row, sum row and
+    reduce block), then the core's rows, each in ``c_chunks`` loads over three passes: the max (each load folded
+    into a running 64-float row: :func:`_long_fold`; WholeReduceMax; the scalar read after a V_S sync), the sum
+    (Adds of −max, Exp, the Add folds; WholeReduceSum), then Duplicate of the sum into a row and, load by load,
+    Adds, Exp and the division (level-0 Div, the sum row re-read at repStride 0) into the y tile and CopyOut."""
+    pipe = asc.TPipe(ctx)
+    in_queue_x = pipe.init_buffer(asc.TQue(asc.VECIN, 1), t.buffer_num, t.tile_cols * 4)
+    out_queue_y = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), t.buffer_num, t.tile_cols * 4)
+    fold_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), (t.tile_cols // FLOAT_REPEAT + 1) // 2 * FLOAT_REPEAT * 4)
+    stat_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), (2 * FLOAT_REPEAT + FLOAT_BLK) * 4)
+    work = fold_buf.get(asc.float32)
+    acc = stat_buf.get(asc.float32)
+    srow = acc[FLOAT_REPEAT]
+    red = acc[2 * FLOAT_REPEAT]
+    c = asc.get_block_idx(ctx)
+    start = c * t.block_rows + min(c, t.former_num)
+    neg_max = np.float32(0.0)
+    for row in range(start, start + t.block_rows + (1 if c < t.former_num else 0)):
+        base = row * t.cols
+        for p in range(2):  # the max, then the sum
+            for k in range(t.c_chunks):
+                c0 = k * t.tile_cols
+                ln = min(t.tile_cols, t.cols - c0)
+                _long_copy_in(t, in_queue_x, x, base + c0, ln, x.dtype)
+                xl = in_queue_x.deque(x.dtype)
+                if p == 1:
+                    la = (ln + FLOAT_BLK - 1) // FLOAT_BLK * FLOAT_BLK
+                    asc.adds(xl, xl, neg_max, la)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+                    asc.exp(xl, xl, la)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+                _long_fold(ctx, p == 0, acc, work, xl, ln, k == 0)
+                asc.pipe_barrier(ctx, asc.PIPE_V)
+                in_queue_x.free_tensor(xl)
+            v = _long_scalar(ctx, pipe, p == 0, red, acc)
+            if p == 0:
+                neg_max = -v
+            else:
+                asc.duplicate(srow, v, FLOAT_REPEAT)
+                asc.pipe_barrier(ctx, asc.PIPE_V)
+        for k in range(t.c_chunks):
+            c0 = k * t.tile_cols
+            ln = min(t.tile_cols, t.cols - c0)
+            la = (ln + FLOAT_BLK - 1) // FLOAT_BLK * FLOAT_BLK
+            _long_copy_in(t, in_queue_x, x, base + c0, ln, x.dtype)
+            xl = in_queue_x.deque(x.dtype)  # Compute
+            yl = out_queue_y.alloc_tensor(x.dtype)
+            _long_normalise(ctx, yl, xl, neg_max, srow, la, ln)
+            in_queue_x.free_tensor(xl)
+            out_queue_y.enque(yl)
+            _long_copy_out(out_queue_y, y, base + c0, ln, x.dtype)
+
+
+@kernel
+def softmax_long_b16_kernel(ctx, t, x, y):
+    """Split-row softmax for half and bfloat16: as :func:`softmax_long_kernel`, each load widened into an fp32
+    TBuf (Cast, CAST_NONE) and computed there, y cast back once (CAST_RINT) into the y tile."""
+    pipe = asc.TPipe(ctx)
+    in_queue_x = pipe.init_buffer(asc.TQue(asc.VECIN, 1), t.buffer_num, t.tile_cols * 2)
+    out_queue_y = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), t.buffer_num, t.tile_cols * 2)
+    cast_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), t.tile_cols * 4)
+    fold_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), (t.tile_cols // FLOAT_REPEAT + 1) // 2 * FLOAT_REPEAT * 4)
+    stat_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), (2 * FLOAT_REPEAT + FLOAT_BLK) * 4)
+    xf = cast_buf.get(asc.float32)
+    work = fold_buf.get(asc.float32)
+    acc = stat_buf.get(asc.float32)
+    srow = acc[FLOAT_REPEAT]
+    red = acc[2 * FLOAT_REPEAT]
+    c = asc.get_block_idx(ctx)
+    start = c * t.block_rows + min(c, t.former_num)
+    neg_max = np.float32(0.0)
+    for row in range(start, start + t.block_rows + (1 if c < t.former_num else 0)):
+        base = row * t.cols
+        for p in range(2):  # the max, then the sum
+            for k in range(t.c_chunks):
+                c0 = k * t.tile_cols
+                ln = min(t.tile_cols, t.cols - c0)
+                la = (ln + 15) // 16 * 16
+                _long_copy_in(t, in_queue_x, x, base + c0, ln, x.dtype)
+                xl = in_queue_x.deque(x.dtype)
+                asc.cast(xf, xl, asc.CAST_NONE, la)
+                asc.pipe_barrier(ctx, asc.PIPE_V)
+                in_queue_x.free_tensor(xl)
+                if p == 1:
+                    asc.adds(xf, xf, neg_max, la)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+                    asc.exp(xf, xf, la)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+                _long_fold(ctx, p == 0, acc, work, xf, ln, k == 0)
+                asc.pipe_barrier(ctx, asc.PIPE_V)
+            v = _long_scalar(ctx, pipe, p == 0, red, acc)
+            if p == 0:
+                neg_max = -v
+            else:
+                asc.duplicate(srow, v, FLOAT_REPEAT)
+                asc.pipe_barrier(ctx, asc.PIPE_V)
+        for k in range(t.c_chunks):
+            c0 = k * t.tile_cols
+            ln = min(t.tile_cols, t.cols - c0)
+            la = (ln + 15) // 16 * 16
+            _long_copy_in(t, in_queue_x, x, base + c0, ln, x.dtype)
+            xl = in_queue_x.deque(x.dtype)  # Compute
+            asc.cast(xf, xl, asc.CAST_NONE, la)
+            asc.pipe_barrier(ctx, asc.PIPE_V)
+            in_queue_x.free_tensor(xl)
+            _long_normalise(ctx, xf, xf, neg_max, srow, la, ln)
+            asc.pipe_barrier(ctx, asc.PIPE_V)
+            yl = out_queue_y.alloc_tensor(x.dtype)
+            asc.cast(yl, xf, asc.CAST_RINT, la)
+            out_queue_y.enque(yl)
+            _long_copy_out(out_queue_y, y, base + c0, ln, x.dtype)
+
+
+def run(t: Any, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.ndarray | None,
         checks: bool | None, auto_sync: bool = True) -> RunReport:
-    """Launch the kernel on arrays already validated (x any layout, y C-contiguous of x's shape): the device part of
-    the op. ``auto_sync`` is BiSheng's ``--cce-auto-sync`` for checked mode. The workspace is passed and not
-    touched."""
-    return launch(softmax_kernel, t, np.ascontiguousarray(x), y, block_dim=t.block_dim, soc=spec, checks=checks,
+    """Launch the kernel of the tiling (x's dtype) on arrays already validated (x any layout, y C-contiguous of
+    x's shape): the device part of the op. ``auto_sync`` is BiSheng's ``--cce-auto-sync`` for checked mode. The
+    workspace is passed and not touched."""
+    if isinstance(t, SoftmaxArbTiling):
+        k = softmax_arb_kernel if t.itemsize == 4 else softmax_arb_b16_kernel
+    elif isinstance(t, SoftmaxLongTiling):
+        k = softmax_long_kernel if t.itemsize == 4 else softmax_long_b16_kernel
+    else:
+        k = softmax_bf16_kernel if t.dtype == BF16 else softmax_kernel
+    return launch(k, t, np.ascontiguousarray(x), y, block_dim=t.block_dim, soc=spec, checks=checks,
                   workspace=ws, op="softmax", gm_names=GM_NAMES, auto_sync=auto_sync)
 
 
+def ai_cpu_softmax(x: Any, dim: int) -> np.ndarray:
+    """float64 softmax as SoftmaxV2's AI CPU kernel computes it (ops-nn ``op_kernel_aicpu/softmax_v2_aicpu.cpp``,
+    which aclnn's l0op::SoftmaxV2 launches for a dtype no AI Core kernel takes): for each position outside the
+    axis, the max along it, e = exp(x − max), the sum of e added in the axis' order, its reciprocal, then e times
+    the reciprocal. A 0-d x is 1. ``exp`` is numpy's, which may differ from the AI CPU's libm in the last bit."""
+    xx = np.asarray(x, np.float64)
+    if xx.ndim == 0:
+        return np.ones((), np.float64)
+    v = np.moveaxis(xx, dim, 0)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        e = np.exp(v - v.max(axis=0))
+        s = np.zeros(e.shape[1:], np.float64)
+        for i in range(e.shape[0]):
+            s += e[i]
+        return np.moveaxis(e * (1.0 / s), 0, dim)
+
+
 @accepts_torch(arrays=("x",))
-def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: SoftmaxOpTiling | None = None,
+def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: Any = None,
             checks: bool | None = False, out: np.ndarray | None = None) -> np.ndarray:
-    """aclnnSoftmax along ``dim`` (the last axis, or one whose elements are contiguous: see
-    :mod:`tiling.softmax`) by tilesim's kernel on the A2 SoftMax API; y in x's dtype and shape (fp32, fp16). An
-    empty x gives an empty y of its dtype without a launch, whatever the dtype (aclnnSoftmax returns before its
-    dtype checks).
+    """aclnnSoftmax along ``dim`` (any axis, negative counting from the end: the kernel on the A2 SoftMax API for
+    an axis whose elements are contiguous, the [A, R, B] kernel otherwise; see :mod:`tiling.softmax`); y in x's
+    dtype and shape (fp32, fp16, bf16). float64, which no AI Core kernel takes (aclnn runs it on the AI CPU), is
+    computed on the host as the AI CPU kernel does (:func:`ai_cpu_softmax`), without a launch: no run report, no
+    tiling. An empty x gives an empty y of its dtype without a launch, whatever the dtype (aclnnSoftmax returns
+    before its dtype checks).
 
     ``tiling`` runs a TilingData made with ``tiling.softmax(x, dim, core_num=..., tile_rows=..., buffer_num=...,
-    tmp_size=...)`` (checked first); ``checks=True`` runs checked mode; ``out`` writes into an existing array.
-    Errors raise :class:`tilesim.AclnnError` with the aclnn status; inputs are never modified and nothing is
-    written on error. A non-contiguous x is copied first (aclnn's Contiguous)."""
+    tmp_size=..., tile_b=..., tile_cols=...)`` (checked first); ``checks=True`` runs checked mode; ``out`` writes
+    into an existing array. Errors raise :class:`tilesim.AclnnError` with the aclnn status; inputs are never
+    modified and nothing is written on error. A non-contiguous x is copied first (aclnn's Contiguous)."""
     spec = get_soc(soc)
     checked = checks_default(checks)
     rows, cols = check_args(x, dim, out, spec)
     t = None
+    if rows * cols and dtype_name(x) == FP64:
+        if tiling is not None:
+            raise tiling_error("tiling", "float64 runs on the AI CPU (SoftmaxV2's AI CPU kernel): there is no AI "
+                                         "Core kernel to tile")
+        y = output(out, "out", tuple(np.shape(x)), FP64)
+        y[...] = ai_cpu_softmax(x, int(dim))
+        return y
     if rows * cols:
         t = make_tiling(x, dim, soc=spec) if tiling is None else check_tiling(tiling, x, dim, soc=spec)
     elif tiling is not None:
@@ -479,4 +988,6 @@ def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: 
     return y
 
 
-__all__ = ["kernel_tiling_func", "reduce_last_nd", "run", "softmax", "softmax_kernel", "softmax_rows"]
+__all__ = ["ai_cpu_softmax", "bcast_rows", "fold_rows", "kernel_tiling_func", "reduce_last_nd", "run", "softmax",
+           "softmax_arb_b16_kernel", "softmax_arb_kernel", "softmax_bf16_kernel", "softmax_kernel",
+           "softmax_long_b16_kernel", "softmax_long_kernel", "softmax_rows"]

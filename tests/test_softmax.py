@@ -2,9 +2,10 @@
 tiled kernel against untiled float64 math, torch's softmax and a float32 numpy statement of the API's instruction
 order (bit for bit), over both dtypes, every reduction path of the API (cols below 64, [64, 128), [128, 512), from
 512, with and without a masked tail), one row and many, several SoCs, hand-made tilings (several API passes a tile,
-a tail pass, the re-computed tiling of a short tile), non-finite rows; the API's tiling helpers and the op's tiling
-against figures worked out by hand; what each tile issues; checked mode in both auto-sync settings; the explorer's
-candidates.
+a tail pass, the re-computed tiling of a short tile), non-finite rows; bf16 (widened, the float API, rounded once);
+the [A, R, B] kernel for other axes and the split-row kernel for long rows against float64 math, torch and numpy
+statements of their own instruction order; the API's tiling helpers and the op's tiling against figures worked out
+by hand; what each tile issues; checked mode in both auto-sync settings; the explorer's candidates.
 
 The statement of the order takes exp from ``tilesim.numerics.expf.exp_values`` (the emulated Exp's own values) and the
 half rounding from ``tilesim.numerics.b16.narrow`` with CAST_ROUND (the API's FLOAT2HALF_ROUND_MODE on v220).
@@ -12,6 +13,7 @@ half rounding from ``tilesim.numerics.b16.narrow`` with CAST_ROUND (the API's FL
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -31,12 +33,12 @@ from tilesim.tiling.softmax import (
 from tilesim.tiling.softmax import softmax as make_tiling
 
 import tilesim
-from tilesim.numerics.b16 import CAST_ROUND, narrow
+from tilesim.numerics.b16 import CAST_RINT, CAST_ROUND, narrow
 from tilesim.numerics.expf import exp_values
 from tilesim.precision import Expected, compare, judge
 
-DT = {"float32": np.float32, "float16": np.float16}
-DTYPES = list(DT)
+DT = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+DTYPES = ["float32", "float16"]
 SOC = tilesim.get_soc("Ascend910B1")
 
 # --------------------------------------------------------------------------------------------------------------
@@ -82,7 +84,8 @@ def api_row_sums(e):
 
 def emulate(x, dim=-1):
     """The API in float32 numpy, instruction by instruction along the last axis: m = max (NaN wins), e =
-    Exp(x − m), y = e / (the API's row sum); half widened exactly and y rounded with CAST_ROUND."""
+    Exp(x − m), y = e / (the API's row sum); half widened exactly and y rounded with CAST_ROUND; bfloat16 widened
+    exactly, the float API run on it and y rounded once with CAST_RINT."""
     k = x.shape[dim] if x.ndim else 1
     x2 = np.ascontiguousarray(x).astype(np.float32).reshape(-1, k)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -90,6 +93,8 @@ def emulate(x, dim=-1):
         y = e / api_row_sums(e)[:, None]
     if x.dtype == np.float16:
         return narrow(y, "float16", CAST_ROUND).view(np.float16).reshape(x.shape)
+    if x.dtype == ml_dtypes.bfloat16:
+        return narrow(y, "bfloat16", CAST_RINT).view(ml_dtypes.bfloat16).reshape(x.shape)
     return y.reshape(x.shape)
 
 
@@ -152,6 +157,165 @@ def test_axes_whose_elements_are_contiguous(rng, dtype, shape, dim):
     d = dim % max(len(shape), 1)
     rows_view = x.reshape(-1, shape[d] if shape else 1)
     assert_bitwise(out, emulate(rows_view).reshape(shape), "vs the API's order on the reshaped rows")
+
+
+@pytest.mark.parametrize("shape", [(221, 2), (20, 100), (7, 4001)])
+def test_bf16_is_computed_in_fp32_and_rounded_once(rng, shape):
+    """bfloat16 (the SoftMax API takes half and float): widened exactly, the float API's steps, y rounded once with
+    CAST_RINT, in checked mode too; the widened tile is a TBuf of the UB plan and the API's tiling is float's."""
+    x = make_x(rng, shape, "bfloat16")
+    out, rep = check_all(x)
+    t = rep.tiling
+    assert t.dtype == "bfloat16" and t.tiling_key == 27 and t.cols_align % 16 == 0 and t.reduce_k == 8
+    assert rep.ub_plan.names() == ["in_queue_x", "out_queue_y", "cast_buf", "tmp_buf"]
+    np.testing.assert_array_equal(rep.counter("vec_cast") > 0, True)
+    y = np.full(shape, 7, x.dtype)
+    run_kernel(t, SOC, x, y, None, True, auto_sync=False)
+    assert_bitwise(y, out, "checked, auto_sync off")
+
+
+def _fold(v):
+    """fold_rows over axis 0 of v [n, ...] (float32): rows 0 .. h-1 plus rows h .. 2h-1, an odd last row added
+    to the first, then halved in place (rows 0 .. h-1 plus rows n-h .. n-1) until one row is left."""
+    n = v.shape[0]
+    if n == 1:
+        return v[0]
+    h = n // 2
+    w = v[:h] + v[h:2 * h]
+    if n % 2:
+        w[0] = w[0] + v[n - 1]
+    n = h
+    while n > 1:
+        h = n // 2
+        w[:h] = w[:h] + w[n - h:n]
+        n -= h
+    return w[0]
+
+
+def emulate_arb(x, dim, tile_r):
+    """The [A, R, B] kernel in float32 numpy: m = max over R (NaN wins; order-free), e = Exp(x − m), the sum
+    folded over each load of tile_r rows and the loads added in order, y = e / sum; b16 widened exactly and y
+    rounded once with CAST_RINT."""
+    x3 = np.moveaxis(np.asarray(x).astype(np.float32), dim, 0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = exp_values(np.ascontiguousarray(x3 - np.max(x3, axis=0)))
+        s = _fold(e[:tile_r].copy())
+        for r0 in range(tile_r, e.shape[0], tile_r):
+            s = s + _fold(e[r0:r0 + tile_r].copy())
+        y = np.moveaxis(e / s, 0, dim)
+    if x.dtype == np.float32:
+        return y
+    return narrow(np.ascontiguousarray(y), x.dtype.name, CAST_RINT).view(x.dtype).reshape(x.shape)
+
+
+# (shape, dim, dtype, overrides, what): ops-nn's example and the op_api UT's [2, 3] dim 0, ST shapes, B cut into
+# chunks with a shorter last one, R in several loads (the max, sum and normalise passes)
+ARB = [
+    ((4, 2), 0, "float32", {}, "ops-nn's example"),
+    ((2, 3), 0, "float16", {}, "the op_api UT"),
+    ((3, 5, 122), -2, "float32", {}, "B in chunks, the last shorter"),
+    ((20, 1024), 0, "bfloat16", {}, "ST bf16, B in chunks"),
+    ((9, 301, 5), 1, "float32", dict(tile_rows=37, core_num=2), "R in 9 loads"),
+    ((2, 300, 40), -2, "bfloat16", dict(tile_rows=64, tile_b=16), "R in 5 loads, B in 3 chunks"),
+]
+
+
+@pytest.mark.parametrize("shape,dim,dtype,kw,what", ARB, ids=[c[4] for c in ARB])
+def test_an_axis_that_is_not_the_last(rng, shape, dim, dtype, kw, what):
+    """The [A, R, B] kernel: against float64 math and torch, bit for bit against its instruction order, and (with
+    overrides) split as asked; the host's UB plan is what the kernel placed."""
+    x = make_x(rng, shape, dtype)
+    t = make_tiling(x, dim, **kw)
+    out, rep = run(x, dim, tiling=t)
+    assert out.dtype == x.dtype and out.shape == shape and rep.tiling == t
+    assert_precise(out, ref.softmax(x, dim), "vs reference")
+    assert_precise(out, torch_softmax(x, dim), "vs torch")
+    assert_bitwise(out, emulate_arb(x, dim, t.tile_r), "vs the [A, R, B] kernel's order")
+    d = dim % len(shape)
+    assert (t.a, t.r, t.b) == (int(np.prod(shape[:d])), shape[d], int(np.prod(shape[d + 1:])))
+    assert [(b.name, b.nbytes, b.buffer_num) for b in rep.ub_plan.buffers] == \
+        [(b.name, b.nbytes, b.buffer_num) for b in ub_plan(t, SOC).buffers]
+    if kw:
+        assert (t.r_chunks > 1) == ("tile_rows" in kw) and t != make_tiling(x, dim)
+
+
+def test_arb_checked_clean_with_and_without_auto_sync(rng):
+    """The [A, R, B] kernel's PipeBarriers and queues order every dependence: a split R with b16 casts and a full
+    load of fp32 run checked clean with BiSheng's auto-sync off, to the fast bits."""
+    for shape, dim, dtype, kw in (((5, 301, 40), 1, "bfloat16", dict(tile_rows=37, core_num=2)),
+                                  ((63, 7, 6), 0, "float32", {})):
+        x = make_x(rng, shape, dtype)
+        t = make_tiling(x, dim, **kw)
+        fast = softmax(x, dim, tiling=t)
+        for auto_sync in (True, False):
+            y = np.full(shape, 7, x.dtype)
+            assert run_kernel(t, SOC, x, y, None, True, auto_sync=auto_sync).checks
+            assert_bitwise(y, fast, f"checked, auto_sync={auto_sync}")
+
+
+def emulate_long(x, tile_cols):
+    """The split-row kernel in float32 numpy, row by row: m = max, e = Exp(x − m), each load's sum folded as
+    fold_rows folds its 64-float rows with its tail added to the first lanes, the loads added into a running
+    64-float row (the first copied; a row's only load shorter than 64 added to zeros), WholeReduceSum's tree
+    over the 64 lanes, y = e / sum; b16 widened exactly and y rounded once with CAST_RINT."""
+    x2 = np.asarray(x).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = exp_values(np.ascontiguousarray(x2 - np.max(x2, axis=1, keepdims=True)))
+    acc = np.zeros((e.shape[0], 64), np.float32)
+    for k, c0 in enumerate(range(0, e.shape[1], tile_cols)):
+        c = e[:, c0:c0 + tile_cols]
+        full, tail = divmod(c.shape[1], 64)
+        if full:
+            part = _fold(np.moveaxis(c[:, :64 * full].reshape(-1, full, 64), 1, 0).copy())
+            part[:, :tail] = part[:, :tail] + c[:, 64 * full:]
+            acc = part.copy() if k == 0 else acc + part
+        else:
+            acc[:, :tail] = acc[:, :tail] + c
+    y = e / _tree(acc)[:, None]
+    if x.dtype == np.float32:
+        return y
+    return narrow(y, x.dtype.name, CAST_RINT).view(x.dtype).reshape(x.shape)
+
+
+@pytest.mark.parametrize("shape,dtype,tile_cols", [((7, 100003), "float32", None), ((2, 16896), "float16", None),
+                                                   ((3, 1000), "float32", 256), ((3, 1000), "bfloat16", 128),
+                                                   ((2, 40), "float32", 64)])
+def test_rows_the_api_cannot_take_in_one_pass(rng, shape, dtype, tile_cols):
+    """The split-row kernel: rows past the API's uint8 fold or the UB (the official tiling), and shorter rows in
+    loads of ``tile_cols`` (a tail in each load, a load shorter than 64, one row of one load): a pass for the max,
+    one for the sum, one to normalise; against float64 math, torch and its instruction order."""
+    x = make_x(rng, shape, dtype)
+    t = make_tiling(x, tile_cols=tile_cols)
+    out, rep = run(x, tiling=t)
+    assert type(t).__name__ == "SoftmaxLongTiling" and rep.tiling == t and t.c_chunks == -(-shape[1] // t.tile_cols)
+    assert t.c_chunks > 1 or shape[1] < 64
+    assert_precise(out, ref.softmax(x), "vs reference")
+    assert_precise(out, torch_softmax(x), "vs torch")
+    assert_bitwise(out, emulate_long(x, t.tile_cols), "vs the split-row kernel's order")
+    assert rep.ub_plan.used <= SOC.ub_size and rep.total("mte2_bytes") == 3 * x.nbytes
+
+
+def test_split_row_checked_clean_with_and_without_auto_sync(rng):
+    """The split-row kernel's syncs (PipeBarriers, V_S before the scalar reads the max and sum, S_V after) order
+    every dependence with BiSheng's auto-sync off."""
+    x = make_x(rng, (3, 1000), "bfloat16")
+    t = make_tiling(x, tile_cols=128)
+    fast = softmax(x, tiling=t)
+    for auto_sync in (True, False):
+        y = np.full(x.shape, 7, x.dtype)
+        assert run_kernel(t, SOC, x, y, None, True, auto_sync=auto_sync).checks
+        assert_bitwise(y, fast, f"checked, auto_sync={auto_sync}")
+
+
+def test_a_strided_x_is_made_contiguous_first(rng):
+    """The op_api UT's strided [5, 4] view over [4, 5] storage, along each axis: the values of the view, as aclnn's
+    Contiguous step copies them before the kernel."""
+    base = make_x(rng, (4, 5))
+    x = base.T
+    assert not x.flags.c_contiguous
+    for dim in (0, 1, -1):
+        assert_bitwise(softmax(x, dim), softmax(np.ascontiguousarray(x), dim), f"dim {dim}")
+        assert_precise(softmax(x, dim), ref.softmax(x, dim), f"dim {dim}")
 
 
 def test_the_instruction_order_statement_can_fail(rng):
@@ -417,7 +581,7 @@ def test_checked_clean_with_and_without_auto_sync(rng, dtype, shape, kw):
 # the explorer's view
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 def test_every_candidate_passes_within_its_rounding_bound(dtype):
     """kernels.op_specs' softmax spec at a small shape with tails: the official tiling first and once, params uniform,
     several core counts and tiles, every candidate within the standard and the op's rounding bound."""
@@ -435,3 +599,21 @@ def test_every_candidate_passes_within_its_rounding_bound(dtype):
         assert j.verdict == "pass" and j.excess < 1, f"{c.params}: {j}"
     big = spec.candidates(spec.make_inputs(spec.default_shape, dtype, 0), SOC)
     assert 5 <= len(big) <= 90
+
+
+@pytest.mark.parametrize("shape,dtype,dim,kind", [((6, 50, 10), "bf16", 1, "SoftmaxArbTiling"),
+                                                  ((2, 17000), "fp16", -1, "SoftmaxLongTiling")])
+def test_the_other_kernels_candidates_pass_within_their_rounding_bound(shape, dtype, dim, kind):
+    """The explorer sweeps the [A, R, B] kernel's R rows a load and the split-row kernel's elements a load, over
+    core counts and buffer counts; every candidate within the standard and the op's rounding bound."""
+    spec = OPS["softmax"]
+    inputs = spec.make_inputs(shape, dtype, 0, dim=dim)
+    cands = spec.candidates(inputs, SOC)
+    assert cands[0].official and type(cands[0].tiling).__name__ == kind
+    assert len({c.params["tile"] for c in cands}) >= 3 and len({c.params["block_dim"] for c in cands}) >= 2
+    (golden,), (bound,) = spec.reference(inputs), spec.bounds(inputs)
+    for c in cands:
+        assert type(c.tiling).__name__ == kind
+        (out,) = spec.run(inputs, c.tiling, SOC)
+        j = judge(out, Expected.of(golden, np.dtype(out.dtype).name, bound))
+        assert j.verdict == "pass" and j.excess < 1, f"{c.params}: {j}"
