@@ -36,7 +36,7 @@ for line in sys.stdin:
 def cases() -> list[str]:
     from bench import demo
 
-    return list(dict.fromkeys(m.__name__.removesuffix("_case") + ":" + d for m, _, d in demo.CASES))  # as WORKER
+    return list(dict.fromkeys(demo.op_of(m) + ":" + d for m, _, d in demo.CASES))  # as WORKER
 
 
 def main(argv: list[str]) -> None:

@@ -131,6 +131,11 @@ CASES = [(rms_norm_grad_case, (4096, 4096), "bf16"), (rms_norm_grad_case, (64, 1
          (nsa_compress_grad_case, (8192, 32, 128), "bf16")]
 
 
+def op_of(make: Callable[..., Any]) -> str:
+    """The op a case's maker runs (``softmax`` for ``softmax_case`` and a partial of it)."""
+    return getattr(make, "func", make).__name__.removesuffix("_case")
+
+
 def tiling_key(op: str, t: Any) -> str:
     """The tiling key and what it selects: RmsNormGrad's split, GroupNormGrad's UB mode and reduction, SwiGluGrad's
     dtype kernel (the key is the ge::DataType) with its base tile, double buffering and DataCopy path, the

@@ -154,9 +154,9 @@ def demo_case(op: str, dtype: str, shape: tuple[int, ...] | None = None) -> Any:
 
     from bench import demo
 
-    cases = [(make, demo_shape, dt) for make, demo_shape, dt in demo.CASES if make.__name__ == f"{op}_case"]
+    cases = [(make, demo_shape, dt) for make, demo_shape, dt in demo.CASES if demo.op_of(make) == op]
     if not cases or dtype not in OPS[op].dtypes:
-        known = sorted(f"{name} {dt}" for name in {m.__name__.removesuffix("_case") for m, _, _ in demo.CASES}
+        known = sorted(f"{name} {dt}" for name in {demo.op_of(m) for m, _, _ in demo.CASES}
                        for dt in OPS[name].dtypes)
         raise SystemExit(f"no demo case for {op} {dtype}; there are: {', '.join(known)}")
     make, demo_shape, _ = next((c for c in cases if c[2] == dtype), cases[0])

@@ -505,7 +505,7 @@ def test_write_targets_see_every_output_that_may_share_memory_with_an_input(case
 
 
 def test_by_identity_memoises_by_the_arguments_objects_not_their_values(monkeypatch):
-    from tilesim.runtime import memo
+    from tilesim.core import memo
 
     calls = []
 
