@@ -33,21 +33,26 @@ def rms_inputs(rng: np.random.Generator, shape: tuple, n_gamma: int = 1, dtype: 
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """pytest hook: the ``no_launch_here`` marker."""
+    """pytest hook: the ``no_launch_here`` and ``checked_elsewhere`` markers."""
     config.addinivalue_line("markers", "no_launch_here: the test launches no kernel in the pytest process (it runs "
                                        "them in subprocesses, or host code only); pytest --tilesim-checks, a pass "
                                        "that exists to check every launch, leaves it out")
+    config.addinivalue_line("markers", "checked_elsewhere: the test's launches are shipped kernels on large inputs "
+                                       "whose checked runs other tests make on small ones; pytest --tilesim-checks "
+                                       "leaves it out")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """pytest hook: with checked mode forced (``--tilesim-checks``, ``make test``'s second pass), the tests marked
-    ``no_launch_here`` are deselected: forcing changes nothing they run, so they would repeat the first pass."""
+    ``no_launch_here`` are deselected (forcing changes nothing they run, so they would repeat the first pass), and
+    those marked ``checked_elsewhere`` (checking their large launches would find nothing the small ones miss)."""
     if not checks_enabled(False):  # True only when forced
         return
-    keep = [i for i in items if i.get_closest_marker("no_launch_here") is None]
-    if len(keep) < len(items):
-        config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("no_launch_here") is not None])
-        items[:] = keep
+    marked = [i for i in items if any(i.get_closest_marker(m) for m in ("no_launch_here", "checked_elsewhere"))]
+    if marked:
+        config.hook.pytest_deselected(items=marked)
+        gone = {id(i) for i in marked}
+        items[:] = [i for i in items if id(i) not in gone]
 
 
 @pytest.fixture

@@ -64,9 +64,9 @@ def _spread(cands: list[Any]) -> list[Any]:
     return official + others[::step][: PER_CASE - 1]
 
 
-def cases() -> Iterator[tuple[str, Any, Any, Any]]:
-    """(key, op spec, inputs, tiling) of every case, in a fixed order."""
-    for name, shapes in SHAPES.items():
+def cases(op: str | None = None) -> Iterator[tuple[str, Any, Any, Any]]:
+    """(key, op spec, inputs, tiling) of every case (of op ``op`` alone if given), in a fixed order."""
+    for name, shapes in SHAPES.items() if op is None else [(op, SHAPES[op])]:
         spec = OPS[name]
         for shape in shapes:
             for dtype in spec.dtypes:

@@ -8,6 +8,7 @@ never imports an op: the command line finds the specs by module name (``tilesim.
 
 from __future__ import annotations
 
+import functools
 import math
 import reprlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -196,15 +197,28 @@ def match_tiling(t: Any, make: Callable[..., Any], *args: Any, **arguments: Any)
     return want
 
 
+_PLAIN = frozenset((int, float, bool, str))
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """The fields of dataclass ``cls``, in order; None for a class that is not one."""
+    return tuple(f.name for f in fields(cls)) if is_dataclass(cls) else None
+
+
 def _same_types(v: Any, w: Any, name: str) -> None:
     """``v`` (a hand-made tiling's field) of the type ``w`` (the official tiling's) has, dataclasses and tuples
     field by field and element by element: an int field takes an int or a numpy integer, a float field a real
     number, a bool field a bool; so comparing them is a plain comparison (an array would not give one)."""
-    if is_dataclass(w):
-        if type(v) is not type(w):
-            raise tiling_error(name, f"must be a {type(w).__qualname__}, got {type(v).__qualname__}")
-        for f in fields(w):
-            _same_types(getattr(v, f.name), getattr(w, f.name), f"{name}.{f.name}")
+    tw = type(w)
+    if type(v) is tw and tw in _PLAIN:  # the common case, first: the explorer checks every candidate this way
+        return
+    names = _field_names(tw)
+    if names is not None:
+        if type(v) is not tw:
+            raise tiling_error(name, f"must be a {tw.__qualname__}, got {type(v).__qualname__}")
+        for n in names:
+            _same_types(getattr(v, n), getattr(w, n), f"{name}.{n}")
         return
     if isinstance(w, tuple):
         if type(v) is not tuple or len(v) != len(w):
