@@ -630,8 +630,9 @@ def test_checked_mode_reports_every_core():
 def test_fast_build_compiles_checked_mode_and_recording_out(monkeypatch):
     """A launch's core loop gets the fast build (checks None), in which neither checked mode's checks nor the
     recording of instructions is compiled; a checked launch, and a recorded one (under ``capture(log=True)``), the
-    checked build (a bool), with both: the recorded launch runs it with its checks off. The loop is compiled here
-    without Numba's cache: its code is inspected."""
+    checked build (a bool), with both: the recorded launch runs the checked launch's compile with its checks off
+    (the same arguments' types: a UB per core). The loop is compiled here without Numba's cache: its code is
+    inspected."""
     src = inputs(np.float32, 64, 0)
     t = RowsTiling(1, 64, copy=COPY_COUNT)
     run_rows(src, t, 1)  # places the launch's core loop
@@ -647,7 +648,7 @@ def test_fast_build_compiles_checked_mode_and_recording_out(monkeypatch):
             dst, _, rep = run_rows(src, t, 1)
     assert np.array_equal(dst, src) and not rep.checks and len(rep.log[0]) > 0
     irs = {str(sig[6]): ir for sig, ir in probe.inspect_llvm().items()}  # by the type of its checks argument
-    assert set(irs) == {"none", "bool"}
+    assert set(irs) == {"none", "bool"} and len(probe.signatures) == 2
     for name in ("_ub_check", "_align_check", "_read_check", "flow1", "_log"):
         assert name not in irs["none"] and name in irs["bool"], name
 

@@ -96,11 +96,12 @@ class Launch:
     block_dim: int
     checks: bool
     gm_names: list[str]
-    # No core reads UB it wrote in an earlier phase or launch (every phase loads what it computes on). A fast
-    # launch then gives each host thread one UB for all the cores it runs (:func:`run_cores`): a small call's
-    # cores stay in the host's L2 instead of each touching a UB of its own. A checked launch keeps a UB per core
-    # and holds the kernel to the promise: each phase starts with its UB shadow unwritten, so that such a read
-    # is reported as a read of UB never written.
+    # No core reads UB it wrote in an earlier phase or launch (every phase loads what it computes on). A launch
+    # of the fast build then gives each host thread one UB for all the cores it runs (:func:`run_cores`): a small
+    # call's cores stay in the host's L2 instead of each touching a UB of its own. The checked build keeps a UB
+    # per core (a recording launch too: one compile of its core loop serves both); a checked launch holds the
+    # kernel to the promise: each phase starts with its UB shadow unwritten, so that such a read is reported as a
+    # read of UB never written.
     phase_local_ub: bool = False
     gm_bytes: tuple[int, int] = (0, 0)  # bytes of the GM inputs and of the outputs (the cost model's L2)
     stop_at: int = 0  # the address of its stop word (tilesim.runtime.interrupt), which the launcher gives the cores

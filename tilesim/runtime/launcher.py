@@ -741,9 +741,11 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
             else:
                 args = (block_dim, ln.arena, ln.counters, ln.err, ln.core_checks, ctx, ws, 0, alog,
                         interleaved(block_dim, threads), t, *flat)
+                # a UB per host thread in the fast build; the checked build, recording or checking, keeps a UB
+                # per core, so that both give its core loop the same array types and one compile serves them
                 run_cores(cores, block_dim, args, threads,
-                          (lambda i, n: (block_dim, ln.thread_ub(i, n), *args[2:]))  # a UB per host thread
-                          if ln.phase_local_ub and not ln.checks else None, ln.stop_at)
+                          (lambda i, n: (block_dim, ln.thread_ub(i, n), *args[2:]))
+                          if ln.phase_local_ub and ln.build == FAST_BUILD else None, ln.stop_at)
                 ln.end_phase()
         except BaseException as e:
             if interrupt.requested(ln.stop_at):  # Ctrl-C: the cores stopped; the caller gets the KeyboardInterrupt
