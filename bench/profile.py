@@ -11,9 +11,9 @@ not the set-up's.
     python -m bench.profile rms_norm_grad bf16 --shape 16384,1024 --checks   # another shape, checked mode
 
 Device code has no object code of its own (:mod:`tilesim.jit.link`): it is linked into the host function that
-calls it, a launch's generated core loop (``tilesim_launch_<digest>.cores``, in the ``TILESIM_CACHE`` directory).
-So the names are those of the functions that object code kept: the core loop, and whatever LLVM did not inline
-into it: a kernel's functions (``kernels.swiglu_grad._compute_float``), the instructions' loops
+calls it, a launch's generated core loop (``tilesim_launch_<digest>.cores``, in the options' ``cache_dir``:
+``TILESIM_CACHE``). So the names are those of the functions that object code kept: the core loop, and whatever
+LLVM did not inline into it: a kernel's functions (``kernels.swiglu_grad._compute_float``), the instructions' loops
 (``tilesim.machine.vector._contiguous_impl.<locals>.two``), the queue calls, the movers
 (``tilesim.machine.movers._write_gm``). A callee LLVM inlined counts as its caller. The last line sums the shares
 by kind (:data:`KINDS`): the copies between GM and UB, the vector instructions, the kernel's own code with the
@@ -166,10 +166,10 @@ def demo_case(op: str, dtype: str, shape: tuple[int, ...] | None = None) -> Any:
 def child(op: str, dtype: str, calls: int, times: str, shape: tuple[int, ...] | None, checks: bool) -> None:
     """The profiled process: warm up, write the perf map, then the timed loop, its monotonic bounds to ``times``.
     ``checks``: every launch in checked mode (as ``pytest --tilesim-checks``)."""
-    from tilesim.runtime.launch import force_checks  # tilesim first: its link-only device code loads through it
+    from tilesim import options  # tilesim first: its link-only device code loads through it
 
     codegen.JITCodeLibrary._unserialize = classmethod(_keep_object_code)
-    force_checks(checks)
+    options.set_defaults(force_checks=checks)
     call, _, label = demo_case(op, dtype, shape)
     out = call()
     call(out)

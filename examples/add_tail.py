@@ -122,7 +122,8 @@ def add_tail_kernel(ctx, t, x, y, z):
 
 # --8<-- [start:op]
 def add_tail(x: np.ndarray, y: np.ndarray, *, alpha: float = 0.5, soc: str | SocSpec = DEFAULT_SOC,
-             tiling: AddTailTiling | None = None, checks: bool = False, out: np.ndarray | None = None) -> np.ndarray:
+             tiling: AddTailTiling | None = None, checks: bool | None = None,
+             out: np.ndarray | None = None) -> np.ndarray:
     """z = (x + y) · alpha by the kernel. Errors raise tilesim.AclnnError; nothing is written on error."""
     if x is None or y is None:  # a required input missing: 161001, as aclnn's nullptr check
         raise null_error("x" if x is None else "y")

@@ -53,7 +53,7 @@ from . import rms_norm_grad as _rms_norm_grad
 from . import softmax as _softmax
 from . import swiglu as _swiglu
 from . import swiglu_grad as _swiglu_grad
-from .common import checks_default, distinct
+from .common import distinct
 
 _recent = [""]
 
@@ -131,7 +131,7 @@ def rms_norm_grad_get_workspace_size(dy: Any, x: Any, rstd: Any, gamma: Any, dx_
         return _fail(e), 0, None
 
     def run(ws: np.ndarray | None) -> None:
-        _rms_norm_grad.run(t, spec, dy, x, rstd, gamma, dx, dgamma, ws, checks_default(None))
+        _rms_norm_grad.run(t, spec, dy, x, rstd, gamma, dx, dgamma, ws)
 
     _recent[0] = ""
     return ACLNN_SUCCESS, t.workspace_size, Executor("rms_norm_grad", t.workspace_size, run, t)
@@ -197,7 +197,7 @@ def rms_norm_get_workspace_size(x: Any, gamma: Any, epsilon: float, y_out: Any, 
 
     def run(ws: np.ndarray | None) -> None:
         if t is not None:
-            _rms_norm.run(t, spec, x, gamma, y, r, ws, checks_default(None))
+            _rms_norm.run(t, spec, x, gamma, y, r, ws)
 
     size = 0 if t is None else t.workspace_size
     _recent[0] = ""
@@ -235,8 +235,7 @@ def group_norm_backward_get_workspace_size(grad_out: Any, input: Any, mean: Any,
 
     def run(ws: np.ndarray | None) -> None:
         if N * C * HxW:
-            _group_norm_backward.execute(t, spec, grad_out, input, mean, rstd, gamma, N, C, HxW, group, mask, res,
-                                         ws, checks_default(None))
+            _group_norm_backward.execute(t, spec, grad_out, input, mean, rstd, gamma, N, C, HxW, group, mask, res, ws)
 
     size = t.workspace_size if t is not None else 0
     _recent[0] = ""
@@ -262,7 +261,7 @@ def swi_glu_grad_get_workspace_size(y_grad: Any, x: Any, dim: int, out: Any, *,
         return _fail(e), 0, None
 
     def run(ws: np.ndarray | None) -> None:
-        _swiglu_grad.run(t, spec, y_grad, x, res, ws, checks_default(None))
+        _swiglu_grad.run(t, spec, y_grad, x, res, ws)
 
     _recent[0] = ""
     return ACLNN_SUCCESS, t.workspace_size, Executor("swi_glu_grad", t.workspace_size, run, t)
@@ -289,7 +288,7 @@ def swi_glu_get_workspace_size(x: Any, dim: int, out: Any, *,
 
     def run(ws: np.ndarray | None) -> None:
         if t is not None:
-            _swiglu.run(t, spec, x, res, ws, checks_default(None))
+            _swiglu.run(t, spec, x, res, ws)
 
     size = 0 if t is None else t.workspace_size
     _recent[0] = ""
@@ -326,7 +325,7 @@ def softmax_get_workspace_size(x: Any, dim: int, out: Any, *,
         if host:
             res[...] = _softmax.ai_cpu_softmax(x, int(dim))
         elif t is not None:
-            _softmax.run(t, spec, x, res, ws, checks_default(None))
+            _softmax.run(t, spec, x, res, ws)
 
     size = 0 if t is None else t.workspace_size
     _recent[0] = ""
@@ -357,7 +356,7 @@ def layer_norm_grad_get_workspace_size(dy: Any, x: Any, variance: Any, mean: Any
         return _fail(e), 0, None
 
     def run(ws: np.ndarray | None) -> None:
-        _layer_norm_grad.run(t, spec, dy, x, variance, mean, gamma, *outs, ws, checks_default(None))
+        _layer_norm_grad.run(t, spec, dy, x, variance, mean, gamma, *outs, ws)
 
     _recent[0] = ""
     return ACLNN_SUCCESS, t.workspace_size, Executor("layer_norm_grad", t.workspace_size, run, t)
@@ -387,7 +386,7 @@ def nsa_compress_grad_get_workspace_size(output_grad: Any, input: Any, weight: A
         return _fail(e), 0, None
 
     def run(ws: np.ndarray | None) -> None:
-        _nsa_compress_grad.run(t, spec, output_grad, input, weight, act_seq_len, dx, dw, ws, checks_default(None))
+        _nsa_compress_grad.run(t, spec, output_grad, input, weight, act_seq_len, dx, dw, ws)
 
     _recent[0] = ""
     return ACLNN_SUCCESS, t.workspace_size, Executor("nsa_compress_grad", t.workspace_size, run, t)

@@ -1,5 +1,5 @@
 """Host-side helpers every op API shares: new outputs and ``out=`` checking (shapes, dtypes, memory shared between
-outputs), checked mode's default; and :func:`to_float`, which kernels share. Where a launch writes its outputs
+outputs); and :func:`to_float`, which kernels share. Where a launch writes its outputs
 (:func:`tilesim.runtime.launch.write_targets`, which computes into temporaries where an output overlaps an input) is the
 launch's business."""
 
@@ -10,13 +10,13 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 from numba.extending import overload
-from tilesim.tiling.common import BF16, FP16, FP32, dtype_name, flag
+from tilesim.tiling.common import BF16, FP16, FP32, dtype_name
 
 from tilesim.errors import invalid
 from tilesim.jit import OVERLOAD_OPTIONS
 from tilesim.jit.intrinsics import u32_as_f32
 from tilesim.numerics.b16 import KIND_BF16, KIND_FP16, b16_to_f32_bits
-from tilesim.runtime.launch import checks_enabled, shares_memory
+from tilesim.runtime.launch import shares_memory
 
 NUMPY_DTYPE = {FP32: np.dtype(np.float32), FP16: np.dtype(np.float16), BF16: np.dtype(ml_dtypes.bfloat16)}
 
@@ -75,13 +75,6 @@ def distinct(named: list[tuple[str, np.ndarray]]) -> None:
         for b, y in named[i + 1:]:
             if shares_memory(x, y):
                 raise invalid(b, f"shares memory with {a}: each output needs its own memory")
-
-
-def checks_default(checks: Any) -> bool:
-    """``checks`` (True, False or None; anything else is 161002) as the launch takes it: None follows the
-    TILESIM_CHECKS environment variable; ``pytest --tilesim-checks`` forces it on
-    (:func:`tilesim.runtime.launch.checks_enabled`)."""
-    return checks_enabled(None if checks is None else flag("checks", checks))
 
 
 def to_float(dtype, v):  # type: ignore[no-untyped-def]

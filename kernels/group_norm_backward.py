@@ -88,7 +88,7 @@ from tilesim.runtime.launcher import kernel, launch
 from tilesim.runtime.report import RunReport
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import NUMPY_DTYPE, checks_default, outputs, to_float
+from .common import NUMPY_DTYPE, outputs, to_float
 
 GM_NAMES = ["gradOut", "mean", "rstd", "input", "gamma", "gradInput", "gradGammaOut", "gradBetaOut"]
 MASK = 64  # ReduceSum_template: floats a repeat
@@ -952,7 +952,7 @@ def group_norm_grad_kernel(ctx, t, dy, mean, rstd, x, gamma, dx, dgamma, dbeta):
 
 def run(t: GroupNormBackwardTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, mean: np.ndarray,
         rstd: np.ndarray, gamma: np.ndarray, dx: np.ndarray, dgamma: np.ndarray, dbeta: np.ndarray, ws: np.ndarray,
-        checks: bool | None) -> RunReport:
+        checks: bool | None = None) -> RunReport:
     """Launch the kernel on arrays already validated (outputs C-contiguous, in the op's dtype; ``dx`` empty when not
     asked for). ``ws`` is the whole workspace the tiling asks for; the kernel gets the user part after the
     library's 16 MiB (GetUserWorkspace), which tilesim does not emulate."""
@@ -1013,7 +1013,7 @@ def _decomposed_ops(dy3: np.ndarray, x3: np.ndarray, mean: np.ndarray, rstd: np.
 def group_norm_backward(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: Any, N: int, C: int,  # noqa: N803
                         HxW: int, group: int, output_mask: Any = (True, True, True), *,  # noqa: N803
                         soc: str | SocSpec = DEFAULT_SOC, tiling: GroupNormBackwardTiling | None = None,
-                        checks: bool | None = False, out: tuple[Any, Any, Any] | None = None
+                        checks: bool | None = None, out: tuple[Any, Any, Any] | None = None
                         ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
     """aclnnGroupNormBackward: ``(grad_input, grad_gamma, grad_beta)``, each None where ``output_mask`` is False.
 
@@ -1025,7 +1025,6 @@ def group_norm_backward(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: 
     without computing, as aclnn does: arrays passed in ``out`` are left as they are, new ones are zeros.
     """
     spec = get_soc(soc)
-    checked = checks_default(checks)
     check_args(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, None, spec)
     mask = tuple(bool(m) for m in output_mask)
     dtype = dtype_name(grad_out)
@@ -1045,13 +1044,13 @@ def group_norm_backward(grad_out: Any, input: Any, mean: Any, rstd: Any, gamma: 
                                 "decomposes the op there, so there is no tiling to choose")
     res = outputs(out, *specs)
     execute(t, spec, grad_out, input, mean, rstd, gamma, N, C, HxW, group, mask, res,
-            workspace(t.workspace_size) if t is not None else None, checked)
+            workspace(t.workspace_size) if t is not None else None, checks)
     return tuple(res)
 
 
 def execute(t: GroupNormBackwardTiling | None, spec: SocSpec, grad_out: Any, input: Any, mean: Any, rstd: Any,
             gamma: Any, N: int, C: int, HxW: int, group: int, mask: tuple[bool, bool, bool],  # noqa: N803
-            res: list[np.ndarray | None], ws: np.ndarray | None, checks: bool) -> None:
+            res: list[np.ndarray | None], ws: np.ndarray | None, checks: bool | None = None) -> None:
     """Compute into ``res`` (the three outputs, None where masked off), arguments already validated: the
     kernel with tiling ``t`` on ``ws``, or the decomposition when ``t`` is None. In checked mode the launch
     writes temporaries, copied into ``res`` only when it ran clean."""

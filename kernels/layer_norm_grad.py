@@ -45,7 +45,7 @@ from tilesim.runtime.launcher import kernel, launch
 from tilesim.runtime.report import RunReport
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import checks_default, outputs, to_float
+from .common import outputs, to_float
 
 GM_NAMES = ["dy", "x", "variance", "mean", "gamma", "pd_x", "pd_gamma", "pd_beta"]
 
@@ -278,7 +278,7 @@ def layer_norm_grad_framework_kernel(ctx, t, dy, x, variance, mean, gamma, pd_x,
 
 def run(t: LayerNormGradOpTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, variance: np.ndarray,
         mean: np.ndarray, gamma: np.ndarray, pd_x: np.ndarray, pd_gamma: np.ndarray, pd_beta: np.ndarray,
-        ws: np.ndarray | None, checks: bool | None, auto_sync: bool = True) -> RunReport:
+        ws: np.ndarray | None, checks: bool | None = None, auto_sync: bool | None = None) -> RunReport:
     """Launch the kernel on validated arrays (the device part of the op); ``auto_sync`` is BiSheng's
     ``--cce-auto-sync`` for checked mode."""
     k = layer_norm_grad_kernel if t.tmp_mode == 0 else layer_norm_grad_framework_kernel
@@ -290,7 +290,7 @@ def run(t: LayerNormGradOpTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, 
 @accepts_torch(arrays=("dy", "x", "variance", "mean", "gamma"))
 def layer_norm_grad(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, *, epsilon: float = 1e-5,
                     soc: str | SocSpec = DEFAULT_SOC, tmp: str = "shared", is_reuse_source: bool = False,
-                    tiling: LayerNormGradOpTiling | None = None, checks: bool | None = False,
+                    tiling: LayerNormGradOpTiling | None = None, checks: bool | None = None,
                     out: tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None] | None = None
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Layer-norm backward over the last axis: ``(pd_x, pd_gamma, pd_beta)`` in x's dtype (float32 or float16)
@@ -303,12 +303,11 @@ def layer_norm_grad(dy: Any, x: Any, variance: Any, mean: Any, gamma: Any, *, ep
     nothing is written on error.
     """
     spec = get_soc(soc)
-    checked = checks_default(checks)
     args = (dy, x, variance, mean, gamma)
     kw = {"epsilon": epsilon, "soc": spec, "tmp": tmp, "is_reuse_source": is_reuse_source}
     t = make_tiling(*args, **kw) if tiling is None else check_tiling(tiling, *args, **kw)
     dt = dtype_name(x)
     pd_x, pd_gamma, pd_beta = outputs(out, ("pd_x", shape_of(x), dt), ("pd_gamma", (t.h,), dt),
                                       ("pd_beta", (t.h,), dt))
-    run(t, spec, dy, x, variance, mean, gamma, pd_x, pd_gamma, pd_beta, workspace(t.workspace_size), checked)
+    run(t, spec, dy, x, variance, mean, gamma, pd_x, pd_gamma, pd_beta, workspace(t.workspace_size), checks)
     return pd_x, pd_gamma, pd_beta

@@ -34,7 +34,7 @@ from tilesim.machine.normalization import layer_norm_grad_beta as lng_beta
 from tilesim.runtime.launcher import kernel, launch
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import checks_default, outputs
+from .common import outputs
 
 GM_NAMES = ["resForGamma", "inputDy", "outputPdGamma", "outputPdBeta"]
 
@@ -123,7 +123,7 @@ def layer_norm_grad_beta_kernel(ctx, t, res_for_gamma, input_dy, output_pd_gamma
 
 @accepts_torch(arrays=("res_for_gamma", "dy"))
 def layer_norm_grad_beta(res_for_gamma: Any, dy: Any, *, soc: str | SocSpec = DEFAULT_SOC, tmp: str = "shared",
-                         tmp_bytes: int | None = None, is_reuse_source: bool = False, checks: bool | None = False,
+                         tmp_bytes: int | None = None, is_reuse_source: bool = False, checks: bool | None = None,
                          out: tuple[np.ndarray | None, np.ndarray | None] | None = None
                          ) -> tuple[np.ndarray, np.ndarray]:
     """``(pd_gamma, pd_beta)`` [H] in the inputs' dtype, by the document's one-core example kernel:
@@ -135,7 +135,6 @@ def layer_norm_grad_beta(res_for_gamma: Any, dy: Any, *, soc: str | SocSpec = DE
     """
     require(resForGamma=res_for_gamma, inputDy=dy)
     spec = get_soc(soc)
-    checked = checks_default(checks)
     dtype = dtype_name(dy)
     if dtype_name(res_for_gamma) != dtype:
         raise invalid("resForGamma", f"dtype {dtype_name(res_for_gamma)} must equal inputDy's {dtype}")
@@ -162,5 +161,5 @@ def layer_norm_grad_beta(res_for_gamma: Any, dy: Any, *, soc: str | SocSpec = DE
     pd_gamma, pd_beta = outputs(out, ("outputPdGamma", (h,), dtype), ("outputPdBeta", (h,), dtype))
     kt = BetaExampleTiling(t, size if tmp == "shared" else 0, int(bool(is_reuse_source)))
     launch(layer_norm_grad_beta_kernel, kt, np.ascontiguousarray(res_for_gamma), np.ascontiguousarray(dy), pd_gamma,
-           pd_beta, block_dim=1, outputs=2, soc=spec, checks=checked, op="layer_norm_grad_beta", gm_names=GM_NAMES)
+           pd_beta, block_dim=1, outputs=2, soc=spec, checks=checks, op="layer_norm_grad_beta", gm_names=GM_NAMES)
     return pd_gamma, pd_beta

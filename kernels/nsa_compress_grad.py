@@ -59,7 +59,7 @@ from tilesim.runtime.launcher import kernel, launch
 from tilesim.runtime.report import RunReport
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import checks_default, outputs
+from .common import outputs
 from .rms_norm import _y_round_mode
 
 GM_NAMES = ["outputGrad", "input", "weight", "actSeqLen", "inputGrad", "weightGrad"]
@@ -363,7 +363,7 @@ def ub_plan(t: NsaCompressGradTiling, soc: str | SocSpec = DEFAULT_SOC) -> UbPla
 
 def run(t: NsaCompressGradTiling, spec: SocSpec, output_grad: np.ndarray, input: np.ndarray,  # noqa: A002
         weight: np.ndarray, act_seq_len: Any, input_grad: np.ndarray, weight_grad: np.ndarray, ws: np.ndarray,
-        checks: bool | None, auto_sync: bool = True) -> RunReport:
+        checks: bool | None = None, auto_sync: bool | None = None) -> RunReport:
     """Launch the kernel on validated arrays (``ws``: the tiling's workspace, its 16 MiB and the user part)."""
     ub_plan(t, spec).check()
     cum = np.ascontiguousarray(np.asarray(act_seq_len, np.int64).reshape(-1))
@@ -378,7 +378,7 @@ def run(t: NsaCompressGradTiling, spec: SocSpec, output_grad: np.ndarray, input:
 def nsa_compress_grad(output_grad: Any, input: Any, weight: Any, act_seq_len: Any,  # noqa: A002
                       compress_block_size: int, compress_stride: int, act_seq_len_type: int = 0,
                       layout: str = "TND", *, soc: str | SocSpec = DEFAULT_SOC,
-                      tiling: NsaCompressGradTiling | None = None, checks: bool | None = False,
+                      tiling: NsaCompressGradTiling | None = None, checks: bool | None = None,
                       out: tuple[np.ndarray | None, np.ndarray | None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """aclnnNsaCompressGrad: ``(input_grad, weight_grad)`` in the inputs' dtype (fp16 or bf16), the gradients of
     the NSA compress forward (``kernels.reference.nsa_compress``), computed by the tiled kernel.
@@ -388,10 +388,9 @@ def nsa_compress_grad(output_grad: Any, input: Any, weight: Any, act_seq_len: An
     written on error.
     """
     spec = get_soc(soc)
-    checked = checks_default(checks)
     args = (output_grad, input, weight, act_seq_len, compress_block_size, compress_stride, act_seq_len_type, layout)
     t = make_tiling(*args, soc=spec) if tiling is None else check_tiling(tiling, *args, soc=spec)
     dt = dtype_name(input)
     dx, dw = outputs(out, ("inputGrad", shape_of(input), dt), ("weightGrad", shape_of(weight), dt))
-    run(t, spec, output_grad, input, weight, act_seq_len, dx, dw, workspace(t.workspace_size), checked)
+    run(t, spec, output_grad, input, weight, act_seq_len, dx, dw, workspace(t.workspace_size), checks)
     return dx, dw

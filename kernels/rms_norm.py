@@ -78,7 +78,7 @@ from tilesim.runtime.launcher import kernel, launch
 from tilesim.runtime.report import RunReport
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import checks_default, outputs
+from .common import outputs
 
 GM_NAMES = ["x", "gamma", "y", "rstd"]
 NUM_PER_REP_FP32 = 64  # floats in a 256 B repeat; also the row batch of SPLIT_D and SINGLE_ROW
@@ -857,7 +857,7 @@ KERNELS = {MODE_NORMAL: rms_norm_normal_kernel, MODE_SPLIT_D: rms_norm_split_d_k
 
 
 def run(t: RmsNormTiling, spec: SocSpec, x: np.ndarray, gamma: np.ndarray, y: np.ndarray, rstd: np.ndarray,
-        ws: np.ndarray | None, checks: bool | None, auto_sync: bool = True) -> RunReport:
+        ws: np.ndarray | None, checks: bool | None = None, auto_sync: bool | None = None) -> RunReport:
     """Launch the kernel of the tiling key on arrays already validated: the device part of the op. ``auto_sync``
     is BiSheng's ``--cce-auto-sync`` for checked mode (off: the V-V and V-S syncs are the kernel's own to write).
     The workspace the tiling asks for (256 B + 16 MiB) is passed and not touched."""
@@ -868,7 +868,7 @@ def run(t: RmsNormTiling, spec: SocSpec, x: np.ndarray, gamma: np.ndarray, y: np
 
 @accepts_torch(arrays=("x", "gamma"))
 def rms_norm(x: Any, gamma: Any, *, epsilon: float = 1e-6, soc: str | SocSpec = DEFAULT_SOC,
-             tiling: RmsNormTiling | None = None, checks: bool | None = False,
+             tiling: RmsNormTiling | None = None, checks: bool | None = None,
              out: tuple[np.ndarray | None, np.ndarray | None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """aclnnRmsNorm: ``(y, rstd)``, y = x · rstd · gamma in x's dtype and x's shape, rstd = 1 / sqrt(mean(x²) + ε)
     over the last axes gamma covers, float32, of x's leading axes with 1 for each of gamma's (InferShape4RmsNorm),
@@ -880,7 +880,6 @@ def rms_norm(x: Any, gamma: Any, *, epsilon: float = 1e-6, soc: str | SocSpec = 
     modified, and nothing is written on error. A non-contiguous x or gamma is copied first (AutoContiguous).
     """
     spec = get_soc(soc)
-    checked = checks_default(checks)
     rows, _ = check_args(x, gamma, epsilon, spec)
     y_shape, rstd_shape = out_shapes(x, gamma)
     t = None
@@ -892,7 +891,7 @@ def rms_norm(x: Any, gamma: Any, *, epsilon: float = 1e-6, soc: str | SocSpec = 
         raise tiling_error("tiling", f"x {list(np.shape(x))} is empty: there is nothing to tile")
     y, r = outputs(out, ("y", y_shape, dtype_name(x)), ("rstd", rstd_shape, FP32))
     if t is not None:
-        run(t, spec, x, gamma, y, r, workspace(t.workspace_size), checked)
+        run(t, spec, x, gamma, y, r, workspace(t.workspace_size), checks)
     return y, r
 
 

@@ -79,7 +79,7 @@ from tilesim.runtime.launcher import kernel, launch
 from tilesim.runtime.report import RunReport
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import checks_default, outputs
+from .common import outputs
 from .rms_norm import reduce_sum_half_interval, reduce_sum_multi_n
 
 GM_NAMES = ["dy", "x", "rstd", "gamma", "dx", "dgamma"]
@@ -645,8 +645,8 @@ def check_supported(t: RmsNormGradTiling) -> None:
 
 
 def run(t: RmsNormGradTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, rstd: np.ndarray, gamma: np.ndarray,
-        dx: np.ndarray, dgamma: np.ndarray, ws: np.ndarray | None, checks: bool | None,
-        auto_sync: bool = True) -> RunReport:
+        dx: np.ndarray, dgamma: np.ndarray, ws: np.ndarray | None, checks: bool | None = None,
+        auto_sync: bool | None = None) -> RunReport:
     """Launch the kernel of the tiling key on arrays already validated: the device part of the op
     (``aclnnRmsNormGrad``). ``ws`` is the tiling's workspace (its 16 MiB and the user part); ``auto_sync`` is
     BiSheng's ``--cce-auto-sync`` for checked mode."""
@@ -661,7 +661,7 @@ def run(t: RmsNormGradTiling, spec: SocSpec, dy: np.ndarray, x: np.ndarray, rstd
 
 @accepts_torch(arrays=("dy", "x", "rstd", "gamma"))
 def rms_norm_grad(dy: Any, x: Any, rstd: Any, gamma: Any, *, soc: str | SocSpec = DEFAULT_SOC,
-                  deterministic: bool = False, tiling: RmsNormGradTiling | None = None, checks: bool | None = False,
+                  deterministic: bool = False, tiling: RmsNormGradTiling | None = None, checks: bool | None = None,
                   out: tuple[np.ndarray | None, np.ndarray | None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """aclnnRmsNormGrad: ``(dx, dgamma)`` from dy, x, rstd and gamma, computed by the tiled kernel.
 
@@ -672,14 +672,13 @@ def rms_norm_grad(dy: Any, x: Any, rstd: Any, gamma: Any, *, soc: str | SocSpec 
     is written on error.
     """
     spec = get_soc(soc)
-    checked = checks_default(checks)
     args = (dy, x, rstd, gamma)
     t = (make_tiling(*args, soc=spec, deterministic=deterministic) if tiling is None
          else check_tiling(tiling, *args, soc=spec, deterministic=deterministic))
     check_supported(t)
     ub_plan(t, spec).check()
     dx, dgamma = outputs(out, ("dx", shape_of(dy), dtype_name(dy)), ("dgamma", shape_of(gamma), FP32))
-    run(t, spec, dy, x, rstd, gamma, dx, dgamma, workspace(t.workspace_size), checked)
+    run(t, spec, dy, x, rstd, gamma, dx, dgamma, workspace(t.workspace_size), checks)
     return dx, dgamma
 
 

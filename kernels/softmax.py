@@ -100,7 +100,7 @@ from tilesim.runtime.launcher import kernel, launch
 from tilesim.runtime.report import RunReport
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import checks_default, output
+from .common import output
 
 GM_NAMES = ["x", "y"]
 FLOAT_REPEAT = 64  # FLOAT_REPEAT_SIZE: floats a repeat
@@ -922,7 +922,7 @@ def softmax_long_b16_kernel(ctx, t, x, y):
 
 
 def run(t: Any, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.ndarray | None,
-        checks: bool | None, auto_sync: bool = True) -> RunReport:
+        checks: bool | None = None, auto_sync: bool | None = None) -> RunReport:
     """Launch the kernel of the tiling (x's dtype) on arrays already validated (x any layout, y C-contiguous of
     x's shape): the device part of the op. ``auto_sync`` is BiSheng's ``--cce-auto-sync`` for checked mode. The
     workspace is passed and not touched."""
@@ -955,7 +955,7 @@ def ai_cpu_softmax(x: Any, dim: int) -> np.ndarray:
 
 @accepts_torch(arrays=("x",))
 def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: Any = None,
-            checks: bool | None = False, out: np.ndarray | None = None) -> np.ndarray:
+            checks: bool | None = None, out: np.ndarray | None = None) -> np.ndarray:
     """aclnnSoftmax along ``dim`` (any axis, negative counting from the end: the kernel on the A2 SoftMax API for
     an axis whose elements are contiguous, the [A, R, B] kernel otherwise; see :mod:`tiling.softmax`); y in x's
     dtype and shape (fp32, fp16, bf16). float64, which no AI Core kernel takes (aclnn runs it on the AI CPU), is
@@ -968,7 +968,6 @@ def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: 
     into an existing array. Errors raise :class:`tilesim.AclnnError` with the aclnn status; inputs are never
     modified and nothing is written on error. A non-contiguous x is copied first (aclnn's Contiguous)."""
     spec = get_soc(soc)
-    checked = checks_default(checks)
     rows, cols = check_args(x, dim, out, spec)
     t = None
     if rows * cols and dtype_name(x) == FP64:
@@ -984,7 +983,7 @@ def softmax(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: 
         raise tiling_error("tiling", f"x {list(np.shape(x))} is empty: there is nothing to tile")
     y = output(out, "out", tuple(np.shape(x)), dtype_name(x))
     if t is not None:
-        run(t, spec, x, y, workspace(t.workspace_size), checked)
+        run(t, spec, x, y, workspace(t.workspace_size), checks)
     return y
 
 

@@ -45,7 +45,7 @@ from tilesim.runtime.launcher import kernel, launch
 from tilesim.runtime.report import RunReport
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import checks_default, output
+from .common import output
 
 GM_NAMES = ["x", "y"]
 BETA = -1.0  # SwigluSingle::InitGmBuffer sets beta = -1: Muls(A, beta) before Exp gives exp(-A)
@@ -216,7 +216,7 @@ def swiglu_b16_kernel(ctx, t, x, y):
 
 
 def run(t: SwiGluTiling, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.ndarray | None,
-        checks: bool | None, auto_sync: bool = True) -> RunReport:
+        checks: bool | None = None, auto_sync: bool | None = None) -> RunReport:
     """Launch the kernel of x's dtype (the tiling key) on arrays already validated: the device part of the op.
     ``auto_sync`` is BiSheng's ``--cce-auto-sync`` for checked mode (off: the V-V and V-S syncs are the kernel's own
     to write). The 16 MiB workspace the tiling asks for is passed and not touched."""
@@ -227,7 +227,7 @@ def run(t: SwiGluTiling, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.nda
 
 @accepts_torch(arrays=("x",))
 def swiglu(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: SwiGluTiling | None = None,
-           checks: bool | None = False, out: np.ndarray | None = None) -> np.ndarray:
+           checks: bool | None = None, out: np.ndarray | None = None) -> np.ndarray:
     """aclnnSwiGlu: y = silu(A)·B (x's dtype, x's shape with the split axis halved), A and B the first and second
     halves of x along ``dim``, computed by the tiled kernel. An empty x gives an empty y without a launch (910B,
     910_93; 310P refuses it).
@@ -239,7 +239,6 @@ def swiglu(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: S
     op's AutoContiguous; the aclnn document lists non-contiguous x as unsupported, and tilesim takes numpy views).
     """
     spec = get_soc(soc)
-    checked = checks_default(checks)
     row_len, col_len = check_args(x, dim, spec)
     t = None
     if row_len * col_len:
@@ -248,7 +247,7 @@ def swiglu(x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC, tiling: S
         raise tiling_error("tiling", f"x {list(np.shape(x))} is empty: there is nothing to tile")
     y = output(out, "out", out_shape(x, dim), dtype_name(x))
     if t is not None:
-        run(t, spec, x, y, workspace(t.workspace_size), checked)
+        run(t, spec, x, y, workspace(t.workspace_size), checks)
     return y
 
 

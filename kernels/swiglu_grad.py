@@ -55,7 +55,7 @@ from tilesim.runtime.launcher import kernel, launch
 from tilesim.runtime.report import RunReport
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
-from .common import checks_default, output
+from .common import output
 from .swiglu import copy_in_rows, copy_out_rows, tile_length, tile_param, total_tiles
 
 GM_NAMES = ["yGrad", "x", "out"]
@@ -275,7 +275,7 @@ def kernel_for(t: SwiGluGradTiling, spec: SocSpec) -> Any:
 
 
 def run(t: SwiGluGradTiling, spec: SocSpec, y_grad: np.ndarray, x: np.ndarray, out: np.ndarray,
-        ws: np.ndarray | None, checks: bool | None, auto_sync: bool = True) -> RunReport:
+        ws: np.ndarray | None, checks: bool | None = None, auto_sync: bool | None = None) -> RunReport:
     """Launch the kernel on arrays already validated: the device part of the op (``aclnnSwiGluGrad``).
     ``auto_sync`` is BiSheng's ``--cce-auto-sync`` for checked mode (ops-nn builds the op with it on). The 16 MiB
     workspace the tiling asks for is passed and not touched."""
@@ -286,7 +286,7 @@ def run(t: SwiGluGradTiling, spec: SocSpec, y_grad: np.ndarray, x: np.ndarray, o
 
 @accepts_torch(arrays=("y_grad", "x"))
 def swiglu_grad(y_grad: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFAULT_SOC,
-                tiling: SwiGluGradTiling | None = None, checks: bool | None = False,
+                tiling: SwiGluGradTiling | None = None, checks: bool | None = None,
                 out: np.ndarray | None = None) -> np.ndarray:
     """aclnnSwiGluGrad: the gradient of x (x's shape and dtype) for y = silu(A)·B, A and B the first and second
     halves of x along ``dim``, computed by the tiled kernel.
@@ -297,11 +297,10 @@ def swiglu_grad(y_grad: Any, x: Any, dim: int = -1, *, soc: str | SocSpec = DEFA
     modified, and nothing is written on error.
     """
     spec = get_soc(soc)
-    checked = checks_default(checks)
     t = make_tiling(y_grad, x, dim, soc=spec) if tiling is None else check_tiling(tiling, y_grad, x, dim, soc=spec)
     ub_plan(t, spec).check()
     res = output(out, "out", shape_of(x), dtype_name(x))
-    run(t, spec, y_grad, x, res, workspace(t.workspace_size), checked)
+    run(t, spec, y_grad, x, res, workspace(t.workspace_size), checks)
     return res
 
 

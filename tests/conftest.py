@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tilesim.tiling.common import TensorMeta as Spec  # noqa: F401  (shape-only stand-ins: what a tiling reads of a tensor)
 
-from tilesim.runtime.launch import checks_enabled, force_checks
+from tilesim import options
 
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 
@@ -46,7 +46,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """pytest hook: with checked mode forced (``--tilesim-checks``, ``make test``'s second pass), the tests marked
     ``no_launch_here`` are deselected (forcing changes nothing they run, so they would repeat the first pass), and
     those marked ``checked_elsewhere`` (checking their large launches would find nothing the small ones miss)."""
-    if not checks_enabled(False):  # True only when forced
+    if not options.current().force_checks:
         return
     marked = [i for i in items if any(i.get_closest_marker(m) for m in ("no_launch_here", "checked_elsewhere"))]
     if marked:
@@ -64,10 +64,13 @@ def rng() -> np.random.Generator:
 def as_asked() -> Iterator[None]:
     """Launches in the mode each asks for (its ``checks``): a fast one that shows what the NPU does with a broken
     kernel, or that looks at the fast build's code, stays fast under ``pytest --tilesim-checks``, which forces
-    checked mode on every other launch."""
-    forced = checks_enabled(False)
-    force_checks(False)
-    try:
+    checked mode on every other launch. A scope of the calling thread's (:func:`tilesim.options.scope`)."""
+    with options.scope(force_checks=False):
         yield
-    finally:
-        force_checks(forced)
+
+
+@pytest.fixture
+def launches_as_asked() -> Iterator[None]:
+    """The test's launches in the mode each asks for, as inside :func:`as_asked`."""
+    with as_asked():
+        yield

@@ -282,8 +282,8 @@ def test_more_work_is_never_cheaper_and_two_buffers_never_slower(n, in_b, reps, 
     assert cycles(report([tiles(n, 2, in_b, reps, out_b)])) <= cycles(report([base])) + 1e-9
 
 
-def test_an_unrecorded_report_is_refused(monkeypatch):
-    monkeypatch.setattr(launch, "_forced_checks", [False])  # a checked launch always logs (pytest --tilesim-checks)
+@pytest.mark.usefixtures("launches_as_asked")  # a checked launch always logs (pytest --tilesim-checks)
+def test_an_unrecorded_report_is_refused():
     dy = np.ones((8, 64), np.float32)
     with tilesim.capture() as runs:
         kernels.rms_norm_grad(dy, dy, np.ones(8, np.float32), np.ones(64, np.float32))
@@ -312,8 +312,8 @@ def test_the_log_holds_what_the_counters_count(rms_inputs):
     assert (r.phase_ends[-1] == [len(x) for x in r.log]).all()
 
 
+@pytest.mark.usefixtures("launches_as_asked")  # a checked launch reruns itself when its log is full
 def test_a_log_that_outgrows_its_room_is_rerun_whole(rms_inputs, monkeypatch):
-    monkeypatch.setattr(launch, "_forced_checks", [False])  # a checked launch reruns itself when its log is full
     monkeypatch.setattr(launch, "LOG_ROOM", 8)
     monkeypatch.setattr(launch, "_log_room", {})
     with tilesim.capture(log=True) as runs:
@@ -325,10 +325,10 @@ def test_a_log_that_outgrows_its_room_is_rerun_whole(rms_inputs, monkeypatch):
     np.testing.assert_array_equal(out[0], kernels.rms_norm_grad(*rms_inputs)[0])
 
 
+@pytest.mark.usefixtures("launches_as_asked")
 def test_the_log_room_is_remembered_per_tiling_not_per_op(rms_inputs, monkeypatch):
     """A recorded 1-core tiling needs a long log per core; a 48-core tiling of the same op recorded next must not
     be given that room for each of its cores (it asked for gigabytes at production shapes)."""
-    monkeypatch.setattr(launch, "_forced_checks", [False])
     monkeypatch.setattr(launch, "_log_room", {})
     host_threads.release_scratch()  # the log buffer an earlier test on this worker grew is not this test's
     one = tiling.rms_norm_grad(*rms_inputs, core_num=1, tiling_key=SPLIT_D, ub_factor=64)
@@ -351,11 +351,11 @@ SMALL = {"rms_norm_grad": (50, 200), "group_norm_backward": (3, 64, 36), "swiglu
 
 
 @pytest.mark.parametrize("op", sorted(SMALL))
-def test_a_launch_scheduled_while_it_runs_matches_its_recorded_log(op, monkeypatch):
+@pytest.mark.usefixtures("launches_as_asked")  # a checked launch logs instead
+def test_a_launch_scheduled_while_it_runs_matches_its_recorded_log(op):
     """Every candidate of every op, and of the example written on the programming model (whose UB plan exists only
     once its kernel has run): the estimate made while the kernel runs is the log's replay, bit for bit (the same
     step, the same state, the same MTE rates from the fast run's counters as from the log)."""
-    monkeypatch.setattr(launch, "_forced_checks", [False])  # a checked launch logs instead
     from tilesim.kernels.op_specs import OPS
 
     from examples.add_tail import OPS as EXAMPLE
@@ -378,10 +378,10 @@ def test_a_launch_scheduled_while_it_runs_matches_its_recorded_log(op, monkeypat
             assert y.stages == []
 
 
-def test_a_scheduled_launch_keeps_no_log(rms_inputs, monkeypatch):
+@pytest.mark.usefixtures("launches_as_asked")
+def test_a_scheduled_launch_keeps_no_log(rms_inputs):
     """Memory does not grow with the instructions: a tiling issuing twenty times the instructions of another
     allocates no more while it schedules itself (tracemalloc sees numpy's allocations)."""
-    monkeypatch.setattr(launch, "_forced_checks", [False])
     peaks, issued = [], []
     for t in (tiling.rms_norm_grad(*rms_inputs), tiling.rms_norm_grad(*rms_inputs, core_num=1, tiling_key=SPLIT_D,
                                                                        ub_factor=64)):
@@ -402,8 +402,8 @@ def test_a_scheduled_launch_keeps_no_log(rms_inputs, monkeypatch):
     assert peaks[1] < peaks[0] + 64 * 1024 < issued[1] * LOG_FIELDS * 8
 
 
-def test_a_call_scheduled_by_another_calls_fast_run_is_refused(rms_inputs, monkeypatch):
-    monkeypatch.setattr(launch, "_forced_checks", [False])
+@pytest.mark.usefixtures("launches_as_asked")
+def test_a_call_scheduled_by_another_calls_fast_run_is_refused(rms_inputs):
     with tilesim.capture() as fast:
         kernels.rms_norm_grad(*rms_inputs, tiling=tiling.rms_norm_grad(*rms_inputs, core_num=4))
     with pytest.raises(RuntimeError, match="must launch exactly as the captured one"):
@@ -412,8 +412,8 @@ def test_a_call_scheduled_by_another_calls_fast_run_is_refused(rms_inputs, monke
         estimated(lambda: kernels.rms_norm_grad(*rms_inputs), [])
 
 
-def test_a_scheduled_report_refuses_other_figures(rms_inputs, monkeypatch):
-    monkeypatch.setattr(launch, "_forced_checks", [False])
+@pytest.mark.usefixtures("launches_as_asked")
+def test_a_scheduled_report_refuses_other_figures(rms_inputs):
     with tilesim.capture() as fast:
         kernels.rms_norm_grad(*rms_inputs)
     with scheduled(fast, cost_params) as runs:
@@ -425,9 +425,9 @@ def test_a_scheduled_report_refuses_other_figures(rms_inputs, monkeypatch):
         estimate(runs[0], l2_warm=True)
 
 
-def test_warm_inputs_scheduled_while_the_launch_runs_match_the_log(rms_inputs, monkeypatch):
+@pytest.mark.usefixtures("launches_as_asked")
+def test_warm_inputs_scheduled_while_the_launch_runs_match_the_log(rms_inputs):
     """l2_warm gives the same estimate both ways, and a shorter one than cold (the inputs fit the L2)."""
-    monkeypatch.setattr(launch, "_forced_checks", [False])
 
     def call():
         return kernels.rms_norm_grad(*rms_inputs)

@@ -12,7 +12,7 @@ import pytest
 
 import examples.add_tail as add_tail_mod
 import tilesim.runtime.launcher
-from tilesim import CheckError
+from tilesim import CheckError, options
 from tilesim import machine as asc
 from tilesim.core import pipes
 from tilesim.runtime.launcher import KernelError, kernel, launch
@@ -189,7 +189,7 @@ FOLLOWS = {
 }
 
 
-def _run(case: int, synced: int, auto_sync: bool) -> np.ndarray:
+def _run(case: int, synced: int, auto_sync: bool | None) -> np.ndarray:
     """Core 1's z (its x: core 0's, 2 N on)."""
     x = np.tile(np.arange(2 * N, dtype=np.float32) / 16, 2)
     z = np.zeros(2 * N, np.float32)
@@ -221,6 +221,14 @@ def test_auto_sync_takes_the_v_v_and_v_s_syncs_on_itself(case: int) -> None:
     z = _run(case, 0, auto_sync=True)
     x = np.arange(N, dtype=np.float32) / 16
     np.testing.assert_array_equal(z, (x + 1) * (1 if case == 6 else 3))
+
+
+def test_auto_sync_left_to_the_options_follows_them() -> None:
+    """A launch's ``auto_sync=None`` is the options' (on by default), which a scope turns off."""
+    _run(7, 0, auto_sync=None)
+    with options.scope(auto_sync=False), pytest.raises(CheckError) as e:
+        _run(7, 0, auto_sync=None)
+    assert [v.kind for v in e.value.violations] == ["pipe hazard (RAW)"] * 2  # each core's
 
 
 def test_an_event_id_out_of_range_stops_the_kernel() -> None:

@@ -14,7 +14,6 @@ import tilesim
 from tilesim import machine as asc
 from tilesim.core.timeline import QUEUE
 from tilesim.cost.model import estimate_all, estimated
-from tilesim.runtime import launch as host
 from tilesim.runtime.launcher import kernel, launch
 
 N = 64
@@ -110,10 +109,10 @@ def staged_kernel(ctx, t, x, y):
     q2.free_tensor(c)
 
 
-def test_a_launch_scheduled_while_it_runs_places_its_state_by_the_launchs_plan(monkeypatch) -> None:
+@pytest.mark.usefixtures("launches_as_asked")
+def test_a_launch_scheduled_while_it_runs_places_its_state_by_the_launchs_plan() -> None:
     """A core that schedules its queue before its TPipe has placed every buffer finds its state where the launch
     laid it out (after the slot bases of the whole plan), and the estimate is the log's replay."""
-    monkeypatch.setattr(host, "_forced_checks", [False])
     x = np.arange(N, dtype=np.float32)
 
     def call():  # type: ignore[no-untyped-def]

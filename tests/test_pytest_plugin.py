@@ -18,7 +18,7 @@ import pytest
 import tilesim.kernels as kernels
 
 from examples.add_tail import add_tail
-from tilesim.runtime.launch import checks_enabled, force_checks
+from tilesim import options
 
 pytest_plugins = ["pytester"]
 
@@ -88,10 +88,9 @@ def unforced(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Checked mode not forced while the user's session starts (this suite may itself run with --tilesim-checks),
     and no --tilesim-checks reaching it from the environment."""
     monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
-    was = checks_enabled(False)
-    force_checks(False)
+    was = options.set_defaults(force_checks=False).force_checks
     yield
-    force_checks(was)
+    options.set_defaults(force_checks=was)
 
 
 @pytest.mark.parametrize("how", ["off", "option", "ini"])
@@ -107,7 +106,7 @@ def test_sessions_run_every_kernel_checked_when_asked(pytester: pytest.Pytester,
         result.stdout.fnmatch_lines([HEADER])
     else:
         result.stdout.no_fnmatch_line(HEADER)
-    assert not checks_enabled(False)  # the session turned it off again at its end
+    assert not options.current().force_checks  # the session turned it off again at its end
 
 
 def test_ascend_close_passes_close_outputs_and_names_the_wrong_one(pytester: pytest.Pytester) -> None:

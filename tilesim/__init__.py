@@ -4,7 +4,8 @@ The package's rooms: ``jit`` (how tilesim compiles), ``numerics`` (bit-exact cas
 records, its pipes and UB), ``machine`` (the Ascend C programming model a kernel calls), ``runtime`` (``@kernel`` and
 the launch), ``checks`` (checked mode's findings), ``cost`` (the cost model and its trace), ``tools`` (the explorer,
 the command line, the pytest plugin); the op packages ``kernels`` and ``tiling``. The names below are the public
-face; the rest is imported from its module (``from tilesim.cost.model import estimated``). ``tilesim.kernels`` and
+face, with :mod:`tilesim.options` (every knob: ``tilesim.options.scope(checks=True)``); the rest is imported from
+its module (``from tilesim.cost.model import estimated``). ``tilesim.kernels`` and
 ``tilesim.tiling`` work after a plain ``import tilesim`` (:pep:`562`: imported on first access, so that ``import
 tilesim`` stays as fast as the runtime it needs).
 """
@@ -17,7 +18,7 @@ from tilesim import source_tree  # noqa: F401  (first: a checkout's kernels/ and
 from tilesim.jit import cache  # noqa: F401  (first: njit caches are stamped when their functions are decorated)
 from tilesim.jit import link, plain_types  # noqa: F401  (before any kernel compiles)
 # isort: on
-from tilesim import machine, precision
+from tilesim import machine, options, precision
 from tilesim.core.records import COUNTER_NAMES
 from tilesim.core.ub import UbPlan
 from tilesim.errors import (
@@ -30,6 +31,7 @@ from tilesim.errors import (
     CheckError,
     UbOverflowError,
 )
+from tilesim.options import Options
 from tilesim.runtime.report import RunReport, capture, recorded
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc, list_socs
 
@@ -39,8 +41,8 @@ _SUBMODULES = frozenset({"kernels", "tiling"})
 
 __all__ = [
     "ACLNN_ERR_INNER_TILING_ERROR", "ACLNN_ERR_PARAM_INVALID", "ACLNN_ERR_PARAM_NULLPTR", "ACLNN_ERR_RUNTIME_ERROR",
-    "ACLNN_SUCCESS", "AclnnError", "COUNTER_NAMES", "CheckError", "DEFAULT_SOC", "RunReport", "SocSpec",
-    "UbOverflowError", "UbPlan", "capture", "get_soc", "list_socs", "machine", "precision",
+    "ACLNN_SUCCESS", "AclnnError", "COUNTER_NAMES", "CheckError", "DEFAULT_SOC", "Options", "RunReport", "SocSpec",
+    "UbOverflowError", "UbPlan", "capture", "get_soc", "list_socs", "machine", "options", "precision",
     "recorded",
 ]
 

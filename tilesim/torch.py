@@ -14,7 +14,8 @@ shipped kernels on a chosen SoC, so that a model trained with it sees the NPU's 
 The functional forms (:func:`rms_norm`, :func:`swiglu`, :func:`layer_norm`, :func:`group_norm`) are the autograd
 functions applied. Tensors cross into the kernels without copies (:mod:`tilesim.interop`); they must be on the CPU.
 Every layer takes ``soc`` (a name from :func:`tilesim.list_socs` or a :class:`tilesim.SocSpec`) and ``checks``
-(``True`` runs every launch in checked mode; ``None`` follows ``TILESIM_CHECKS``). What a kernel refuses (a dtype
+(``True`` runs every launch in checked mode, ``False`` none; ``None``, the default, leaves it to the options in
+force, :mod:`tilesim.options`). What a kernel refuses (a dtype
 outside its table, a shape its tiling cannot take) raises :class:`tilesim.AclnnError` with the aclnn status and
 the kernel's reason, in the forward where the forward's kernel or the backward's tiling sees it first.
 """
@@ -133,18 +134,18 @@ class GroupNormFunction(torch.autograd.Function):
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6, *, soc: Soc = DEFAULT_SOC,
-             checks: bool | None = False) -> Tensor:
+             checks: bool | None = None) -> Tensor:
     """:class:`RMSNormFunction` applied: differentiable in x and weight."""
     return RMSNormFunction.apply(x, weight, eps, soc, checks)
 
 
-def swiglu(x: Tensor, dim: int = -1, *, soc: Soc = DEFAULT_SOC, checks: bool | None = False) -> Tensor:
+def swiglu(x: Tensor, dim: int = -1, *, soc: Soc = DEFAULT_SOC, checks: bool | None = None) -> Tensor:
     """:class:`SwiGLUFunction` applied: silu of x's first half along ``dim`` times its second half."""
     return SwiGLUFunction.apply(x, dim, soc, checks)
 
 
 def layer_norm(x: Tensor, normalized_shape: tuple[int, ...], weight: Tensor | None = None, bias: Tensor | None = None,
-               eps: float = 1e-5, *, soc: Soc = DEFAULT_SOC, checks: bool | None = False) -> Tensor:
+               eps: float = 1e-5, *, soc: Soc = DEFAULT_SOC, checks: bool | None = None) -> Tensor:
     """``torch.nn.functional.layer_norm`` with the backward on the emulated kernel. Over more than the last axis,
     x is viewed with ``normalized_shape`` flattened into one axis (the same normalisation), weight and bias too."""
     shape = tuple(normalized_shape)
@@ -156,7 +157,7 @@ def layer_norm(x: Tensor, normalized_shape: tuple[int, ...], weight: Tensor | No
 
 
 def group_norm(x: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,
-               eps: float = 1e-5, *, soc: Soc = DEFAULT_SOC, checks: bool | None = False) -> Tensor:
+               eps: float = 1e-5, *, soc: Soc = DEFAULT_SOC, checks: bool | None = None) -> Tensor:
     """``torch.nn.functional.group_norm`` with the backward on the emulated kernel."""
     return GroupNormFunction.apply(x, num_groups, weight, bias, eps, soc, checks)
 
@@ -166,7 +167,7 @@ class RMSNorm(nn.Module):
     aclnnRmsNorm's 1e-6. Without ``elementwise_affine`` the weight is a buffer of ones."""
 
     def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-6, elementwise_affine: bool = True,
-                 *, soc: Soc = DEFAULT_SOC, checks: bool | None = False, dtype: torch.dtype | None = None) -> None:
+                 *, soc: Soc = DEFAULT_SOC, checks: bool | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.normalized_shape, self.eps, self.soc, self.checks = shape, eps, soc, checks
@@ -189,7 +190,7 @@ class SwiGLU(nn.Module):
     """The SwiGLU activation: silu of x's first half along ``dim`` times its second half
     (:class:`SwiGLUFunction`), x's shape with ``dim`` halved."""
 
-    def __init__(self, dim: int = -1, *, soc: Soc = DEFAULT_SOC, checks: bool | None = False) -> None:
+    def __init__(self, dim: int = -1, *, soc: Soc = DEFAULT_SOC, checks: bool | None = None) -> None:
         super().__init__()
         self.dim, self.soc, self.checks = dim, soc, checks
 
@@ -207,7 +208,7 @@ class LayerNorm(nn.LayerNorm):
     float16, as the LayerNormGrad API takes."""
 
     def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5, elementwise_affine: bool = True,
-                 bias: bool = True, *, soc: Soc = DEFAULT_SOC, checks: bool | None = False,
+                 bias: bool = True, *, soc: Soc = DEFAULT_SOC, checks: bool | None = None,
                  dtype: torch.dtype | None = None) -> None:
         super().__init__(normalized_shape, eps, elementwise_affine, bias, dtype=dtype)
         self.soc, self.checks = soc, checks
@@ -222,7 +223,7 @@ class GroupNorm(nn.GroupNorm):
     """``torch.nn.GroupNorm`` with its backward on the emulated kernel (:func:`group_norm`)."""
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, *,
-                 soc: Soc = DEFAULT_SOC, checks: bool | None = False, dtype: torch.dtype | None = None) -> None:
+                 soc: Soc = DEFAULT_SOC, checks: bool | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__(num_groups, num_channels, eps, affine, dtype=dtype)
         self.soc, self.checks = soc, checks
 

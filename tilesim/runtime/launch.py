@@ -8,7 +8,6 @@ then calls :func:`finish`.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -278,22 +277,6 @@ def prepare(op: str, soc: SocSpec, tiling: Any, plan: UbPlan, block_dim: int, ch
     """A launch about to run on this thread (its records made, its stop word taken): :func:`finish` ends it."""
     return Launch(op, soc, tiling, plan, block_dim, checks, gm_names, phase_local_ub, gm_bytes,
                   interrupt.stop_word())
-
-
-_forced_checks = [False]
-
-
-def force_checks(on: bool) -> None:
-    """Run every launch in checked mode whatever its caller asks (``pytest --tilesim-checks`` sets it)."""
-    _forced_checks[0] = bool(on)
-
-
-def checks_enabled(checks: bool | None) -> bool:
-    """Whether an op call runs checked: always under :func:`force_checks`; ``None`` follows the TILESIM_CHECKS
-    environment variable; otherwise ``checks``. An op API decides with this before it launches."""
-    if _forced_checks[0]:
-        return True
-    return os.environ.get("TILESIM_CHECKS", "") not in ("", "0") if checks is None else bool(checks)
 
 
 def write_targets(outs: Sequence[np.ndarray | None], checks: bool,

@@ -9,7 +9,7 @@ blocks, checked mode and its records, recording for the cost model, the host thr
 (:class:`tilesim.RunReport`).
 
 The loop over a launch's cores is generated per kernel, tiling class and element types into a small module in
-the user's cache directory (``TILESIM_CACHE``, else ``~/.cache/tilesim``): Numba caches a function's machine code
+the user's cache directory (:attr:`tilesim.options.Options.cache_dir`): Numba caches a function's machine code
 only if the function lives in a file (a closure over the kernel would compile again in every process). Where that
 directory cannot be written, the loop compiles in memory.
 """
@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from numba import cfunc, types
 
+from tilesim import options
 from tilesim.core.memo import by_identity
 from tilesim.core.records import CHECKED_BUILD, FAST_BUILD, FAULT_UB_RANGE, HZ_MANUAL_SYNC, checks_field, hazard_col
 from tilesim.core.ub import UbPlan
@@ -274,12 +275,11 @@ def kernel(fn: Any) -> Kernel:
 
 
 def _cache_file(name: str, src: str) -> Path | None:
-    """The file ``name`` of the generated core loops' directory (``$TILESIM_CACHE/launchers``, else
-    ``~/.cache/tilesim/launchers``) with the text ``src``: written unless it holds it already (a read-only directory
-    that does serves), to a temporary file renamed over it (another process may read it meanwhile). None, with a
+    """The file ``name`` of the generated core loops' directory (``launchers`` in the options' ``cache_dir``) with
+    the text ``src``: written unless it holds it already (a read-only directory that does serves), to a temporary
+    file renamed over it (another process may read it meanwhile). None, with a
     :class:`~tilesim.jit.cache.CacheWarning`, when it cannot be written: the caller compiles the loop in memory."""
-    root = os.environ.get("TILESIM_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tilesim")
-    path, data = Path(root) / "launchers" / name, src.encode()
+    path, data = Path(options.current().cache_dir).expanduser() / "launchers" / name, src.encode()
     try:
         if path.read_bytes() == data:
             return path
@@ -299,7 +299,8 @@ def _cache_file(name: str, src: str) -> Path | None:
     except OSError as e:  # one text per directory and cause: shown once, not once per kernel
         warnings.warn(f"tilesim: cannot write the generated core loops to {path.parent} "
                       f"({e.strerror or type(e).__name__}): they compile in memory, in every process (set "
-                      f"TILESIM_CACHE to a writable directory)", CacheWarning, stacklevel=3)
+                      f"TILESIM_CACHE, or tilesim.options' cache_dir, to a writable directory)", CacheWarning,
+                      stacklevel=3)
         return None
     return path
 
@@ -696,21 +697,25 @@ def _check_args(k: Kernel, block_dim: Any, outputs: Any, gm: tuple[Any, ...], na
 
 
 def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int = 1,
-           soc: str | SocSpec = DEFAULT_SOC, checks: bool | None = False, workspace: np.ndarray | None = None,
-           op: str | None = None, gm_names: list[str] | None = None, auto_sync: bool = True) -> RunReport:
+           soc: str | SocSpec = DEFAULT_SOC, checks: bool | None = None, workspace: np.ndarray | None = None,
+           op: str | None = None, gm_names: list[str] | None = None, auto_sync: bool | None = None) -> RunReport:
     """Run kernel ``k`` on ``block_dim`` cores with tiling ``tiling`` (a dataclass) over the GM arrays ``gm``
     (C-contiguous numpy arrays; the last ``outputs`` of them are written), and return the launch's report.
 
-    ``checks`` runs checked mode (as :func:`tilesim.runtime.launch.checks_enabled` decides: ``pytest --tilesim-checks``
-    forces it, None follows TILESIM_CHECKS). A checked launch, or one whose outputs overlap its inputs, computes
-    into temporaries (:func:`tilesim.runtime.launch.write_targets`: their contents are not the outputs') and writes the
-    outputs only when it finished clean: a :class:`tilesim.CheckError` leaves the caller's arrays as they were. A
-    fast kernel that stops (:class:`KernelError`, :class:`tilesim.UbOverflowError`) may have written some.
-    ``gm_names`` name the arrays in reports (the kernel's parameter names by default). ``auto_sync`` is BiSheng's
-    ``--cce-auto-sync``: off, checked mode's pipe-hazard check also asks the kernel for the V-V barriers and the
-    syncs with PIPE_S (:mod:`tilesim.machine.sync`)."""
+    ``checks`` runs checked mode: True or False, or None for the options in force to decide
+    (:meth:`tilesim.options.Options.resolve_checks`, here and nowhere else: under ``pytest --tilesim-checks`` every
+    launch is checked; a value other than those three is 161002). A checked launch, or one whose outputs overlap its
+    inputs, computes into temporaries (:func:`tilesim.runtime.launch.write_targets`: their contents are not the
+    outputs') and writes the outputs only when it finished clean: a :class:`tilesim.CheckError` leaves the caller's
+    arrays as they were. A fast kernel that stops (:class:`KernelError`, :class:`tilesim.UbOverflowError`) may have
+    written some. ``gm_names`` name the arrays in reports (the kernel's parameter names by default). ``auto_sync`` is
+    BiSheng's ``--cce-auto-sync`` (None: the options' :attr:`~tilesim.options.Options.auto_sync`): off, checked
+    mode's pipe-hazard check also asks the kernel for the V-V barriers and the syncs with PIPE_S
+    (:mod:`tilesim.machine.sync`)."""
+    opts = options.current()
+    checked = opts.resolve_checks(checks)
+    manual_sync = not opts.resolve_auto_sync(auto_sync)
     spec = get_soc(soc)
-    checked = _launch.checks_enabled(checks)
     names = gm_names or k.gm_params[:len(gm)]
     _check_args(k, block_dim, outputs, gm, names)
     cores, fields = _core_loop(k, tiling, tuple(dtypes.dtype_of(a.dtype) for a in gm))
@@ -726,7 +731,7 @@ def launch(k: Kernel, tiling: Any, *gm: np.ndarray, block_dim: int, outputs: int
                              phase_local_ub=not k.sync_all,  # a fast launch: a UB per host thread
                              gm_bytes=gm_bytes)
         if checked:
-            ln.err[:, hazard_col(spec.ub_size) + HZ_MANUAL_SYNC] = 0 if auto_sync else 1
+            ln.err[:, hazard_col(spec.ub_size) + HZ_MANUAL_SYNC] = manual_sync
         ctx = _contexts(block_dim)
         alog = _atomic_logs(block_dim)
         start_contexts(ctx, ln.stop_at)

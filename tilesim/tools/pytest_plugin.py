@@ -3,11 +3,11 @@
 Installing tilesim registers it (entry point ``pytest11``); pytest itself comes with the ``pytest`` extra
 (``pip install "tilesim[pytest]"``: pytest alone) or the ``test`` extra (tilesim's own test suite's). Any project's
 pytest then has:
-- ``pytest --tilesim-checks`` (or ``tilesim_checks = true`` in the ini file): for the whole session
-  :func:`tilesim.runtime.launch.force_checks` is on, so every op call that decides with
-  :func:`tilesim.runtime.launch.checks_enabled` (the shipped ops, and a kernel of your own written like
-  ``examples/add_tail.py``) runs checked, whatever ``checks=`` it was given. A violation raises
-  :class:`tilesim.CheckError` in the test that launched the kernel. From the environment:
+- ``pytest --tilesim-checks`` (or ``tilesim_checks = true`` in the ini file): for the whole session the process's
+  default options have :attr:`~tilesim.options.Options.force_checks` on (:func:`tilesim.options.set_defaults`), so
+  every kernel launch, the shipped ops' and your own kernels' alike, runs checked, whatever ``checks=`` it was
+  given; a test can still run some launches as they ask inside ``tilesim.options.scope(force_checks=False)``. A
+  violation raises :class:`tilesim.CheckError` in the test that launched the kernel. From the environment:
   ``PYTEST_ADDOPTS=--tilesim-checks``. (``TILESIM_CHECKS=1`` keeps its own meaning: the default of ``checks=None``.)
 - the fixture ``ascend_close``: ``ascend_close(actual, golden)`` asserts that a kernel's output passes Ascend's
   precision standard against float64 ``golden`` (:func:`tilesim.precision.compare`), with MERE, MARE and their
@@ -23,19 +23,19 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tilesim import options
 from tilesim.interop import as_array
 from tilesim.precision import Precision, compare
-from tilesim.runtime.launch import checks_enabled, force_checks
 
-_PREVIOUS = pytest.StashKey[bool]()  # the force flag before this session set it
+_PREVIOUS = pytest.StashKey[bool]()  # the default force_checks before this session set it
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """pytest hook: the ``--tilesim-checks`` option and the ``tilesim_checks`` ini setting."""
     group = parser.getgroup("tilesim")
     group.addoption("--tilesim-checks", action="store_true", default=False,
-                    help="run every tilesim op in checked mode, whatever checks= its caller passes (ops that decide "
-                         "with tilesim.runtime.launch.checks_enabled: the shipped ones, and yours if written so)")
+                    help="run every tilesim kernel launch in checked mode, whatever checks= its caller passes "
+                         "(tilesim.options' force_checks as the session's default)")
     parser.addini("tilesim_checks", type="bool", default=False,
                   help="as --tilesim-checks: run every tilesim kernel launch in checked mode")
 
@@ -45,17 +45,16 @@ def _requested(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """pytest hook: with ``--tilesim-checks`` (or the ini setting), force checked mode for the session, keeping
-    the flag it found."""
+    """pytest hook: with ``--tilesim-checks`` (or the ini setting), force checked mode for the session (the
+    process's default ``force_checks``), keeping the default it found."""
     if _requested(config):
-        config.stash[_PREVIOUS] = checks_enabled(False)  # True only when forced
-        force_checks(True)
+        config.stash[_PREVIOUS] = options.set_defaults(force_checks=True).force_checks
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """pytest hook: give the force flag back the value the session found."""
+    """pytest hook: give the default ``force_checks`` back the value the session found."""
     if _PREVIOUS in config.stash:  # restore, so a pytest run inside a test (pytester) leaves its caller as it was
-        force_checks(config.stash[_PREVIOUS])
+        options.set_defaults(force_checks=config.stash[_PREVIOUS])
         del config.stash[_PREVIOUS]
 
 
@@ -68,9 +67,9 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 @pytest.fixture
 def tilesim_checks() -> bool:
-    """Whether this session forces checked mode (``--tilesim-checks``): a test that compares fast mode with
-    checked mode can skip or adapt."""
-    return checks_enabled(False)
+    """Whether checked mode is forced (``--tilesim-checks``: the options' ``force_checks``): a test that compares
+    fast mode with checked mode can skip or adapt."""
+    return options.current().force_checks
 
 
 def _names(what: str | Sequence[str], n: int, single: bool) -> list[str]:
