@@ -60,7 +60,7 @@ from tilesim.runtime.report import RunReport
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
 from .common import outputs
-from .rms_norm import _y_round_mode
+from .device import y_round_mode
 
 GM_NAMES = ["outputGrad", "input", "weight", "actSeqLen", "inputGrad", "weightGrad"]
 ONE_KILO = 1024
@@ -73,7 +73,7 @@ V_MTE3, MTE2_V, MTE3_MTE2, V_MTE2 = (asc.HardEvent.V_MTE3, asc.HardEvent.MTE2_V,
 def _cast_by_condition(dst, src, n, condition):
     """CastByCondition: src narrowed into dst (half CAST_NONE, bfloat16 CAST_RINT) when ``condition``."""
     if condition:
-        asc.cast(dst, src, _y_round_mode(dst.dtype), n)
+        asc.cast(dst, src, y_round_mode(dst.dtype), n)
 
 
 @njit(cache=True)

@@ -79,26 +79,22 @@ from tilesim.runtime.report import RunReport
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
 from .common import outputs
+from .device import (
+    MAX_REPEAT,
+    NUM_PER_BLK_FP32,
+    NUM_PER_REP_FP32,
+    reduce_sum_half_interval,
+    reduce_sum_half_interval_to,
+    reduce_sum_multi_n,
+    y_round_mode,
+)
 
 GM_NAMES = ["x", "gamma", "y", "rstd"]
-NUM_PER_REP_FP32 = 64  # floats in a 256 B repeat; also the row batch of SPLIT_D and SINGLE_ROW
-NUM_PER_BLK_FP32 = 8
-MAX_REPEAT = 255
 BRCB_ROWS = 240  # doPerformanceRstd: rows per Brcb call
 
 
-def _y_round_mode(dtype):  # type: ignore[no-untyped-def]
-    """The rounding of y: CAST_NONE for half, CAST_RINT otherwise (bfloat16; float never casts)."""
-
-
-@overload(_y_round_mode, jit_options=OVERLOAD_OPTIONS)
-def _y_round_mode_impl(dtype):  # type: ignore[no-untyped-def]
-    mode = asc.CAST_NONE if dtype.dt.name == "half" else asc.CAST_RINT
-    return lambda dtype: mode
-
-
 # ---------------------------------------------------------------------------------------------------------------
-# rms_norm_base.h and reduce_common.h
+# rms_norm_base.h
 
 
 @njit(cache=True)
@@ -112,93 +108,6 @@ def _copy_in(dst, src, count):
 def _copy_out(dst, src, count):
     """DataCopyCustom, UB to GM on A2: exactly ``count`` elements by DataCopyPad."""
     asc.data_copy_pad(dst, src, asc.DataCopyParams(1, count * asc.size_of(dst.dtype), 0, 0))
-
-
-@njit(cache=True)
-def _find_power_two(n):
-    """findPowerTwo: the largest power of two not above ``n``."""
-    p = 1
-    while p * 2 <= n:
-        p *= 2
-    return p
-
-
-@njit(cache=True)
-def _fold_to_repeat(ctx, src, count):
-    """ReduceSumHalfInterval's Add folds: the tail past the largest power of two onto the head, then halves down
-    to 64 lanes, each with its PipeBarrier<PIPE_V>; then the mask for WholeReduceSum (64 lanes, or ``count``)."""
-    if count > NUM_PER_REP_FP32:
-        body = _find_power_two(count)
-        tail = count - body
-        if tail > 0:
-            asc.add(src, src, src[body], tail)
-            asc.pipe_barrier(ctx, asc.PIPE_V)
-        while body > NUM_PER_REP_FP32:
-            body = body // 2
-            asc.add(src, src, src[body], body)
-            asc.pipe_barrier(ctx, asc.PIPE_V)
-        asc.set_vector_mask(ctx, NUM_PER_REP_FP32)
-    else:
-        asc.set_vector_mask(ctx, count)
-
-
-@njit(cache=True)
-def reduce_sum_half_interval(ctx, pipe, src, count):
-    """``float ReduceSumHalfInterval(src, count)``: the folds, ``WholeReduceSum<float, false>`` into src[0], V_S
-    (an id from FetchEventID), GetValue(0)."""
-    _fold_to_repeat(ctx, src, count)
-    asc.whole_reduce_sum(src, src, asc.MASK_PLACEHOLDER, 1, 0, 1, 0)
-    ev = pipe.fetch_event_id(asc.HardEvent.V_S)
-    asc.set_flag(ctx, asc.HardEvent.V_S, ev)
-    asc.wait_flag(ctx, asc.HardEvent.V_S, ev)
-    return src.get_value(0)
-
-
-@njit(cache=True)
-def _reduce_sum_half_interval_to(ctx, dst, src, count):
-    """``ReduceSumHalfInterval(dst, src, count)``: the folds, WholeReduceSum into dst[0], PipeBarrier<PIPE_V>."""
-    _fold_to_repeat(ctx, src, count)
-    asc.whole_reduce_sum(dst, src, asc.MASK_PLACEHOLDER, 1, 0, 1, 0)
-    asc.pipe_barrier(ctx, asc.PIPE_V)
-
-
-@njit(cache=True)
-def _reduce_pre_repeat(ctx, dst, src, tmp, elem_num, num_last_dim, tail_count, repeat, rep_stride):
-    """ReduceSumForSmallReduceDimPreRepeat: ``tmp[r] += src[r, e:e + 64]`` for whole 64-lane slices of every row
-    (a row per repeat, src's repeat stride a row), a masked Add for the tail lanes, then WholeReduceSum of each
-    row's 64 partial sums into ``dst[r]``."""
-    params = asc.BinaryRepeatParams(1, 1, 1, NUM_PER_BLK_FP32, rep_stride, NUM_PER_BLK_FP32)
-    e = 0
-    while e + NUM_PER_REP_FP32 <= num_last_dim:
-        asc.add(tmp, src[e], tmp, elem_num, repeat, params)
-        asc.pipe_barrier(ctx, asc.PIPE_V)
-        e += NUM_PER_REP_FP32
-    if tail_count != 0:
-        asc.add(tmp, src[e], tmp, tail_count, repeat, params)
-    asc.pipe_barrier(ctx, asc.PIPE_V)
-    asc.set_vector_mask(ctx, NUM_PER_REP_FP32)
-    asc.whole_reduce_sum(dst, tmp, asc.MASK_PLACEHOLDER, repeat, 1, 1, NUM_PER_BLK_FP32)
-
-
-@njit(cache=True)
-def reduce_sum_multi_n(ctx, dst, src, tmp, num_row, num_col, num_col_align):
-    """ReduceSumMultiN (with ReduceSumForSmallReduceDim): the sum of each of ``num_row`` rows of ``num_col``
-    (rows numColAlign apart) into ``dst[r]``, 255 rows an instruction; ``tmp`` holds 64 floats a row."""
-    tail_count = num_col % NUM_PER_REP_FP32
-    rep_stride = num_col_align // NUM_PER_BLK_FP32
-    asc.duplicate(tmp, 0.0, num_row * NUM_PER_REP_FP32)
-    asc.pipe_barrier(ctx, asc.PIPE_V)
-    if num_row // MAX_REPEAT == 0:
-        _reduce_pre_repeat(ctx, dst, src, tmp, NUM_PER_REP_FP32, num_col, tail_count, num_row, rep_stride)
-        return
-    r = 0
-    while r + MAX_REPEAT <= num_row:
-        _reduce_pre_repeat(ctx, dst[r], src[r * num_col_align], tmp[r * NUM_PER_REP_FP32], NUM_PER_REP_FP32, num_col,
-                           tail_count, MAX_REPEAT, rep_stride)
-        r += MAX_REPEAT
-    if num_row % MAX_REPEAT != 0:
-        _reduce_pre_repeat(ctx, dst[r], src[r * num_col_align], tmp[r * NUM_PER_REP_FP32], NUM_PER_REP_FP32, num_col,
-                           tail_count, num_row % MAX_REPEAT, rep_stride)
 
 
 @njit(cache=True)
@@ -286,7 +195,7 @@ def _normal_mul_gamma_cast_impl(ctx, out_queue_y, sqx, x32, gamma_local, n, dtyp
         y_local = out_queue_y.alloc_tensor(dtype)
         _mul_gamma(ctx, x32, sqx, gamma_local, n)
         asc.pipe_barrier(ctx, asc.PIPE_V)
-        asc.cast(y_local, sqx, _y_round_mode(dtype), n)
+        asc.cast(y_local, sqx, y_round_mode(dtype), n)
         out_queue_y.enque(y_local)
     return b16
 
@@ -397,7 +306,7 @@ def _split_d_sum(ctx, in_queue_x, x_fp32_buf, sqx_buf, sum_local, num, dtype):
     sqx = sqx_buf.get(asc.float32)
     _split_d_square(ctx, in_queue_x, x_local, x_fp32_buf, sqx, num)
     asc.pipe_barrier(ctx, asc.PIPE_V)
-    _reduce_sum_half_interval_to(ctx, sum_local, sqx, num)
+    reduce_sum_half_interval_to(ctx, sum_local, sqx, num)
     asc.pipe_barrier(ctx, asc.PIPE_V)
 
 
@@ -464,7 +373,7 @@ def _split_d_y_impl(ctx, x_local, x_fp32_buf, y_local, sqx, gamma_local, rstd_va
         asc.pipe_barrier(ctx, asc.PIPE_V)
         _mul_gamma(ctx, x_fp32_buf.get(asc.float32), sqx, gamma_local, num)
         asc.pipe_barrier(ctx, asc.PIPE_V)
-        asc.cast(y_local, sqx, _y_round_mode(y_local.dtype), num)
+        asc.cast(y_local, sqx, y_round_mode(y_local.dtype), num)
     return b16
 
 
@@ -674,7 +583,7 @@ def _merge_n_y_impl(ctx, t, rows, in_queue_x, out_queue_y, out_queue_rstd, x_loc
         asc.pipe_barrier(ctx, asc.PIPE_V)
         y_local = out_queue_y.alloc_tensor(dtype)
         _repeat_by_row(ctx, t, x32, x32, gamma_local, rows, False)
-        asc.cast(y_local, x32, _y_round_mode(dtype), rows * t.num_col_align)
+        asc.cast(y_local, x32, y_round_mode(dtype), rows * t.num_col_align)
         asc.pipe_barrier(ctx, asc.PIPE_V)
         out_queue_y.enque(y_local)
     return b16
@@ -803,7 +712,7 @@ def _single_row_compute(ctx, pipe, t, i_i, in_queue_x, out_queue_y, x_buf_fp32, 
     asc.mul(x32, x32, gamma_local, n)
     asc.pipe_barrier(ctx, asc.PIPE_V)
     y_local = out_queue_y.alloc_tensor(dtype)
-    asc.cast(y_local, x32, _y_round_mode(dtype), n)
+    asc.cast(y_local, x32, y_round_mode(dtype), n)
     asc.pipe_barrier(ctx, asc.PIPE_V)
     out_queue_y.enque(y_local)
 

@@ -80,7 +80,7 @@ from tilesim.runtime.report import RunReport
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
 from .common import outputs
-from .rms_norm import reduce_sum_half_interval, reduce_sum_multi_n
+from .device import reduce_sum_half_interval, reduce_sum_multi_n
 
 GM_NAMES = ["dy", "x", "rstd", "gamma", "dx", "dgamma"]
 COL_TEMPLATE = 64  # columns of one deterministic final-sum task

@@ -87,6 +87,8 @@ from collections import namedtuple
 from typing import Any
 
 import numpy as np
+from numba.core import types
+from numba.extending import overload
 from tilesim.tiling.common import BF16, dtype_name
 from tilesim.tiling.softmax import FP64, SoftmaxArbTiling, SoftmaxLongTiling, check_args, check_tiling
 from tilesim.tiling.softmax import softmax as make_tiling
@@ -94,7 +96,7 @@ from tilesim.tiling.softmax import softmax as make_tiling
 from tilesim import machine as asc  # AscendC::
 from tilesim.errors import tiling_error
 from tilesim.interop import accepts_torch
-from tilesim.jit import njit
+from tilesim.jit import OVERLOAD_OPTIONS, njit
 from tilesim.runtime.host_threads import workspace
 from tilesim.runtime.launcher import kernel, launch
 from tilesim.runtime.report import RunReport
@@ -501,6 +503,71 @@ def softmax_bf16_kernel(ctx, t, x, y):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# the b16 kernels' widening: chosen as Numba types the call (``if constexpr`` on whether x is fp32), so the fp32
+# kernels' code holds none of its steps and the b16 kernels' none of the fp32 ones
+
+
+def widen(ctx, queue, xl, xf, count):  # type: ignore[no-untyped-def]
+    """The fp32 tile a load is computed in: ``xl`` itself when ``xf`` is None (fp32 x); else Cast(xf, xl,
+    CAST_NONE, count), PipeBarrier<PIPE_V>, FreeTensor(xl), and ``xf``."""
+
+
+@overload(widen, jit_options=OVERLOAD_OPTIONS)
+def _widen_impl(ctx, queue, xl, xf, count):  # type: ignore[no-untyped-def]
+    if isinstance(xf, types.NoneType):
+        return lambda ctx, queue, xl, xf, count: xl
+
+    def impl(ctx, queue, xl, xf, count):  # type: ignore[no-untyped-def]
+        asc.cast(xf, xl, asc.CAST_NONE, count)
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        queue.free_tensor(xl)
+        return xf
+    return impl
+
+
+def release(queue, xl, xf):  # type: ignore[no-untyped-def]
+    """FreeTensor(xl) once a load's Compute is done with it: fp32 x (``xf`` None) only, b16 x's was freed when
+    :func:`widen` cast it."""
+
+
+@overload(release, jit_options=OVERLOAD_OPTIONS)
+def _release_impl(queue, xl, xf):  # type: ignore[no-untyped-def]
+    if isinstance(xf, types.NoneType):
+        return lambda queue, xl, xf: queue.free_tensor(xl)
+    return lambda queue, xl, xf: None
+
+
+def y_tile(queue, xf, dtype):  # type: ignore[no-untyped-def]
+    """The tile a load's y is computed into: AllocTensor of the y queue for fp32 x (``xf`` None), else ``xf``
+    (computed in place there, then :func:`narrow`)."""
+
+
+@overload(y_tile, jit_options=OVERLOAD_OPTIONS)
+def _y_tile_impl(queue, xf, dtype):  # type: ignore[no-untyped-def]
+    if isinstance(xf, types.NoneType):
+        return lambda queue, xf, dtype: queue.alloc_tensor(dtype)
+    return lambda queue, xf, dtype: xf
+
+
+def narrow(ctx, queue, ys, xf, dtype, count):  # type: ignore[no-untyped-def]
+    """The y tile to EnQue: ``ys`` for fp32 x (``xf`` None); else PipeBarrier<PIPE_V>, AllocTensor of the y
+    queue and Cast(yl, xf, CAST_RINT, count) into it."""
+
+
+@overload(narrow, jit_options=OVERLOAD_OPTIONS)
+def _narrow_impl(ctx, queue, ys, xf, dtype, count):  # type: ignore[no-untyped-def]
+    if isinstance(xf, types.NoneType):
+        return lambda ctx, queue, ys, xf, dtype, count: ys
+
+    def impl(ctx, queue, ys, xf, dtype, count):  # type: ignore[no-untyped-def]
+        asc.pipe_barrier(ctx, asc.PIPE_V)
+        yl = queue.alloc_tensor(dtype)
+        asc.cast(yl, xf, asc.CAST_RINT, count)
+        return yl
+    return impl
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # tilesim's [A, R, B] kernel: a normalised axis that is not the last contiguous one
 
 
@@ -616,13 +683,58 @@ def _arb_normalise(ctx, dst, src, mx, sm, work, m, rs, full):
         bcast_rows(True, dst, dst, sm, m, rs)
 
 
+@njit(cache=True)
+def _arb_process(ctx, t, x, y, in_queue_x, out_queue_y, xf, work, mx, sm):
+    """Process() of the [A, R, B] kernels: the core's tiles (an A index and a chunk of B), each over its R rows.
+    All of R in one load: CopyIn; the max row by :func:`fold_rows`; x − max (:func:`bcast_rows`), Exp, the sum
+    row by fold_rows, the division; CopyOut. R in several loads: a pass for the max (each load folded, then Max
+    into the running row), one for the sum (x − max, Exp and Add folds in the load), one to normalise and copy
+    out. ``xf`` is None for fp32 x (computed in the queues' tiles), else the fp32 TBuf each b16 load is widened
+    into (:func:`widen`, :func:`narrow`)."""
+    c = asc.get_block_idx(ctx)
+    first = c * t.block_tiles + min(c, t.former_num)
+    for tile in range(first, first + t.block_tiles + (1 if c < t.former_num else 0)):
+        off, bw, rs = _arb_tile(t, tile, asc.size_of(x.dtype))
+        if t.r_chunks > 1:
+            for p in range(2):  # the max, then the sum
+                for k in range(t.r_chunks):
+                    r0 = k * t.tile_r
+                    m = min(t.tile_r, t.r - r0)
+                    _arb_copy_in(t, in_queue_x, x, off, r0, m, bw, rs, x.dtype)
+                    xl = in_queue_x.deque(x.dtype)
+                    xs = widen(ctx, in_queue_x, xl, xf, m * rs)
+                    if p == 1:
+                        bcast_rows(False, xs, xs, mx, m, rs)
+                        asc.pipe_barrier(ctx, asc.PIPE_V)
+                        asc.exp(xs, xs, m * rs)
+                        asc.pipe_barrier(ctx, asc.PIPE_V)
+                    part = fold_rows(ctx, p == 0, work, xs, m, rs)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+                    _arb_stat(ctx, p == 0, mx[p * t.b_align], part, k == 0, rs)
+                    asc.pipe_barrier(ctx, asc.PIPE_V)
+                    release(in_queue_x, xl, xf)
+        for k in range(t.r_chunks):
+            r0 = k * t.tile_r
+            m = min(t.tile_r, t.r - r0)
+            _arb_copy_in(t, in_queue_x, x, off, r0, m, bw, rs, x.dtype)
+            xl = in_queue_x.deque(x.dtype)  # Compute
+            xs = widen(ctx, in_queue_x, xl, xf, m * rs)
+            ys = y_tile(out_queue_y, xf, x.dtype)
+            if t.r_chunks == 1:
+                mrow = fold_rows(ctx, True, work, xs, m, rs)
+                asc.pipe_barrier(ctx, asc.PIPE_V)
+                _arb_normalise(ctx, ys, xs, mrow, sm, work, m, rs, True)
+            else:
+                _arb_normalise(ctx, ys, xs, mx, sm, work, m, rs, False)
+            release(in_queue_x, xl, xf)
+            out_queue_y.enque(narrow(ctx, out_queue_y, ys, xf, x.dtype, m * rs))
+            _arb_copy_out(t, out_queue_y, y, off, r0, m, bw, x.dtype)
+
+
 @kernel
 def softmax_arb_kernel(ctx, t, x, y):
-    """[A, R, B] softmax over R, fp32: Init (the x and y queues, the fold TBuf, the max / sum rows), then the
-    core's tiles (an A index and a chunk of B), each over its R rows. All of R in one load: CopyIn; the max row
-    by :func:`fold_rows`; x − max into the y tile (:func:`bcast_rows`), Exp, the sum row by fold_rows, the
-    division; CopyOut. R in several loads: a pass for the max (each load folded, then Max into the running row),
-    one for the sum (x − max, Exp and Add folds in the x buffer), one to normalise and copy out."""
+    """[A, R, B] softmax over R, fp32: Init (the x and y queues, the fold TBuf, the max / sum rows), then
+    :func:`_arb_process`, computing in the queues' tiles."""
     pipe = asc.TPipe(ctx)
     nbytes = t.tile_r * t.b_align * 4
     in_queue_x = pipe.init_buffer(asc.TQue(asc.VECIN, 1), t.buffer_num, nbytes)
@@ -631,50 +743,14 @@ def softmax_arb_kernel(ctx, t, x, y):
     stat_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), 2 * t.b_align * 4)
     work = fold_buf.get(asc.float32)
     mx = stat_buf.get(asc.float32)
-    sm = mx[t.b_align]
-    c = asc.get_block_idx(ctx)
-    first = c * t.block_tiles + min(c, t.former_num)
-    for tile in range(first, first + t.block_tiles + (1 if c < t.former_num else 0)):
-        off, bw, rs = _arb_tile(t, tile, 4)
-        if t.r_chunks > 1:
-            for p in range(2):  # the max, then the sum
-                for k in range(t.r_chunks):
-                    r0 = k * t.tile_r
-                    m = min(t.tile_r, t.r - r0)
-                    _arb_copy_in(t, in_queue_x, x, off, r0, m, bw, rs, x.dtype)
-                    xl = in_queue_x.deque(x.dtype)
-                    if p == 1:
-                        bcast_rows(False, xl, xl, mx, m, rs)
-                        asc.pipe_barrier(ctx, asc.PIPE_V)
-                        asc.exp(xl, xl, m * rs)
-                        asc.pipe_barrier(ctx, asc.PIPE_V)
-                    part = fold_rows(ctx, p == 0, work, xl, m, rs)
-                    asc.pipe_barrier(ctx, asc.PIPE_V)
-                    _arb_stat(ctx, p == 0, mx[p * t.b_align], part, k == 0, rs)
-                    asc.pipe_barrier(ctx, asc.PIPE_V)
-                    in_queue_x.free_tensor(xl)
-        for k in range(t.r_chunks):
-            r0 = k * t.tile_r
-            m = min(t.tile_r, t.r - r0)
-            _arb_copy_in(t, in_queue_x, x, off, r0, m, bw, rs, x.dtype)
-            xl = in_queue_x.deque(x.dtype)  # Compute
-            yl = out_queue_y.alloc_tensor(x.dtype)
-            if t.r_chunks == 1:
-                mrow = fold_rows(ctx, True, work, xl, m, rs)
-                asc.pipe_barrier(ctx, asc.PIPE_V)
-                _arb_normalise(ctx, yl, xl, mrow, sm, work, m, rs, True)
-            else:
-                _arb_normalise(ctx, yl, xl, mx, sm, work, m, rs, False)
-            in_queue_x.free_tensor(xl)
-            out_queue_y.enque(yl)
-            _arb_copy_out(t, out_queue_y, y, off, r0, m, bw, x.dtype)
+    _arb_process(ctx, t, x, y, in_queue_x, out_queue_y, None, work, mx, mx[t.b_align])
 
 
 @kernel
 def softmax_arb_b16_kernel(ctx, t, x, y):
-    """[A, R, B] softmax over R for half and bfloat16: as :func:`softmax_arb_kernel`, each load widened into an
-    fp32 TBuf (Cast, CAST_NONE) and computed there, y cast back once (CAST_RINT: round to nearest, ties to even,
-    as ops-nn's b16 SoftmaxV2 kernels round) into the y tile."""
+    """[A, R, B] softmax over R for half and bfloat16: Init as :func:`softmax_arb_kernel`'s with an fp32 TBuf
+    that each load is widened into (Cast, CAST_NONE) and computed in, then :func:`_arb_process`, y cast back once
+    (CAST_RINT: round to nearest, ties to even, as ops-nn's b16 SoftmaxV2 kernels round) into the y tile."""
     pipe = asc.TPipe(ctx)
     n16 = t.tile_r * t.b_align * 2
     in_queue_x = pipe.init_buffer(asc.TQue(asc.VECIN, 1), t.buffer_num, n16)
@@ -685,49 +761,7 @@ def softmax_arb_b16_kernel(ctx, t, x, y):
     xf = cast_buf.get(asc.float32)
     work = fold_buf.get(asc.float32)
     mx = stat_buf.get(asc.float32)
-    sm = mx[t.b_align]
-    c = asc.get_block_idx(ctx)
-    first = c * t.block_tiles + min(c, t.former_num)
-    for tile in range(first, first + t.block_tiles + (1 if c < t.former_num else 0)):
-        off, bw, rs = _arb_tile(t, tile, 2)
-        if t.r_chunks > 1:
-            for p in range(2):  # the max, then the sum
-                for k in range(t.r_chunks):
-                    r0 = k * t.tile_r
-                    m = min(t.tile_r, t.r - r0)
-                    _arb_copy_in(t, in_queue_x, x, off, r0, m, bw, rs, x.dtype)
-                    xl = in_queue_x.deque(x.dtype)
-                    asc.cast(xf, xl, asc.CAST_NONE, m * rs)
-                    asc.pipe_barrier(ctx, asc.PIPE_V)
-                    in_queue_x.free_tensor(xl)
-                    if p == 1:
-                        bcast_rows(False, xf, xf, mx, m, rs)
-                        asc.pipe_barrier(ctx, asc.PIPE_V)
-                        asc.exp(xf, xf, m * rs)
-                        asc.pipe_barrier(ctx, asc.PIPE_V)
-                    part = fold_rows(ctx, p == 0, work, xf, m, rs)
-                    asc.pipe_barrier(ctx, asc.PIPE_V)
-                    _arb_stat(ctx, p == 0, mx[p * t.b_align], part, k == 0, rs)
-                    asc.pipe_barrier(ctx, asc.PIPE_V)
-        for k in range(t.r_chunks):
-            r0 = k * t.tile_r
-            m = min(t.tile_r, t.r - r0)
-            _arb_copy_in(t, in_queue_x, x, off, r0, m, bw, rs, x.dtype)
-            xl = in_queue_x.deque(x.dtype)  # Compute
-            asc.cast(xf, xl, asc.CAST_NONE, m * rs)
-            asc.pipe_barrier(ctx, asc.PIPE_V)
-            in_queue_x.free_tensor(xl)
-            if t.r_chunks == 1:
-                mrow = fold_rows(ctx, True, work, xf, m, rs)
-                asc.pipe_barrier(ctx, asc.PIPE_V)
-                _arb_normalise(ctx, xf, xf, mrow, sm, work, m, rs, True)
-            else:
-                _arb_normalise(ctx, xf, xf, mx, sm, work, m, rs, False)
-            asc.pipe_barrier(ctx, asc.PIPE_V)
-            yl = out_queue_y.alloc_tensor(x.dtype)
-            asc.cast(yl, xf, asc.CAST_RINT, m * rs)
-            out_queue_y.enque(yl)
-            _arb_copy_out(t, out_queue_y, y, off, r0, m, bw, x.dtype)
+    _arb_process(ctx, t, x, y, in_queue_x, out_queue_y, xf, work, mx, mx[t.b_align])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -806,22 +840,17 @@ def _long_copy_out(queue, y, off, length, dtype):
     queue.free_tensor(yl)
 
 
-@kernel
-def softmax_long_kernel(ctx, t, x, y):
-    """Split-row softmax, fp32: Init (the x and y queues, the fold TBuf, the stat TBuf: running row, sum row and
-    reduce block), then the core's rows, each in ``c_chunks`` loads over three passes: the max (each load folded
-    into a running 64-float row: :func:`_long_fold`; WholeReduceMax; the scalar read after a V_S sync), the sum
-    (Adds of −max, Exp, the Add folds; WholeReduceSum), then Duplicate of the sum into a row and, load by load,
-    Adds, Exp and the division (level-0 Div, the sum row re-read at repStride 0) into the y tile and CopyOut."""
-    pipe = asc.TPipe(ctx)
-    in_queue_x = pipe.init_buffer(asc.TQue(asc.VECIN, 1), t.buffer_num, t.tile_cols * 4)
-    out_queue_y = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), t.buffer_num, t.tile_cols * 4)
-    fold_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), (t.tile_cols // FLOAT_REPEAT + 1) // 2 * FLOAT_REPEAT * 4)
-    stat_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), (2 * FLOAT_REPEAT + FLOAT_BLK) * 4)
-    work = fold_buf.get(asc.float32)
-    acc = stat_buf.get(asc.float32)
+@njit(cache=True)
+def _long_process(ctx, pipe, t, x, y, in_queue_x, out_queue_y, xf, work, acc):
+    """Process() of the split-row kernels: the core's rows, each in ``c_chunks`` loads over three passes: the max
+    (each load folded into a running 64-float row: :func:`_long_fold`; WholeReduceMax; the scalar read after a
+    V_S sync), the sum (Adds of −max, Exp, the Add folds; WholeReduceSum), then Duplicate of the sum into a row
+    and, load by load, Adds, Exp and the division (level-0 Div, the sum row re-read at repStride 0) and CopyOut.
+    ``acc`` holds the running row, the sum row and the reduce block. ``xf`` is None for fp32 x (computed in the
+    queues' tiles), else the fp32 TBuf each b16 load is widened into (:func:`widen`, :func:`narrow`)."""
     srow = acc[FLOAT_REPEAT]
     red = acc[2 * FLOAT_REPEAT]
+    blk = 32 // asc.size_of(x.dtype)
     c = asc.get_block_idx(ctx)
     start = c * t.block_rows + min(c, t.former_num)
     neg_max = np.float32(0.0)
@@ -831,17 +860,18 @@ def softmax_long_kernel(ctx, t, x, y):
             for k in range(t.c_chunks):
                 c0 = k * t.tile_cols
                 ln = min(t.tile_cols, t.cols - c0)
+                la = (ln + blk - 1) // blk * blk
                 _long_copy_in(t, in_queue_x, x, base + c0, ln, x.dtype)
                 xl = in_queue_x.deque(x.dtype)
+                xs = widen(ctx, in_queue_x, xl, xf, la)
                 if p == 1:
-                    la = (ln + FLOAT_BLK - 1) // FLOAT_BLK * FLOAT_BLK
-                    asc.adds(xl, xl, neg_max, la)
+                    asc.adds(xs, xs, neg_max, la)
                     asc.pipe_barrier(ctx, asc.PIPE_V)
-                    asc.exp(xl, xl, la)
+                    asc.exp(xs, xs, la)
                     asc.pipe_barrier(ctx, asc.PIPE_V)
-                _long_fold(ctx, p == 0, acc, work, xl, ln, k == 0)
+                _long_fold(ctx, p == 0, acc, work, xs, ln, k == 0)
                 asc.pipe_barrier(ctx, asc.PIPE_V)
-                in_queue_x.free_tensor(xl)
+                release(in_queue_x, xl, xf)
             v = _long_scalar(ctx, pipe, p == 0, red, acc)
             if p == 0:
                 neg_max = -v
@@ -851,20 +881,36 @@ def softmax_long_kernel(ctx, t, x, y):
         for k in range(t.c_chunks):
             c0 = k * t.tile_cols
             ln = min(t.tile_cols, t.cols - c0)
-            la = (ln + FLOAT_BLK - 1) // FLOAT_BLK * FLOAT_BLK
+            la = (ln + blk - 1) // blk * blk
             _long_copy_in(t, in_queue_x, x, base + c0, ln, x.dtype)
             xl = in_queue_x.deque(x.dtype)  # Compute
-            yl = out_queue_y.alloc_tensor(x.dtype)
-            _long_normalise(ctx, yl, xl, neg_max, srow, la, ln)
-            in_queue_x.free_tensor(xl)
-            out_queue_y.enque(yl)
+            xs = widen(ctx, in_queue_x, xl, xf, la)
+            ys = y_tile(out_queue_y, xf, x.dtype)
+            _long_normalise(ctx, ys, xs, neg_max, srow, la, ln)
+            release(in_queue_x, xl, xf)
+            out_queue_y.enque(narrow(ctx, out_queue_y, ys, xf, x.dtype, la))
             _long_copy_out(out_queue_y, y, base + c0, ln, x.dtype)
 
 
 @kernel
+def softmax_long_kernel(ctx, t, x, y):
+    """Split-row softmax, fp32: Init (the x and y queues, the fold TBuf, the stat TBuf: running row, sum row and
+    reduce block), then :func:`_long_process`, computing in the queues' tiles."""
+    pipe = asc.TPipe(ctx)
+    in_queue_x = pipe.init_buffer(asc.TQue(asc.VECIN, 1), t.buffer_num, t.tile_cols * 4)
+    out_queue_y = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), t.buffer_num, t.tile_cols * 4)
+    fold_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), (t.tile_cols // FLOAT_REPEAT + 1) // 2 * FLOAT_REPEAT * 4)
+    stat_buf = pipe.init_buffer(asc.TBuf(asc.VECCALC), (2 * FLOAT_REPEAT + FLOAT_BLK) * 4)
+    work = fold_buf.get(asc.float32)
+    acc = stat_buf.get(asc.float32)
+    _long_process(ctx, pipe, t, x, y, in_queue_x, out_queue_y, None, work, acc)
+
+
+@kernel
 def softmax_long_b16_kernel(ctx, t, x, y):
-    """Split-row softmax for half and bfloat16: as :func:`softmax_long_kernel`, each load widened into an fp32
-    TBuf (Cast, CAST_NONE) and computed there, y cast back once (CAST_RINT) into the y tile."""
+    """Split-row softmax for half and bfloat16: Init as :func:`softmax_long_kernel`'s with an fp32 TBuf that each
+    load is widened into (Cast, CAST_NONE) and computed in, then :func:`_long_process`, y cast back once
+    (CAST_RINT) into the y tile."""
     pipe = asc.TPipe(ctx)
     in_queue_x = pipe.init_buffer(asc.TQue(asc.VECIN, 1), t.buffer_num, t.tile_cols * 2)
     out_queue_y = pipe.init_buffer(asc.TQue(asc.VECOUT, 1), t.buffer_num, t.tile_cols * 2)
@@ -874,51 +920,7 @@ def softmax_long_b16_kernel(ctx, t, x, y):
     xf = cast_buf.get(asc.float32)
     work = fold_buf.get(asc.float32)
     acc = stat_buf.get(asc.float32)
-    srow = acc[FLOAT_REPEAT]
-    red = acc[2 * FLOAT_REPEAT]
-    c = asc.get_block_idx(ctx)
-    start = c * t.block_rows + min(c, t.former_num)
-    neg_max = np.float32(0.0)
-    for row in range(start, start + t.block_rows + (1 if c < t.former_num else 0)):
-        base = row * t.cols
-        for p in range(2):  # the max, then the sum
-            for k in range(t.c_chunks):
-                c0 = k * t.tile_cols
-                ln = min(t.tile_cols, t.cols - c0)
-                la = (ln + 15) // 16 * 16
-                _long_copy_in(t, in_queue_x, x, base + c0, ln, x.dtype)
-                xl = in_queue_x.deque(x.dtype)
-                asc.cast(xf, xl, asc.CAST_NONE, la)
-                asc.pipe_barrier(ctx, asc.PIPE_V)
-                in_queue_x.free_tensor(xl)
-                if p == 1:
-                    asc.adds(xf, xf, neg_max, la)
-                    asc.pipe_barrier(ctx, asc.PIPE_V)
-                    asc.exp(xf, xf, la)
-                    asc.pipe_barrier(ctx, asc.PIPE_V)
-                _long_fold(ctx, p == 0, acc, work, xf, ln, k == 0)
-                asc.pipe_barrier(ctx, asc.PIPE_V)
-            v = _long_scalar(ctx, pipe, p == 0, red, acc)
-            if p == 0:
-                neg_max = -v
-            else:
-                asc.duplicate(srow, v, FLOAT_REPEAT)
-                asc.pipe_barrier(ctx, asc.PIPE_V)
-        for k in range(t.c_chunks):
-            c0 = k * t.tile_cols
-            ln = min(t.tile_cols, t.cols - c0)
-            la = (ln + 15) // 16 * 16
-            _long_copy_in(t, in_queue_x, x, base + c0, ln, x.dtype)
-            xl = in_queue_x.deque(x.dtype)  # Compute
-            asc.cast(xf, xl, asc.CAST_NONE, la)
-            asc.pipe_barrier(ctx, asc.PIPE_V)
-            in_queue_x.free_tensor(xl)
-            _long_normalise(ctx, xf, xf, neg_max, srow, la, ln)
-            asc.pipe_barrier(ctx, asc.PIPE_V)
-            yl = out_queue_y.alloc_tensor(x.dtype)
-            asc.cast(yl, xf, asc.CAST_RINT, la)
-            out_queue_y.enque(yl)
-            _long_copy_out(out_queue_y, y, base + c0, ln, x.dtype)
+    _long_process(ctx, pipe, t, x, y, in_queue_x, out_queue_y, xf, work, acc)
 
 
 def run(t: Any, spec: SocSpec, x: np.ndarray, y: np.ndarray, ws: np.ndarray | None,

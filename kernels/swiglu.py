@@ -46,71 +46,10 @@ from tilesim.runtime.report import RunReport
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
 from .common import output
+from .device import copy_in_rows, copy_out_rows, tile_length, tile_param, total_tiles
 
 GM_NAMES = ["x", "y"]
 BETA = -1.0  # SwigluSingle::InitGmBuffer sets beta = -1: Muls(A, beta) before Exp gives exp(-A)
-
-
-@njit(cache=True)
-def tile_length(t, sz):
-    """SwigluSingleTilingKernel.tileLength: elements of one queue buffer, rows of baseColLen padded to 32 B when
-    colLen is not aligned (DataCopyPad lands every row on a block boundary)."""
-    m = 32 // sz
-    col = t.base_col_len if t.is_32b_aligned == 1 else (t.base_col_len + m - 1) // m * m
-    return t.base_row_len * col
-
-
-@njit(cache=True)
-def total_tiles(t):
-    """totalTileNum: rowTileNum · colTileNum, tails included."""
-    return ((t.row_len + t.base_row_len - 1) // t.base_row_len) * ((t.col_len + t.base_col_len - 1) // t.base_col_len)
-
-
-@njit(cache=True)
-def tile_param(t, tile, sz):
-    """CaclOneTileParam: tile ``tile``'s compute length (curCalLen), the offsets of its A and B in x and of its y,
-    and its copy parameters (CaclOneTileCopyParam: blockLen and the strides in 32 B blocks when colLen is aligned,
-    in bytes otherwise; no stride for a single row)."""
-    col, br, bc = t.col_len, t.base_row_len, t.base_col_len
-    col_tiles = (col + bc - 1) // bc
-    r_tile, c_tile = tile // col_tiles, tile % col_tiles
-    rows = br if r_tile < t.row_len // br else t.row_len % br
-    cols = bc if c_tile < col // bc else col % bc
-    off_a = r_tile * br * 2 * col + c_tile * bc
-    off_c = r_tile * br * col + c_tile * bc
-    m = 32 // sz
-    if t.is_32b_aligned == 1:
-        unit, cal = 32, rows * cols
-    else:
-        unit, cal = 1, rows * ((cols + m - 1) // m * m)
-    blen = cols * sz // unit
-    split = asc.DataCopyParams(rows, blen, 0 if rows == 1 else (2 * col - cols) * sz // unit, 0)
-    indep = asc.DataCopyParams(rows, blen, 0, 0 if rows == 1 else (col - cols) * sz // unit)
-    return cal, off_a, off_a + col, off_c, split, indep
-
-
-@njit(cache=True)
-def copy_in_rows(t, queue, src, params):
-    """One queue's CopyIn of the GLU family's kernels: AllocTensor, rows from GM ``src`` by DataCopy (colLen 32 B
-    aligned) or DataCopyPad (isPad false), EnQue."""
-    lt = queue.alloc_tensor(src.dtype)
-    if t.is_32b_aligned == 1:
-        asc.data_copy(lt, src, params)
-    else:
-        asc.data_copy_pad(lt, src, params, asc.DataCopyPadExtParams(False, 0, 0, 0))
-    queue.enque(lt)
-
-
-@njit(cache=True)
-def copy_out_rows(t, queue, dst, params):
-    """One queue's CopyOut of the GLU family's kernels: DeQue, rows to GM ``dst`` by DataCopy or DataCopyPad,
-    FreeTensor."""
-    lt = queue.deque(dst.dtype)
-    if t.is_32b_aligned == 1:
-        asc.data_copy(dst, lt, params)
-    else:
-        asc.data_copy_pad(dst, lt, params)
-    queue.free_tensor(lt)
 
 
 @njit(cache=True)

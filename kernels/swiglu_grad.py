@@ -56,7 +56,7 @@ from tilesim.runtime.report import RunReport
 from tilesim.soc import DEFAULT_SOC, SocSpec, get_soc
 
 from .common import output
-from .swiglu import copy_in_rows, copy_out_rows, tile_length, tile_param, total_tiles
+from .device import copy_in_rows, copy_out_rows, tile_length, tile_param, total_tiles
 
 GM_NAMES = ["yGrad", "x", "out"]
 BETA = -1.0  # SwiGluGradSingle::InitGmBuffer sets beta = -1: σ's Muls by beta, dA's Muls by -beta
@@ -64,7 +64,7 @@ BETA = -1.0  # SwiGluGradSingle::InitGmBuffer sets beta = -1: σ's Muls by beta,
 
 @njit(cache=True)
 def _copy_params(split, indep):
-    """The grad's DataCopyParams from SwiGluSinlgeTileCopyParam (as :func:`kernels.swiglu.tile_param` lays them
+    """The grad's DataCopyParams from SwiGluSinlgeTileCopyParam (as :func:`kernels.device.tile_param` lays them
     out for the forward: ``split`` with its stride on the source, ``indep`` on the destination):
     splitCopyinParams (rows of A or B out of x), indepCopyinParams (rows of yGrad) and splitCopyoutParams (rows
     of dA or dB into the output)."""
